@@ -1,0 +1,80 @@
+"""Validation helpers for public boundaries.
+
+Messages name the offending value and what was expected, e.g.
+``Expected clip_norm=-1.0 > 0.``. Bad values raise ``ValueError``, wrong types ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "finite_array",
+    "in_range",
+    "integer",
+    "non_negative",
+    "positive",
+    "shape_is",
+]
+
+
+def _items(kwargs: dict[str, Any]):
+    if not kwargs:
+        raise TypeError("Expected at least one keyword argument to validate.")
+    return kwargs.items()
+
+
+def positive(**kwargs: Any) -> None:
+    """Raise ValueError unless every keyword value is a finite number > 0."""
+    for name, value in _items(kwargs):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and value > 0):
+            raise ValueError(f"Expected {name}={value!r} > 0.")
+        if not math.isfinite(value):
+            raise ValueError(f"Expected {name}={value!r} to be finite.")
+
+
+def non_negative(**kwargs: Any) -> None:
+    """Raise ValueError unless every keyword value is a number >= 0 (inf allowed)."""
+    for name, value in _items(kwargs):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and value >= 0):
+            raise ValueError(f"Expected {name}={value!r} >= 0.")
+
+
+def in_range(lo: float, hi: float, **kwargs: Any) -> None:
+    """Raise ValueError unless lo <= value <= hi for every keyword value."""
+    for name, value in _items(kwargs):
+        if not (isinstance(value, (int, float, np.integer, np.floating)) and lo <= value <= hi):
+            raise ValueError(f"Expected {lo} <= {name}={value!r} <= {hi}.")
+
+
+def integer(minimum: int | None = None, **kwargs: Any) -> None:
+    """Raise TypeError unless every keyword value is an int; ValueError if below minimum."""
+    for name, value in _items(kwargs):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"Expected {name}={value!r} to be an integer.")
+        if minimum is not None and value < minimum:
+            raise ValueError(f"Expected {name}={value!r} >= {minimum}.")
+
+
+def finite_array(name: str, x: Any) -> np.ndarray:
+    """Return x as an ndarray; raise ValueError naming it if it holds NaN or Inf."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiuc":
+        raise TypeError(f"Expected {name} to be numeric, got dtype {arr.dtype}.")
+    if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"Expected {name} to be finite; it has {bad} NaN/Inf entries.")
+    return arr
+
+
+def shape_is(name: str, x: Any, shape: tuple[int | None, ...]) -> None:
+    """Raise ValueError unless x has the given shape (None matches any length)."""
+    actual = np.shape(x)
+    ok = len(actual) == len(shape) and all(
+        want is None or want == got for want, got in zip(shape, actual, strict=True)
+    )
+    if not ok:
+        raise ValueError(f"Expected {name} to have shape {shape}, got {actual}.")

@@ -1,0 +1,20 @@
+"""Privacy accounting: pure math, numpy + stdlib only (it runs on devices).
+
+Modules (import the module, then call its functions):
+
+- :mod:`~edgedp.accounting.gdp` — μ-GDP δ(ε), ε(δ), calibration (log-space normal tails).
+- :mod:`~edgedp.accounting.rdp` — RDP of μ-GDP and the RDP → (ε, δ) conversion.
+- :mod:`~edgedp.accounting.participation` — (k, b)-participation patterns.
+- :mod:`~edgedp.accounting.sensitivity` — sens_Π(C; B) (paper 000, Thm 7).
+- :mod:`~edgedp.accounting.mf` — LDP guarantee of MF-D-SGD (paper 000, §5–6).
+"""
+
+from edgedp.accounting import gdp, mf, participation, rdp, sensitivity
+
+__all__ = [
+    "gdp",
+    "mf",
+    "participation",
+    "rdp",
+    "sensitivity",
+]

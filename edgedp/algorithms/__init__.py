@@ -1,0 +1,36 @@
+"""Decentralized learning algorithms as pure update rules, one module each.
+
+Every module exposes the same names: ``NAME``, ``TRUST_MODEL``, ``ACCOUNTANT``,
+``check_plan(plan)``, ``local_step(theta, gradient_sum, noise, *, learning_rate,
+batch_size)``, ``combine(index, weight, values)`` (all nodes) and ``combine_node(weights,
+vectors)`` (one node). :data:`BY_MECHANISM` maps a plan's mechanism name to its module;
+callers pick a module there and never branch on its type.
+"""
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from edgedp.algorithms import dp_dsgd, dsgd, mf_dsgd
+
+__all__ = ["BY_MECHANISM", "dp_dsgd", "dsgd", "for_mechanism", "mf_dsgd"]
+
+#: Static, read-only mapping from mechanism name (as in a NoisePlan) to algorithm module.
+BY_MECHANISM: Mapping[str, object] = MappingProxyType(
+    {
+        "dsgd": dsgd,
+        "dp-dsgd": dp_dsgd,
+        "antipgd": mf_dsgd,
+        "banded": mf_dsgd,
+        "dense": mf_dsgd,
+    }
+)
+
+
+def for_mechanism(mechanism: str):
+    """The algorithm module that runs ``mechanism``; ValueError naming the choices otherwise."""
+    try:
+        return BY_MECHANISM[mechanism]
+    except KeyError:
+        raise ValueError(
+            f"Unknown mechanism={mechanism!r}; expected one of {sorted(BY_MECHANISM)}."
+        ) from None

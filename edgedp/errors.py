@@ -1,0 +1,42 @@
+"""Exceptions raised by edgedp.
+
+Every error edgedp raises on purpose derives from :class:`EdgeDPError`, so callers can
+catch the library's errors without catching programming errors. Bad values still raise
+``ValueError`` and wrong types ``TypeError`` (see :mod:`edgedp._validate`); the classes
+here are for conditions specific to the protocol.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExhaustedError",
+    "EdgeDPError",
+    "PlanError",
+    "PlanMismatchError",
+    "TopologyError",
+    "WireError",
+]
+
+
+class EdgeDPError(Exception):
+    """Base class of every edgedp-specific error."""
+
+
+class TopologyError(EdgeDPError, ValueError):
+    """A graph or gossip matrix violates a requirement (stochastic, connected, edges)."""
+
+
+class PlanError(EdgeDPError, ValueError):
+    """A NoisePlan is malformed, fails its hash check or its privacy re-certification."""
+
+
+class PlanMismatchError(PlanError):
+    """Two parties hold plans with different hashes."""
+
+
+class BudgetExhaustedError(EdgeDPError):
+    """An agent was asked to run past the planned number of steps."""
+
+
+class WireError(EdgeDPError, ValueError):
+    """A message failed decoding or validation."""

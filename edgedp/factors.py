@@ -1,0 +1,315 @@
+"""Temporal correlation factors with streaming, bounded-state noise generation.
+
+Notation (docs/NOTATION.md): the strategy (encoder) matrix is ``C`` (T×T, lower
+triangular, invertible); the noise a node adds at step t is row t of ``C⁻¹ Z`` where the
+rows ``z_τ`` of ``Z`` are the node's own standard normals, regenerable from its key
+(paper 000, Alg. 1 with ``C = C_local ⊗ I_n``).
+
+Every factor exposes the same names (CONVENTIONS C3/C4):
+
+* ``init(shape) -> state``            — state for vectors of ``shape`` (e.g. ``(d,)`` or
+                                        ``(trials, nodes, d)``; all operations are elementwise);
+* ``next(draw, state) -> (noise, state)`` — ``draw(τ)`` returns ``z_τ`` (a pure function of
+                                        the stream key and τ); the state carries the step;
+* ``materialize(steps)``               — the dense ``C⁻¹`` (noise = ``C⁻¹ @ Z``), for tests and
+                                        planning;
+* ``strategy(steps)``                  — the dense ``C``, which the accountant certifies;
+* ``state_bytes(d)``                   — memory the streaming state needs for dimension d;
+* ``to_dict()``                        — plain data for the plan; :func:`from_dict` inverts it.
+
+| factor      | C                              | state                 | draws / step |
+|-------------|--------------------------------|-----------------------|--------------|
+| identity    | I (DP-D-SGD)                   | none                  | 1            |
+| antipgd     | lower-triangular ones          | z_{t-1}               | 1            |
+| banded      | banded, bandwidth p            | last p-1 outputs      | 1            |
+| dense       | any lower-triangular C         | none (regenerates)    | t+1          |
+
+``dense`` regenerates past normals instead of storing them, so its memory is O(d) but its
+work is O(t·d) per step; ``banded`` is the bounded-work form for devices.
+"""
+
+# ruff: noqa: N803, N806  (paper letters C, Z, T: see docs/NOTATION.md)
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from edgedp import _validate
+
+__all__ = [
+    "AntiPGD",
+    "Banded",
+    "Dense",
+    "FACTORS",
+    "Identity",
+    "StreamState",
+    "from_dict",
+    "noise_matrix_product",
+]
+
+Draw = Callable[[int], np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """Streaming state: the next step to produce and the factor's buffers."""
+
+    step: int
+    buffers: tuple[np.ndarray, ...] = ()
+
+
+def _check_steps(steps: int) -> None:
+    _validate.integer(minimum=1, steps=steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """C = I: independent noise at every step (DP-D-SGD)."""
+
+    kind: str = field(default="identity", init=False)
+
+    def init(self, shape: tuple[int, ...]) -> StreamState:
+        return StreamState(0)
+
+    def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        return draw(state.step), StreamState(state.step + 1)
+
+    def materialize(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        return np.eye(steps)
+
+    def strategy(self, steps: int) -> np.ndarray:
+        return self.materialize(steps)
+
+    def state_bytes(self, d: int) -> int:
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
+class AntiPGD:
+    """C = lower-triangular ones: the noise at step t is ``z_t − z_{t−1}`` (Koloskova et al.
+
+    2023; paper 000 App. A.3). Each step cancels the previous step's noise.
+    """
+
+    kind: str = field(default="antipgd", init=False)
+
+    def init(self, shape: tuple[int, ...]) -> StreamState:
+        return StreamState(0, (np.zeros(shape),))
+
+    def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        z = draw(state.step)
+        noise = z - state.buffers[0]
+        return noise, StreamState(state.step + 1, (z,))
+
+    def materialize(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        return np.eye(steps) - np.eye(steps, k=-1)
+
+    def strategy(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        return np.tril(np.ones((steps, steps)))
+
+    def state_bytes(self, d: int) -> int:
+        return 8 * d
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+def _lower_triangular(name: str, C: np.ndarray) -> np.ndarray:
+    C = _validate.finite_array(name, C).astype(np.float64)
+    if C.ndim != 2 or C.shape[0] != C.shape[1]:
+        raise ValueError(f"Expected {name} to be square, got shape {C.shape}.")
+    if np.any(np.triu(C, k=1) != 0):
+        raise ValueError(f"Expected {name} to be lower triangular; it has entries above the diagonal.")
+    if np.any(np.diag(C) == 0):
+        raise ValueError(f"Expected {name} to have a non-zero diagonal (invertible).")
+    return C
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Banded:
+    """Banded lower-triangular C with bandwidth p: ``C[t, t−j] = bands[t, j]`` for j < p.
+
+    Streaming by forward substitution, ``y_t = (z_t − Σ_{j=1}^{p−1} C[t,t−j] y_{t−j}) / C[t,t]``,
+    which keeps only the last p−1 outputs (paper 003 and the banded MF literature).
+    The horizon is ``bands.shape[0]``.
+    """
+
+    bands: np.ndarray
+    kind: str = field(default="banded", init=False)
+
+    def __post_init__(self) -> None:
+        b = _validate.finite_array("bands", self.bands).astype(np.float64)
+        if b.ndim != 2 or b.shape[1] < 1:
+            raise ValueError(f"Expected bands to have shape (steps, bandwidth), got {b.shape}.")
+        if np.any(b[:, 0] == 0):
+            raise ValueError("Expected bands[:, 0] (the diagonal of C) to be non-zero.")
+        for j in range(1, b.shape[1]):
+            if np.any(b[:j, j] != 0):
+                raise ValueError(f"Expected bands[:{j}, {j}] = 0 (entries before step 0).")
+        b.setflags(write=False)
+        object.__setattr__(self, "bands", b)
+
+    @classmethod
+    def from_matrix(cls, C: np.ndarray, bandwidth: int) -> Banded:
+        """Take the first ``bandwidth`` diagonals of a lower-triangular C (the rest must be 0)."""
+        C = _lower_triangular("C", C)
+        _validate.integer(minimum=1, bandwidth=bandwidth)
+        if np.any(np.tril(C, k=-bandwidth) != 0):
+            raise ValueError(f"Expected C to be zero below its first {bandwidth} diagonals.")
+        T = C.shape[0]
+        bands = np.zeros((T, bandwidth))
+        for j in range(bandwidth):
+            bands[j:, j] = np.diagonal(C, offset=-j)
+        return cls(bands)
+
+    @property
+    def steps(self) -> int:
+        return int(self.bands.shape[0])
+
+    @property
+    def bandwidth(self) -> int:
+        return int(self.bands.shape[1])
+
+    def init(self, shape: tuple[int, ...]) -> StreamState:
+        return StreamState(0, tuple(np.zeros(shape) for _ in range(self.bandwidth - 1)))
+
+    def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        t = state.step
+        if t >= self.steps:
+            raise ValueError(f"Expected step < {self.steps} (the factor's horizon), got {t}.")
+        acc = draw(t)
+        for j, y in enumerate(state.buffers, start=1):  # buffers[j-1] = y_{t-j}
+            acc = acc - self.bands[t, j] * y
+        y_t = acc / self.bands[t, 0]
+        buffers = ((y_t,) + state.buffers[:-1]) if state.buffers else ()
+        return y_t, StreamState(t + 1, buffers)
+
+    def strategy(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        if steps > self.steps:
+            raise ValueError(f"Expected steps={steps} <= the factor's horizon {self.steps}.")
+        C = np.zeros((self.steps, self.steps))
+        for j in range(self.bandwidth):
+            idx = np.arange(j, self.steps)
+            C[idx, idx - j] = self.bands[j:, j]
+        return C[:steps, :steps]
+
+    def materialize(self, steps: int) -> np.ndarray:
+        return np.linalg.inv(self.strategy(steps))
+
+    def state_bytes(self, d: int) -> int:
+        return 8 * d * (self.bandwidth - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "bands": self.bands}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Dense:
+    """Any lower-triangular invertible C given as a matrix.
+
+    The noise of step t is ``Σ_{τ≤t} C⁻¹[t, τ] z_τ`` with every ``z_τ`` regenerated from the
+    stream, summed in increasing τ: O(d) memory, O(t·d) work per step.
+    """
+
+    matrix: np.ndarray
+    inverse: np.ndarray = field(init=False, repr=False)
+    kind: str = field(default="dense", init=False)
+
+    def __post_init__(self) -> None:
+        C = _lower_triangular("C", self.matrix)
+        C_inv = np.tril(np.linalg.inv(C))
+        C.setflags(write=False)
+        C_inv.setflags(write=False)
+        object.__setattr__(self, "matrix", C)
+        object.__setattr__(self, "inverse", C_inv)
+
+    @property
+    def steps(self) -> int:
+        return int(self.matrix.shape[0])
+
+    def init(self, shape: tuple[int, ...]) -> StreamState:
+        return StreamState(0)
+
+    def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        t = state.step
+        if t >= self.steps:
+            raise ValueError(f"Expected step < {self.steps} (the factor's horizon), got {t}.")
+        row = self.inverse[t]
+        acc = row[0] * draw(0)
+        for tau in range(1, t + 1):
+            if row[tau] != 0.0:
+                acc = acc + row[tau] * draw(tau)
+        return acc, StreamState(t + 1)
+
+    def strategy(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        if steps > self.steps:
+            raise ValueError(f"Expected steps={steps} <= the factor's horizon {self.steps}.")
+        return np.array(self.matrix[:steps, :steps])
+
+    def materialize(self, steps: int) -> np.ndarray:
+        return np.array(self.inverse[:steps, :steps])
+
+    def state_bytes(self, d: int) -> int:
+        return 8 * d  # the running sum
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "matrix": self.matrix}
+
+
+def _identity(d: Mapping[str, Any]) -> Identity:
+    return Identity()
+
+
+def _antipgd(d: Mapping[str, Any]) -> AntiPGD:
+    return AntiPGD()
+
+
+def _banded(d: Mapping[str, Any]) -> Banded:
+    return Banded(np.asarray(d["bands"], dtype=np.float64))
+
+
+def _dense(d: Mapping[str, Any]) -> Dense:
+    return Dense(np.asarray(d["matrix"], dtype=np.float64))
+
+
+#: Static, read-only mapping from a factor's ``kind`` to its decoder.
+FACTORS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = MappingProxyType(
+    {"identity": _identity, "antipgd": _antipgd, "banded": _banded, "dense": _dense}
+)
+
+
+def from_dict(data: Mapping[str, Any]):
+    """Rebuild a factor from :meth:`to_dict` output; unknown kinds raise ValueError.
+
+    >>> from_dict(AntiPGD().to_dict()).kind
+    'antipgd'
+    """
+    kind = data.get("kind") if isinstance(data, Mapping) else None
+    if kind not in FACTORS:
+        raise ValueError(f"Unknown temporal factor kind={kind!r}; expected one of {sorted(FACTORS)}.")
+    try:
+        return FACTORS[kind](data)
+    except KeyError as exc:
+        raise ValueError(f"Temporal factor {kind!r} is missing field {exc.args[0]!r}.") from None
+
+
+def noise_matrix_product(factor, Z: np.ndarray) -> np.ndarray:
+    """Run the streaming factor over all rows of Z (for tests): row t is the t-th output."""
+    Z = np.asarray(Z, dtype=np.float64)
+    state = factor.init(Z.shape[1:])
+    out = np.empty_like(Z)
+    for t in range(Z.shape[0]):
+        out[t], state = factor.next(lambda tau: Z[tau], state)
+    return out

@@ -1,0 +1,78 @@
+"""Noise sources: keyed normal streams composed with a temporal factor and a scale.
+
+A :class:`NoiseSource` holds everything one node (or a stack of nodes) needs to produce its
+privacy noise at each step: the stream keys, the temporal factor and the standard deviation
+``ν = σ · sens · Δ``. ``draw(τ)`` stacks the standard normals of step τ for every key, so the
+same code serves one device (keys of shape ``()``) and the batch engine (keys of shape
+``(trials, nodes)``); the factor works elementwise, so a node's noise has the same bits either
+way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgedp import _validate, rng
+from edgedp.factors import StreamState
+
+__all__ = ["NoiseSource", "node_noise_key"]
+
+
+def node_noise_key(secret: bytes, node: int, *, trial: int = 0) -> rng.StreamKey:
+    """The key of node ``node``'s Gaussian noise stream (per trial in simulations)."""
+    return rng.derive_key(secret, "noise", int(trial), int(node))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NoiseSource:
+    """Correlated noise for one node or a stack of nodes.
+
+    Args:
+      factor: a temporal factor from :mod:`edgedp.factors`.
+      keys: an object ndarray of :class:`edgedp.rng.StreamKey` (any shape, () for one node).
+      dim: model dimension d.
+      std: ν, the standard deviation of the normals before correlation (≥ 0).
+    """
+
+    factor: object
+    keys: np.ndarray
+    dim: int
+    std: float
+
+    def __post_init__(self) -> None:
+        _validate.integer(minimum=1, dim=self.dim)
+        _validate.non_negative(std=self.std)
+        keys = np.asarray(self.keys, dtype=object)
+        if not all(isinstance(k, rng.StreamKey) for k in keys.flat):
+            raise TypeError("Expected keys to hold edgedp.rng.StreamKey objects.")
+        object.__setattr__(self, "keys", keys)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (*self.keys.shape, self.dim)
+
+    def draw(self, step: int) -> np.ndarray:
+        """Standard normals of step ``step`` for every key, shape ``keys.shape + (d,)``."""
+        out = np.empty(self.shape)
+        for index in np.ndindex(self.keys.shape):
+            out[index] = rng.gaussian(self.keys[index], step, (self.dim,))
+        return out
+
+    def init(self) -> StreamState:
+        return self.factor.init(self.shape)
+
+    def next(self, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        """The noise of step ``state.step``: ``std · (C⁻¹ Z)[step]``."""
+        if self.std == 0.0:
+            return np.zeros(self.shape), StreamState(state.step + 1, state.buffers)
+        correlated, state = self.factor.next(self.draw, state)
+        return self.std * correlated, state
+
+    def state_at(self, step: int) -> StreamState:
+        """Rebuild the streaming state at ``step`` by replaying (resume without a checkpoint)."""
+        state = self.init()
+        for _ in range(step):
+            _, state = self.factor.next(self.draw, state)
+        return state

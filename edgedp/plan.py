@@ -1,0 +1,293 @@
+"""NoisePlan: everything the nodes of a run need, versioned, hashed and certified.
+
+A plan is an immutable description (CONVENTIONS C2): the topology and its gossip table, the
+horizon T, the participation schema, the temporal factor, the noise multiplier σ, the clip
+norm Δ, the learning rate, the task it was planned for and a simulation seed. Its hash is
+the SHA-256 of its canonical msgpack encoding; neighbours compare hashes before they talk.
+Loading a plan re-certifies it: the sensitivity is recomputed by the accountant from the
+factor and must equal the stored one, so a tampered or stale plan is refused.
+
+Each device receives a :class:`NodeShare` — its own row of the gossip table and the noise
+parameters — and nothing else (no other node's neighbours, no secrets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgedp import _codec, _validate, factors, topology
+from edgedp.accounting import mf
+from edgedp.accounting.participation import Participation
+from edgedp.errors import PlanError
+
+__all__ = ["PLAN_VERSION", "NodeShare", "NoisePlan", "TaskSpec", "make_plan"]
+
+PLAN_VERSION = 1
+
+#: mechanism -> (temporal factor builder or None when the caller supplies one, has noise)
+_MECHANISMS: dict[str, tuple[Any, bool]] = {
+    "dsgd": (factors.Identity, False),
+    "dp-dsgd": (factors.Identity, True),
+    "antipgd": (factors.AntiPGD, True),
+    "banded": (None, True),
+    "dense": (None, True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """The learning task a plan was made for (defaults: the demo's task).
+
+    ``batch_size = 0`` means every step uses the node's whole local dataset, i.e. every
+    example participates at every step: participation (T, 1).
+    """
+
+    model: str = "logistic"
+    dataset: str = "digits-parity"
+    partition: str = "iid"
+    batch_size: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "dataset": self.dataset, "partition": self.partition,
+                "batch_size": self.batch_size}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TaskSpec:
+        return cls(str(d["model"]), str(d["dataset"]), str(d["partition"]), int(d["batch_size"]))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NoisePlan:
+    """A certified plan. Build it with :func:`make_plan`; load it with :meth:`from_bytes`."""
+
+    mechanism: str
+    topology: str
+    n: int
+    edges: np.ndarray
+    weighting: str
+    mixing_index: np.ndarray
+    mixing_weight: np.ndarray
+    steps: int
+    participation: Participation
+    factor: Any
+    noise_multiplier: float
+    sensitivity: float
+    sensitivity_exact: bool
+    clip_norm: float
+    learning_rate: float
+    task: TaskSpec = field(default_factory=TaskSpec)
+    seed: int = 0
+    version: int = PLAN_VERSION
+
+    @property
+    def noise_std(self) -> float:
+        """ν = σ · sens · Δ: the std of the normals each node feeds its temporal factor."""
+        return self.noise_multiplier * self.sensitivity * self.clip_norm
+
+    @property
+    def mu(self) -> float:
+        """μ of the μ-GDP guarantee per example of any node (LDP), ``inf`` without noise."""
+        return math.inf if self.noise_multiplier == 0 else 1.0 / self.noise_multiplier
+
+    def guarantee(self, *, steps_done: int | None = None) -> mf.LDPGuarantee:
+        """Re-derive the guarantee from the factor (never from stored numbers)."""
+        return mf.ldp_guarantee(
+            self.factor.strategy(self.steps),
+            participation=self.participation,
+            noise_multiplier=self.noise_multiplier,
+            steps_done=steps_done,
+        )
+
+    def mixing_matrix(self) -> np.ndarray:
+        W = np.zeros((self.n, self.n))  # noqa: N806 (paper letter)
+        for u in range(self.n):
+            for v, w in zip(self.mixing_index[u], self.mixing_weight[u], strict=True):
+                W[u, v] += w
+        return W
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "mechanism": self.mechanism,
+            "topology": self.topology,
+            "n": self.n,
+            "edges": self.edges,
+            "weighting": self.weighting,
+            "mixing_index": self.mixing_index,
+            "mixing_weight": self.mixing_weight,
+            "steps": self.steps,
+            "participation": [self.participation.k, self.participation.b],
+            "factor": self.factor.to_dict(),
+            "noise_multiplier": self.noise_multiplier,
+            "sensitivity": self.sensitivity,
+            "sensitivity_exact": self.sensitivity_exact,
+            "clip_norm": self.clip_norm,
+            "learning_rate": self.learning_rate,
+            "task": self.task.to_dict(),
+            "seed": self.seed,
+        }
+
+    @property
+    def plan_hash(self) -> str:
+        return hashlib.sha256(_codec.canonical_bytes(self.to_dict())).hexdigest()
+
+    def to_bytes(self) -> bytes:
+        return _codec.encode({"plan": self.to_dict(), "hash": self.plan_hash})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> NoisePlan:
+        """Decode, check version and hash, rebuild, and re-certify the sensitivity."""
+        try:
+            outer = _codec.decode(data)
+            d = outer["plan"]
+            stored_hash = outer["hash"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PlanError(f"Not a NoisePlan file: {exc}") from None
+        if d.get("version") != PLAN_VERSION:
+            raise PlanError(f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION}).")
+        try:
+            k, b = d["participation"]
+            plan = cls(
+                mechanism=str(d["mechanism"]), topology=str(d["topology"]), n=int(d["n"]),
+                edges=np.asarray(d["edges"]), weighting=str(d["weighting"]),
+                mixing_index=np.asarray(d["mixing_index"]),
+                mixing_weight=np.asarray(d["mixing_weight"]), steps=int(d["steps"]),
+                participation=Participation(int(k), int(b)),
+                factor=factors.from_dict(d["factor"]),
+                noise_multiplier=float(d["noise_multiplier"]),
+                sensitivity=float(d["sensitivity"]),
+                sensitivity_exact=bool(d["sensitivity_exact"]),
+                clip_norm=float(d["clip_norm"]), learning_rate=float(d["learning_rate"]),
+                task=TaskSpec.from_dict(d["task"]), seed=int(d["seed"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(f"Malformed NoisePlan field: {exc}") from None
+        if plan.plan_hash != stored_hash:
+            raise PlanError("NoisePlan hash mismatch: the file was modified or corrupted.")
+        _certify(plan)
+        return plan
+
+    def share(self, node: int) -> NodeShare:
+        """What device ``node`` needs, and nothing about other nodes."""
+        _validate.integer(minimum=0, node=node)
+        if node >= self.n:
+            raise ValueError(f"Expected node={node} < n={self.n}.")
+        return NodeShare(
+            node=node, plan_hash=self.plan_hash, version=self.version, mechanism=self.mechanism,
+            steps=self.steps, participation=self.participation, factor=self.factor,
+            noise_std=self.noise_std, clip_norm=self.clip_norm, learning_rate=self.learning_rate,
+            neighbours=tuple(int(v) for v in self.mixing_index[node]),
+            weights=tuple(float(w) for w in self.mixing_weight[node]), task=self.task,
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeShare:
+    """One device's part of a plan: its padded mixing row and its noise parameters."""
+
+    node: int
+    plan_hash: str
+    version: int
+    mechanism: str
+    steps: int
+    participation: Participation
+    factor: Any
+    noise_std: float
+    clip_norm: float
+    learning_rate: float
+    neighbours: tuple[int, ...]
+    weights: tuple[float, ...]
+    task: TaskSpec
+
+
+def _certify(plan: NoisePlan) -> None:
+    if plan.mechanism not in _MECHANISMS:
+        raise PlanError(f"Unknown mechanism {plan.mechanism!r}; expected one of {sorted(_MECHANISMS)}.")
+    from edgedp import algorithms
+
+    try:
+        algorithms.for_mechanism(plan.mechanism).check_plan(plan)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    if plan.noise_multiplier == 0.0:
+        return
+    g = plan.guarantee()
+    if not math.isclose(g.sensitivity, plan.sensitivity, rel_tol=1e-9, abs_tol=1e-12):
+        raise PlanError(
+            f"Plan sensitivity {plan.sensitivity!r} does not match the accountant's "
+            f"{g.sensitivity!r} for its factor; re-create the plan."
+        )
+
+
+def make_plan(
+    mechanism: str,
+    graph: topology.Graph,
+    *,
+    steps: int,
+    participation: Participation,
+    clip_norm: float,
+    learning_rate: float,
+    weighting: str = "metropolis-hastings",
+    noise_multiplier: float | None = None,
+    target_epsilon: float | None = None,
+    delta: float | None = None,
+    factor: Any = None,
+    task: TaskSpec | None = None,
+    seed: int = 0,
+    topology_name: str | None = None,
+) -> NoisePlan:
+    """Build and certify a plan.
+
+    Exactly one of ``noise_multiplier`` (σ) or ``target_epsilon`` (with ``delta``) sets the
+    noise, except for ``dsgd`` which has none. The sensitivity comes from the accountant
+    (paper 000 Thm 7 under LDP), and the per-step noise std is ν = σ · sens · Δ.
+    """
+    if mechanism not in _MECHANISMS:
+        raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {sorted(_MECHANISMS)}.")
+    builder, noisy = _MECHANISMS[mechanism]
+    _validate.integer(minimum=1, steps=steps)
+    _validate.positive(clip_norm=clip_norm, learning_rate=learning_rate)
+    if weighting not in topology.WEIGHTINGS:
+        raise ValueError(f"Unknown weighting={weighting!r}; expected one of {sorted(topology.WEIGHTINGS)}.")
+    if builder is not None:
+        if factor is not None:
+            raise ValueError(f"mechanism={mechanism!r} fixes its own temporal factor; do not pass one.")
+        factor = builder()
+    elif factor is None:
+        raise ValueError(f"mechanism={mechanism!r} needs a temporal factor (factor=...).")
+    W = topology.WEIGHTINGS[weighting](graph)  # noqa: N806
+    topology.validate(W, graph)
+    index, weight = topology.mixing_table(W)
+    strategy = factor.strategy(steps)
+    if not noisy:
+        if noise_multiplier not in (None, 0.0) or target_epsilon is not None:
+            raise ValueError("mechanism='dsgd' adds no noise; drop --noise-multiplier/--target-eps.")
+        sigma, sens, exact = 0.0, 0.0, True
+    else:
+        if (noise_multiplier is None) == (target_epsilon is None):
+            raise ValueError("Give exactly one of noise_multiplier or target_epsilon (with delta).")
+        if target_epsilon is not None:
+            if delta is None:
+                raise ValueError("target_epsilon needs delta.")
+            g = mf.calibrate(strategy, participation=participation, target_epsilon=target_epsilon,
+                             delta=delta)
+        else:
+            _validate.positive(noise_multiplier=noise_multiplier)
+            g = mf.ldp_guarantee(strategy, participation=participation,
+                                 noise_multiplier=noise_multiplier)
+        sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
+    plan = NoisePlan(
+        mechanism=mechanism, topology=topology_name or graph.name or f"graph:{graph.n}",
+        n=graph.n, edges=np.asarray(graph.edges, dtype=np.int64).reshape(-1, 2),
+        weighting=weighting, mixing_index=index, mixing_weight=weight, steps=steps,
+        participation=participation, factor=factor, noise_multiplier=sigma, sensitivity=sens,
+        sensitivity_exact=exact, clip_norm=float(clip_norm), learning_rate=float(learning_rate),
+        task=task or TaskSpec(), seed=seed,
+    )
+    _certify(plan)
+    return plan

@@ -1,0 +1,3 @@
+from edgedp_cli.main import main
+import sys
+sys.exit(main())

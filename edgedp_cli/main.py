@@ -1,0 +1,240 @@
+"""The ``edgedp`` command line.
+
+Every command prints a human-readable report, or with ``--json`` exactly one JSON object on
+stdout (snake_case keys). Bad arguments exit with status 2 and one line on stderr that
+names the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """A bad argument; reported as one line, exit status 2."""
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def _emit(args, payload: dict, text: str) -> None:
+    if args.json:
+        clean = {k: _finite(v) for k, v in payload.items()}
+        sys.stdout.write(json.dumps(clean, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(text.rstrip() + "\n")
+
+
+def _participation(text: str):
+    from edgedp.accounting.participation import Participation
+
+    try:
+        return Participation.from_string(text)
+    except ValueError as exc:
+        raise UsageError(f"--participation {text!r}: {exc} (use k,b, e.g. 100,1)") from None
+
+
+def _graph(spec: str):
+    import topologies
+
+    try:
+        return topologies.parse(spec)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+# ---------------------------------------------------------------- commands
+def cmd_demo(args) -> None:
+    from sim import demo
+
+    config = demo.DemoConfig(**({"trials": args.trials} if args.trials else {}),
+                             **({"steps": args.steps} if args.steps else {}))
+    summary = demo.run_demo(args.out, config, show_progress=not args.json)
+    payload = {"results": summary["results"], "nodes": summary["nodes"],
+               "files": summary["files"], "config": summary["config"]}
+    if args.json:
+        sys.stdout.write(json.dumps(payload, default=lambda x: "inf", sort_keys=True) + "\n")
+    else:
+        text = demo.format_table(summary) + "\nwrote " + ", ".join(summary["files"])
+        _emit(args, payload, text)
+
+
+def cmd_topology(args) -> None:
+    from edgedp import topology
+
+    g = _graph(args.spec)
+    W = topology.WEIGHTINGS[args.weighting](g)  # noqa: N806
+    gap = topology.spectral_gap(W)
+    deg = g.degrees
+    payload = {"name": g.name or args.spec, "n": g.n, "edges": len(g.edges),
+               "weighting": args.weighting, "spectral_gap": gap,
+               "min_degree": int(deg.min()), "max_degree": int(deg.max()),
+               "mean_degree": float(deg.mean()), "connected": topology.is_connected(g)}
+    text = "\n".join(f"{k:<14}{v}" for k, v in payload.items())
+    _emit(args, payload, text)
+
+
+def cmd_plan(args) -> None:
+    from edgedp import plan as plan_mod
+
+    g = _graph(args.topology)
+    if args.mechanism != "dsgd" and (args.target_eps is None) == (args.noise_multiplier is None):
+        raise UsageError("give exactly one of --target-eps E (with --delta) or --noise-multiplier S")
+    if args.target_eps is not None and args.delta is None:
+        raise UsageError("--target-eps needs --delta D (e.g. --delta 1e-6)")
+    task = plan_mod.TaskSpec(model=args.model, dataset=args.dataset, partition="iid",
+                             batch_size=args.batch_size)
+    try:
+        p = plan_mod.make_plan(
+            args.mechanism, g, steps=args.steps, participation=_participation(args.participation),
+            clip_norm=args.clip_norm, learning_rate=args.learning_rate, weighting=args.weighting,
+            noise_multiplier=args.noise_multiplier, target_epsilon=args.target_eps,
+            delta=args.delta, task=task, seed=args.seed, topology_name=args.topology)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    Path(args.out).write_bytes(p.to_bytes())
+    payload = _plan_report(p, args.delta if args.delta is not None else 1e-6)
+    payload["out"] = args.out
+    _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+
+
+def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
+    if p.noise_multiplier > 0:
+        g = p.guarantee(steps_done=steps_done)
+        mu, eps, exact = g.mu, g.epsilon(delta), g.exact
+    else:
+        mu, eps, exact = math.inf, math.inf, True
+    return {"mechanism": p.mechanism, "topology": p.topology, "n": p.n, "steps": p.steps,
+            "participation": f"{p.participation.k},{p.participation.b}",
+            "noise_multiplier": p.noise_multiplier, "sensitivity": p.sensitivity,
+            "sensitivity_exact": exact, "noise_std": p.noise_std, "clip_norm": p.clip_norm,
+            "mu": mu, "epsilon": eps, "delta": delta, "trust_model": _trust(p),
+            "plan_hash": p.plan_hash}
+
+
+def _trust(p) -> str:
+    from edgedp import algorithms
+
+    return algorithms.for_mechanism(p.mechanism).TRUST_MODEL
+
+
+def _load_plan(path: str):
+    from edgedp.errors import PlanError
+    from edgedp.plan import NoisePlan
+
+    try:
+        return NoisePlan.from_bytes(Path(path).read_bytes())
+    except OSError as exc:
+        raise UsageError(f"cannot read plan {path!r}: {exc.strerror}") from None
+    except PlanError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def cmd_account(args) -> None:
+    p = _load_plan(args.plan)
+    if args.steps_done is not None and not 0 <= args.steps_done <= p.steps:
+        raise UsageError(f"--steps-done must be in [0, {p.steps}]")
+    payload = _plan_report(p, args.delta, args.steps_done)
+    payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
+    _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+
+
+def cmd_sim_run(args) -> None:
+    from sim import batch, datasets
+
+    if args.engine != "batch":
+        raise UsageError(f"--engine {args.engine}: only the batch engine exists so far")
+    p = _load_plan(args.plan)
+    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
+    try:
+        res = batch.run(p, data, trials=args.trials, eval_every=max(1, p.steps // 20))
+    except (ValueError, FloatingPointError) as exc:
+        raise UsageError(str(exc)) from None
+    payload = {"engine": "batch", "mechanism": p.mechanism, "rounds": p.steps, "trials": args.trials,
+               "final_test_loss": float(res.test_loss[-1].mean()),
+               "final_test_accuracy": float(res.test_accuracy[-1].mean()) if res.test_accuracy else None,
+               "messages": res.messages, "bytes": res.bytes_sent, "dropped_messages": 0,
+               "clipped_fraction": res.clipped_fraction, "model_digest": res.digests[0],
+               "plan_hash": p.plan_hash}
+    _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+
+
+# ---------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    from edgedp import topology
+
+    ap = argparse.ArgumentParser(prog="edgedp", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.set_defaults(func=func)
+        return p
+
+    p = add("demo", cmd_demo, "D-SGD vs DP-D-SGD vs AntiPGD on the embedded default task")
+    p.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
+    p.add_argument("--trials", type=int, help="noise draws per algorithm (default 3)")
+    p.add_argument("--steps", type=int, help="gossip steps T (default 200)")
+
+    p = add("topology", cmd_topology, "describe a topology: n, edges, spectral gap")
+    p.add_argument("spec", help="er:N:P[:SEED], ring:N, torus:R:C, smallworld:N:K:P[:SEED], "
+                                "complete:N, star:N, florentine, karate, or an edge-list file")
+    p.add_argument("--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS))
+
+    p = add("plan", cmd_plan, "write a NoisePlan and print its guarantee")
+    p.add_argument("--topology", required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--participation", required=True, help="k,b: at most k participations b steps apart")
+    p.add_argument("--mechanism", required=True, choices=["dsgd", "dp-dsgd", "antipgd"])
+    p.add_argument("--target-eps", type=float)
+    p.add_argument("--noise-multiplier", type=float)
+    p.add_argument("--delta", type=float)
+    p.add_argument("--clip-norm", type=float, default=1.0)
+    p.add_argument("--learning-rate", type=float, default=0.5)
+    p.add_argument("--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS))
+    p.add_argument("--model", default="logistic", choices=["logistic", "linear"])
+    p.add_argument("--dataset", default="digits-parity")
+    p.add_argument("--batch-size", type=int, default=0, help="0 = whole local dataset each step")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+
+    p = add("account", cmd_account, "re-certify a plan and print its guarantee")
+    p.add_argument("plan")
+    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--steps-done", type=int, help="privacy spent after this many steps")
+
+    simp = sub.add_parser("sim", help="simulation engines")
+    simsub = simp.add_subparsers(dest="sim_command", required=True)
+    p = simsub.add_parser("run", help="run a plan on its own task")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--engine", default="batch", choices=["batch", "event"])
+    p.add_argument("--trials", type=int, default=1)
+    p.set_defaults(func=cmd_sim_run)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except UsageError as exc:
+        sys.stderr.write(f"edgedp: error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

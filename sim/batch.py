@@ -1,0 +1,135 @@
+"""The batch engine: the update rules of every node (and every trial) as array operations.
+
+State is shaped ``(trials, nodes, d)``. Each step: per-example gradients, per-example
+clipping and an in-order sum, the node's correlated noise, the local step, fixed-order
+mixing — the same functions a device calls, so a node's model has the same bits here and
+on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, trial)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgedp import algorithms, clipping, rng
+from edgedp.errors import PlanError
+from edgedp.models.linear import LinearModel
+from edgedp.noise import NoiseSource, node_noise_key
+from edgedp.plan import NoisePlan
+from sim.datasets import FederatedData
+
+__all__ = ["BatchResult", "batch_schedule", "model_digest", "run"]
+
+
+def model_digest(models: np.ndarray) -> str:
+    """sha256 of the models stacked in node order as float64 little-endian."""
+    return hashlib.sha256(np.ascontiguousarray(models, dtype="<f8").tobytes()).hexdigest()
+
+
+@dataclass(slots=True)
+class BatchResult:
+    models: np.ndarray  # (trials, nodes, d)
+    eval_steps: list[int] = field(default_factory=list)
+    test_loss: list[np.ndarray] = field(default_factory=list)  # each (trials,) mean over nodes
+    test_loss_of_mean: list[np.ndarray] = field(default_factory=list)  # (trials,)
+    test_accuracy: list[np.ndarray] = field(default_factory=list)
+    consensus_distance: list[np.ndarray] = field(default_factory=list)
+    clipped_fraction: float = 0.0
+    messages: int = 0
+    bytes_sent: int = 0
+
+    @property
+    def digests(self) -> list[str]:
+        return [model_digest(m) for m in self.models]
+
+
+def batch_schedule(plan: NoisePlan, local_size: int) -> tuple[int, int]:
+    """``(batch_size, batches_per_epoch)`` and a check that the plan's participation covers it."""
+    batch = plan.task.batch_size or local_size
+    if batch > local_size:
+        raise PlanError(f"batch_size={batch} exceeds the local dataset size {local_size}.")
+    per_epoch = local_size // batch
+    needed_k = math.ceil(plan.steps / per_epoch)
+    part = plan.participation
+    if plan.noise_multiplier > 0 and (part.b != per_epoch or part.k < needed_k):
+        raise PlanError(
+            f"The plan certifies participation (k,b)=({part.k},{part.b}) but this task runs "
+            f"({needed_k},{per_epoch}) (local size {local_size}, batch {batch}); re-plan with "
+            f"--participation {needed_k},{per_epoch}."
+        )
+    return batch, per_epoch
+
+
+def run(
+    plan: NoisePlan,
+    data: FederatedData,
+    *,
+    trials: int = 1,
+    first_trial: int = 0,
+    eval_every: int = 10,
+    progress: Callable[[int], None] | None = None,
+) -> BatchResult:
+    """Run ``plan`` on ``data`` for ``trials`` independent noise draws."""
+    if data.nodes != plan.n:
+        raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
+    algo = algorithms.for_mechanism(plan.mechanism)
+    model = LinearModel(plan.task.model, data.features)
+    d = model.dim
+    batch, per_epoch = batch_schedule(plan, data.local_size)
+    secret = rng.seed_secret(plan.seed)
+    trial_ids = range(first_trial, first_trial + trials)
+    keys = np.empty((trials, plan.n), dtype=object)
+    orders = np.empty((trials, plan.n, data.local_size), dtype=np.int64)
+    for i, tr in enumerate(trial_ids):
+        for u in range(plan.n):
+            keys[i, u] = node_noise_key(secret, u, trial=tr)
+            orders[i, u] = rng.permutation(rng.derive_key(secret, "batch", tr, u), data.local_size)
+    source = NoiseSource(plan.factor, keys, d, plan.noise_std)
+    state = source.init()
+    theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
+    node_idx = np.arange(plan.n)[None, :, None]
+    result = BatchResult(models=theta)
+    clipped = 0
+    degree_sum = int(np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None])))
+
+    def evaluate(step: int, th: np.ndarray) -> None:
+        losses = model.loss(th, data.x_test[None, None], data.y_test[None, None])
+        mean_model = th.mean(axis=1)
+        result.eval_steps.append(step)
+        result.test_loss.append(losses.mean(axis=1))
+        result.test_loss_of_mean.append(model.loss(mean_model, data.x_test[None], data.y_test[None]))
+        if model.kind == "logistic":
+            result.test_accuracy.append(
+                model.accuracy(th, data.x_test[None, None], data.y_test[None, None]).mean(axis=1))
+        result.consensus_distance.append(np.mean(np.sum((th - mean_model[:, None]) ** 2, axis=-1), axis=1))
+
+    evaluate(0, theta)
+    for t in range(plan.steps):
+        slot = t % per_epoch
+        sel = orders[:, :, slot * batch:(slot + 1) * batch]
+        xb = data.x[node_idx, sel]
+        yb = data.y[node_idx, sel]
+        grads = model.per_example_gradients(theta, xb, yb)
+        gsum, hit = clipping.clipped_sum(grads, plan.clip_norm)
+        clipped += int(hit.sum())
+        if plan.noise_std > 0:
+            noise, state = source.next(state)
+        else:
+            noise = None
+        half = algo.local_step(theta, gsum, noise, learning_rate=plan.learning_rate, batch_size=batch)
+        theta = algo.combine(plan.mixing_index, plan.mixing_weight, half)
+        if not np.all(np.isfinite(theta)):
+            raise FloatingPointError(f"Model diverged (non-finite) at step {t}; lower the learning rate.")
+        if (t + 1) % eval_every == 0 or t + 1 == plan.steps:
+            evaluate(t + 1, theta)
+        if progress is not None:
+            progress(t + 1)
+    result.models = theta
+    result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
+    result.messages = degree_sum * plan.steps * trials
+    result.bytes_sent = result.messages * d * 8
+    return result

@@ -1,0 +1,37 @@
+"""Import rules of DESIGN §3: the device path needs only numpy, pyzmq and msgpack."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+DEVICE_MODULES = [
+    "edgedp", "edgedp.rng", "edgedp.clipping", "edgedp.factors", "edgedp.noise", "edgedp.plan",
+    "edgedp.topology", "edgedp.algorithms", "edgedp.accounting", "edgedp.accounting.gdp",
+    "edgedp.accounting.rdp", "edgedp.accounting.sensitivity", "edgedp.accounting.mf",
+    "edgedp.models.linear", "edgedp._codec",
+]
+FORBIDDEN = ["scipy", "networkx", "simpy", "matplotlib", "sklearn", "sim", "firmware_py", "tqdm"]
+
+
+def test_device_path_imports_no_heavy_or_simulation_modules():
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {DEVICE_MODULES!r}: importlib.import_module(m)\n"
+        f"print(json.dumps(sorted(m for m in {FORBIDDEN!r} if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+@pytest.mark.parametrize("module", ["edgedp.algorithms.dsgd", "edgedp.algorithms.dp_dsgd",
+                                    "edgedp.algorithms.mf_dsgd"])
+def test_every_algorithm_module_exposes_the_same_names(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    for name in ["NAME", "TRUST_MODEL", "ACCOUNTANT", "check_plan", "local_step", "combine",
+                 "combine_node"]:
+        assert hasattr(mod, name), f"{module} lacks {name}"
+    assert set(mod.__all__) >= {"NAME", "TRUST_MODEL", "local_step", "combine"}
