@@ -37,6 +37,8 @@ def _to_plain(obj: Any) -> Any:
         return int(obj)
     if isinstance(obj, np.floating):
         return float(obj)
+    if isinstance(obj, int) and not isinstance(obj, bool) and not -(2**63) <= obj < 2**64:
+        raise ValueError(f"Integer {obj} does not fit in 64 bits.")
     if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
         return obj
     raise TypeError(f"Cannot encode object of type {type(obj).__name__}.")

@@ -63,7 +63,7 @@ def cmd_demo(args) -> None:
     payload = {"results": summary["results"], "nodes": summary["nodes"],
                "files": summary["files"], "config": summary["config"]}
     if args.json:
-        sys.stdout.write(json.dumps(payload, default=lambda x: "inf", sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(demo.json_safe(payload), sort_keys=True) + "\n")
     else:
         text = demo.format_table(summary) + "\nwrote " + ", ".join(summary["files"])
         _emit(args, payload, text)

@@ -87,16 +87,21 @@ def run_demo(out_dir: str | Path, config: DemoConfig = DemoConfig(), *, show_pro
         "config": asdict(config), "nodes": n, "local_examples": data.local_size,
         "test_examples": int(len(data.y_test)), "results": rows, "curves": curves,
     }
-    (out / "results.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    (out / "results.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     _plot(curves, out / "test_loss.png", config, n)
     summary["files"] = [str(out / "results.json"), str(out / "test_loss.png")]
     return summary
 
 
-def _json_default(x):
+def json_safe(x):
+    """Strict JSON: infinities (no privacy) become the string "inf"."""
     if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    raise TypeError(type(x).__name__)
+        return "inf" if x > 0 else "-inf"
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x
 
 
 def _progress(label: str, total: int, enabled: bool):

@@ -1,0 +1,98 @@
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from edgedp import _codec, clipping
+from edgedp.models.linear import LinearModel
+
+floats = st.floats(-1e6, 1e6, allow_nan=False)
+arrays = hnp.arrays(np.float64, hnp.array_shapes(max_dims=3, max_side=5), elements=floats)
+
+
+int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(arrays, st.dictionaries(st.text(max_size=5), int64 | st.text(max_size=5), max_size=4))
+def test_codec_round_trip(arr, extra):
+    obj = {"a": arr, "nested": [arr, {"x": extra}], "i": np.arange(3)}
+    back = _codec.decode(_codec.encode(obj))
+    np.testing.assert_array_equal(back["a"], arr)
+    assert back["a"].dtype == np.float64 and back["i"].dtype == np.int64
+    assert back["nested"][1]["x"] == extra
+    assert _codec.encode(back) == _codec.encode(obj)  # canonical: same data, same bytes
+
+
+@given(st.binary(max_size=200))
+def test_codec_never_crashes_on_garbage(blob):
+    try:
+        _codec.decode(blob)
+    except ValueError:
+        pass
+
+
+def test_codec_rejects_oversized_integers():
+    with pytest.raises(ValueError, match="64 bits"):
+        _codec.encode({"x": 2**70})
+
+
+def test_codec_rejects_bad_array_records():
+    good = _codec.encode({"a": np.zeros(3)})
+    bad = good.replace(b"<f8", b"|O8")
+    with pytest.raises(ValueError, match="Malformed"):
+        _codec.decode(bad)
+    import msgpack
+
+    short = msgpack.packb({"__nd__": "<f8", "shape": [4], "data": b"\x00" * 8})
+    with pytest.raises(ValueError, match="bytes"):
+        _codec.decode(short)
+
+
+@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 8)), elements=floats),
+       st.floats(0.01, 100))
+def test_clipping_properties(x, clip):
+    out, hit = clipping.clip_l2(x, clip)
+    norms = clipping.l2_norms(out)
+    assert np.all(norms <= clip * (1 + 1e-12))
+    inside = ~hit
+    np.testing.assert_array_equal(out[inside], x[inside])  # untouched inside the ball
+    # direction preserved: out = s * x with 0 < s <= 1
+    for row_in, row_out in zip(x[hit], out[hit], strict=True):
+        np.testing.assert_allclose(row_out, row_in * (clip / np.linalg.norm(row_in)), rtol=1e-9)
+
+
+def test_clipped_sum_counts_and_sensitivity():
+    g = np.array([[[3.0, 4.0], [0.0, 0.0], [0.6, 0.8]]])
+    s, c = clipping.clipped_sum(g, 1.0)
+    np.testing.assert_allclose(s, [[1.2, 1.6]])
+    assert c.tolist() == [1]
+    # removing any one example changes the sum by at most the clip norm
+    for b in range(3):
+        s2, _ = clipping.clipped_sum(np.delete(g, b, axis=1), 1.0)
+        assert np.linalg.norm(s - s2) <= 1.0 + 1e-12
+    with pytest.raises(ValueError, match="clip_norm"):
+        clipping.clip_l2(g, 0.0)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "linear"])
+def test_model_gradients_match_finite_differences(kind, rng):
+    model = LinearModel(kind, features=4)
+    theta = rng.standard_normal(model.dim)
+    x = rng.standard_normal((7, 4))
+    y = (rng.random(7) > 0.5).astype(float) if kind == "logistic" else rng.standard_normal(7)
+    grad = model.per_example_gradients(theta, x, y).mean(axis=0)
+    eps = 1e-6
+    fd = np.array([(model.loss(theta + eps * e, x, y) - model.loss(theta - eps * e, x, y)) / (2 * eps)
+                   for e in np.eye(model.dim)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)  # float64 central differences
+
+
+def test_models_broadcast_over_leading_axes(rng):
+    model = LinearModel("logistic", 3)
+    theta = rng.standard_normal((2, 4, model.dim))
+    x = rng.standard_normal((2, 4, 5, 3))
+    y = (rng.random((2, 4, 5)) > 0.5).astype(float)
+    batched = model.per_example_gradients(theta, x, y)
+    single = model.per_example_gradients(theta[1, 2], x[1, 2], y[1, 2])
+    assert batched[1, 2].tobytes() == single.tobytes()  # same bits alone or batched
