@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(VENV)/bin/edgedp demo --out demo-out
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks
 	$(PY) -m pytest -n 2 -q
 
 bench: $(STAMP)

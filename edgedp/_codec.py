@@ -55,7 +55,9 @@ def _from_plain(obj: Any) -> Any:
                 raise ValueError(f"Malformed array shape {shape}.")
             dt = _DTYPES[key]
             if int(np.prod(shape, dtype=np.int64)) * dt.itemsize != len(obj["data"]):
-                raise ValueError(f"Array data has {len(obj['data'])} bytes, shape {shape} needs more/less.")
+                raise ValueError(
+                    f"Array data has {len(obj['data'])} bytes, shape {shape} needs more/less."
+                )
             return np.frombuffer(obj["data"], dtype=dt).reshape(shape).copy()
         return {k: _from_plain(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -129,7 +129,9 @@ def _lower_triangular(name: str, C: np.ndarray) -> np.ndarray:
     if C.ndim != 2 or C.shape[0] != C.shape[1]:
         raise ValueError(f"Expected {name} to be square, got shape {C.shape}.")
     if np.any(np.triu(C, k=1) != 0):
-        raise ValueError(f"Expected {name} to be lower triangular; it has entries above the diagonal.")
+        raise ValueError(
+            f"Expected {name} to be lower triangular; it has entries above the diagonal."
+        )
     if np.any(np.diag(C) == 0):
         raise ValueError(f"Expected {name} to have a non-zero diagonal (invertible).")
     return C
@@ -298,7 +300,9 @@ def from_dict(data: Mapping[str, Any]):
     """
     kind = data.get("kind") if isinstance(data, Mapping) else None
     if kind not in FACTORS:
-        raise ValueError(f"Unknown temporal factor kind={kind!r}; expected one of {sorted(FACTORS)}.")
+        raise ValueError(
+            f"Unknown temporal factor kind={kind!r}; expected one of {sorted(FACTORS)}."
+        )
     try:
         return FACTORS[kind](data)
     except KeyError as exc:

@@ -53,8 +53,12 @@ class TaskSpec:
     batch_size: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "dataset": self.dataset, "partition": self.partition,
-                "batch_size": self.batch_size}
+        return {
+            "model": self.model,
+            "dataset": self.dataset,
+            "partition": self.partition,
+            "batch_size": self.batch_size,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskSpec:
@@ -149,21 +153,29 @@ class NoisePlan:
         except (ValueError, KeyError, TypeError) as exc:
             raise PlanError(f"Not a NoisePlan file: {exc}") from None
         if d.get("version") != PLAN_VERSION:
-            raise PlanError(f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION}).")
+            raise PlanError(
+                f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})."
+            )
         try:
             k, b = d["participation"]
             plan = cls(
-                mechanism=str(d["mechanism"]), topology=str(d["topology"]), n=int(d["n"]),
-                edges=np.asarray(d["edges"]), weighting=str(d["weighting"]),
+                mechanism=str(d["mechanism"]),
+                topology=str(d["topology"]),
+                n=int(d["n"]),
+                edges=np.asarray(d["edges"]),
+                weighting=str(d["weighting"]),
                 mixing_index=np.asarray(d["mixing_index"]),
-                mixing_weight=np.asarray(d["mixing_weight"]), steps=int(d["steps"]),
+                mixing_weight=np.asarray(d["mixing_weight"]),
+                steps=int(d["steps"]),
                 participation=Participation(int(k), int(b)),
                 factor=factors.from_dict(d["factor"]),
                 noise_multiplier=float(d["noise_multiplier"]),
                 sensitivity=float(d["sensitivity"]),
                 sensitivity_exact=bool(d["sensitivity_exact"]),
-                clip_norm=float(d["clip_norm"]), learning_rate=float(d["learning_rate"]),
-                task=TaskSpec.from_dict(d["task"]), seed=int(d["seed"]),
+                clip_norm=float(d["clip_norm"]),
+                learning_rate=float(d["learning_rate"]),
+                task=TaskSpec.from_dict(d["task"]),
+                seed=int(d["seed"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"Malformed NoisePlan field: {exc}") from None
@@ -178,11 +190,19 @@ class NoisePlan:
         if node >= self.n:
             raise ValueError(f"Expected node={node} < n={self.n}.")
         return NodeShare(
-            node=node, plan_hash=self.plan_hash, version=self.version, mechanism=self.mechanism,
-            steps=self.steps, participation=self.participation, factor=self.factor,
-            noise_std=self.noise_std, clip_norm=self.clip_norm, learning_rate=self.learning_rate,
+            node=node,
+            plan_hash=self.plan_hash,
+            version=self.version,
+            mechanism=self.mechanism,
+            steps=self.steps,
+            participation=self.participation,
+            factor=self.factor,
+            noise_std=self.noise_std,
+            clip_norm=self.clip_norm,
+            learning_rate=self.learning_rate,
             neighbours=tuple(int(v) for v in self.mixing_index[node]),
-            weights=tuple(float(w) for w in self.mixing_weight[node]), task=self.task,
+            weights=tuple(float(w) for w in self.mixing_weight[node]),
+            task=self.task,
         )
 
 
@@ -207,7 +227,9 @@ class NodeShare:
 
 def _certify(plan: NoisePlan) -> None:
     if plan.mechanism not in _MECHANISMS:
-        raise PlanError(f"Unknown mechanism {plan.mechanism!r}; expected one of {sorted(_MECHANISMS)}.")
+        raise PlanError(
+            f"Unknown mechanism {plan.mechanism!r}; expected one of {sorted(_MECHANISMS)}."
+        )
     from edgedp import algorithms
 
     try:
@@ -253,10 +275,14 @@ def make_plan(
     _validate.integer(minimum=1, steps=steps)
     _validate.positive(clip_norm=clip_norm, learning_rate=learning_rate)
     if weighting not in topology.WEIGHTINGS:
-        raise ValueError(f"Unknown weighting={weighting!r}; expected one of {sorted(topology.WEIGHTINGS)}.")
+        raise ValueError(
+            f"Unknown weighting={weighting!r}; expected one of {sorted(topology.WEIGHTINGS)}."
+        )
     if builder is not None:
         if factor is not None:
-            raise ValueError(f"mechanism={mechanism!r} fixes its own temporal factor; do not pass one.")
+            raise ValueError(
+                f"mechanism={mechanism!r} fixes its own temporal factor; do not pass one."
+            )
         factor = builder()
     elif factor is None:
         raise ValueError(f"mechanism={mechanism!r} needs a temporal factor (factor=...).")
@@ -266,7 +292,9 @@ def make_plan(
     strategy = factor.strategy(steps)
     if not noisy:
         if noise_multiplier not in (None, 0.0) or target_epsilon is not None:
-            raise ValueError("mechanism='dsgd' adds no noise; drop --noise-multiplier/--target-eps.")
+            raise ValueError(
+                "mechanism='dsgd' adds no noise; drop --noise-multiplier/--target-eps."
+            )
         sigma, sens, exact = 0.0, 0.0, True
     else:
         if (noise_multiplier is None) == (target_epsilon is None):
@@ -274,20 +302,33 @@ def make_plan(
         if target_epsilon is not None:
             if delta is None:
                 raise ValueError("target_epsilon needs delta.")
-            g = mf.calibrate(strategy, participation=participation, target_epsilon=target_epsilon,
-                             delta=delta)
+            g = mf.calibrate(
+                strategy, participation=participation, target_epsilon=target_epsilon, delta=delta
+            )
         else:
             _validate.positive(noise_multiplier=noise_multiplier)
-            g = mf.ldp_guarantee(strategy, participation=participation,
-                                 noise_multiplier=noise_multiplier)
+            g = mf.ldp_guarantee(
+                strategy, participation=participation, noise_multiplier=noise_multiplier
+            )
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
     plan = NoisePlan(
-        mechanism=mechanism, topology=topology_name or graph.name or f"graph:{graph.n}",
-        n=graph.n, edges=np.asarray(graph.edges, dtype=np.int64).reshape(-1, 2),
-        weighting=weighting, mixing_index=index, mixing_weight=weight, steps=steps,
-        participation=participation, factor=factor, noise_multiplier=sigma, sensitivity=sens,
-        sensitivity_exact=exact, clip_norm=float(clip_norm), learning_rate=float(learning_rate),
-        task=task or TaskSpec(), seed=seed,
+        mechanism=mechanism,
+        topology=topology_name or graph.name or f"graph:{graph.n}",
+        n=graph.n,
+        edges=np.asarray(graph.edges, dtype=np.int64).reshape(-1, 2),
+        weighting=weighting,
+        mixing_index=index,
+        mixing_weight=weight,
+        steps=steps,
+        participation=participation,
+        factor=factor,
+        noise_multiplier=sigma,
+        sensitivity=sens,
+        sensitivity_exact=exact,
+        clip_norm=float(clip_norm),
+        learning_rate=float(learning_rate),
+        task=task or TaskSpec(),
+        seed=seed,
     )
     _certify(plan)
     return plan

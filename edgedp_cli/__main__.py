@@ -1,3 +1,5 @@
-from edgedp_cli.main import main
 import sys
+
+from edgedp_cli.main import main
+
 sys.exit(main())

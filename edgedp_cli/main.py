@@ -57,11 +57,17 @@ def _graph(spec: str):
 def cmd_demo(args) -> None:
     from sim import demo
 
-    config = demo.DemoConfig(**({"trials": args.trials} if args.trials else {}),
-                             **({"steps": args.steps} if args.steps else {}))
+    config = demo.DemoConfig(
+        **({"trials": args.trials} if args.trials else {}),
+        **({"steps": args.steps} if args.steps else {}),
+    )
     summary = demo.run_demo(args.out, config, show_progress=not args.json)
-    payload = {"results": summary["results"], "nodes": summary["nodes"],
-               "files": summary["files"], "config": summary["config"]}
+    payload = {
+        "results": summary["results"],
+        "nodes": summary["nodes"],
+        "files": summary["files"],
+        "config": summary["config"],
+    }
     if args.json:
         sys.stdout.write(json.dumps(demo.json_safe(payload), sort_keys=True) + "\n")
     else:
@@ -76,10 +82,17 @@ def cmd_topology(args) -> None:
     W = topology.WEIGHTINGS[args.weighting](g)  # noqa: N806
     gap = topology.spectral_gap(W)
     deg = g.degrees
-    payload = {"name": g.name or args.spec, "n": g.n, "edges": len(g.edges),
-               "weighting": args.weighting, "spectral_gap": gap,
-               "min_degree": int(deg.min()), "max_degree": int(deg.max()),
-               "mean_degree": float(deg.mean()), "connected": topology.is_connected(g)}
+    payload = {
+        "name": g.name or args.spec,
+        "n": g.n,
+        "edges": len(g.edges),
+        "weighting": args.weighting,
+        "spectral_gap": gap,
+        "min_degree": int(deg.min()),
+        "max_degree": int(deg.max()),
+        "mean_degree": float(deg.mean()),
+        "connected": topology.is_connected(g),
+    }
     text = "\n".join(f"{k:<14}{v}" for k, v in payload.items())
     _emit(args, payload, text)
 
@@ -89,17 +102,30 @@ def cmd_plan(args) -> None:
 
     g = _graph(args.topology)
     if args.mechanism != "dsgd" and (args.target_eps is None) == (args.noise_multiplier is None):
-        raise UsageError("give exactly one of --target-eps E (with --delta) or --noise-multiplier S")
+        raise UsageError(
+            "give exactly one of --target-eps E (with --delta) or --noise-multiplier S"
+        )
     if args.target_eps is not None and args.delta is None:
         raise UsageError("--target-eps needs --delta D (e.g. --delta 1e-6)")
-    task = plan_mod.TaskSpec(model=args.model, dataset=args.dataset, partition="iid",
-                             batch_size=args.batch_size)
+    task = plan_mod.TaskSpec(
+        model=args.model, dataset=args.dataset, partition="iid", batch_size=args.batch_size
+    )
     try:
         p = plan_mod.make_plan(
-            args.mechanism, g, steps=args.steps, participation=_participation(args.participation),
-            clip_norm=args.clip_norm, learning_rate=args.learning_rate, weighting=args.weighting,
-            noise_multiplier=args.noise_multiplier, target_epsilon=args.target_eps,
-            delta=args.delta, task=task, seed=args.seed, topology_name=args.topology)
+            args.mechanism,
+            g,
+            steps=args.steps,
+            participation=_participation(args.participation),
+            clip_norm=args.clip_norm,
+            learning_rate=args.learning_rate,
+            weighting=args.weighting,
+            noise_multiplier=args.noise_multiplier,
+            target_epsilon=args.target_eps,
+            delta=args.delta,
+            task=task,
+            seed=args.seed,
+            topology_name=args.topology,
+        )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     Path(args.out).write_bytes(p.to_bytes())
@@ -114,12 +140,23 @@ def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
         mu, eps, exact = g.mu, g.epsilon(delta), g.exact
     else:
         mu, eps, exact = math.inf, math.inf, True
-    return {"mechanism": p.mechanism, "topology": p.topology, "n": p.n, "steps": p.steps,
-            "participation": f"{p.participation.k},{p.participation.b}",
-            "noise_multiplier": p.noise_multiplier, "sensitivity": p.sensitivity,
-            "sensitivity_exact": exact, "noise_std": p.noise_std, "clip_norm": p.clip_norm,
-            "mu": mu, "epsilon": eps, "delta": delta, "trust_model": _trust(p),
-            "plan_hash": p.plan_hash}
+    return {
+        "mechanism": p.mechanism,
+        "topology": p.topology,
+        "n": p.n,
+        "steps": p.steps,
+        "participation": f"{p.participation.k},{p.participation.b}",
+        "noise_multiplier": p.noise_multiplier,
+        "sensitivity": p.sensitivity,
+        "sensitivity_exact": exact,
+        "noise_std": p.noise_std,
+        "clip_norm": p.clip_norm,
+        "mu": mu,
+        "epsilon": eps,
+        "delta": delta,
+        "trust_model": _trust(p),
+        "plan_hash": p.plan_hash,
+    }
 
 
 def _trust(p) -> str:
@@ -160,12 +197,20 @@ def cmd_sim_run(args) -> None:
         res = batch.run(p, data, trials=args.trials, eval_every=max(1, p.steps // 20))
     except (ValueError, FloatingPointError) as exc:
         raise UsageError(str(exc)) from None
-    payload = {"engine": "batch", "mechanism": p.mechanism, "rounds": p.steps, "trials": args.trials,
-               "final_test_loss": float(res.test_loss[-1].mean()),
-               "final_test_accuracy": float(res.test_accuracy[-1].mean()) if res.test_accuracy else None,
-               "messages": res.messages, "bytes": res.bytes_sent, "dropped_messages": 0,
-               "clipped_fraction": res.clipped_fraction, "model_digest": res.digests[0],
-               "plan_hash": p.plan_hash}
+    payload = {
+        "engine": "batch",
+        "mechanism": p.mechanism,
+        "rounds": p.steps,
+        "trials": args.trials,
+        "final_test_loss": float(res.test_loss[-1].mean()),
+        "final_test_accuracy": float(res.test_accuracy[-1].mean()) if res.test_accuracy else None,
+        "messages": res.messages,
+        "bytes": res.bytes_sent,
+        "dropped_messages": 0,
+        "clipped_fraction": res.clipped_fraction,
+        "model_digest": res.digests[0],
+        "plan_hash": p.plan_hash,
+    }
     _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
 
 
@@ -188,21 +233,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="gossip steps T (default 200)")
 
     p = add("topology", cmd_topology, "describe a topology: n, edges, spectral gap")
-    p.add_argument("spec", help="er:N:P[:SEED], ring:N, torus:R:C, smallworld:N:K:P[:SEED], "
-                                "complete:N, star:N, florentine, karate, or an edge-list file")
-    p.add_argument("--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS))
+    p.add_argument(
+        "spec",
+        help="er:N:P[:SEED], ring:N, torus:R:C, smallworld:N:K:P[:SEED], "
+        "complete:N, star:N, florentine, karate, or an edge-list file",
+    )
+    p.add_argument(
+        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
+    )
 
     p = add("plan", cmd_plan, "write a NoisePlan and print its guarantee")
     p.add_argument("--topology", required=True)
     p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--participation", required=True, help="k,b: at most k participations b steps apart")
+    p.add_argument(
+        "--participation", required=True, help="k,b: at most k participations b steps apart"
+    )
     p.add_argument("--mechanism", required=True, choices=["dsgd", "dp-dsgd", "antipgd"])
     p.add_argument("--target-eps", type=float)
     p.add_argument("--noise-multiplier", type=float)
     p.add_argument("--delta", type=float)
     p.add_argument("--clip-norm", type=float, default=1.0)
     p.add_argument("--learning-rate", type=float, default=0.5)
-    p.add_argument("--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS))
+    p.add_argument(
+        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
+    )
     p.add_argument("--model", default="logistic", choices=["logistic", "linear"])
     p.add_argument("--dataset", default="digits-parity")
     p.add_argument("--batch-size", type=int, default=0, help="0 = whole local dataset each step")

@@ -94,23 +94,30 @@ def run(
     node_idx = np.arange(plan.n)[None, :, None]
     result = BatchResult(models=theta)
     clipped = 0
-    degree_sum = int(np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None])))
+    degree_sum = int(
+        np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None]))
+    )
 
     def evaluate(step: int, th: np.ndarray) -> None:
         losses = model.loss(th, data.x_test[None, None], data.y_test[None, None])
         mean_model = th.mean(axis=1)
         result.eval_steps.append(step)
         result.test_loss.append(losses.mean(axis=1))
-        result.test_loss_of_mean.append(model.loss(mean_model, data.x_test[None], data.y_test[None]))
+        result.test_loss_of_mean.append(
+            model.loss(mean_model, data.x_test[None], data.y_test[None])
+        )
         if model.kind == "logistic":
             result.test_accuracy.append(
-                model.accuracy(th, data.x_test[None, None], data.y_test[None, None]).mean(axis=1))
-        result.consensus_distance.append(np.mean(np.sum((th - mean_model[:, None]) ** 2, axis=-1), axis=1))
+                model.accuracy(th, data.x_test[None, None], data.y_test[None, None]).mean(axis=1)
+            )
+        result.consensus_distance.append(
+            np.mean(np.sum((th - mean_model[:, None]) ** 2, axis=-1), axis=1)
+        )
 
     evaluate(0, theta)
     for t in range(plan.steps):
         slot = t % per_epoch
-        sel = orders[:, :, slot * batch:(slot + 1) * batch]
+        sel = orders[:, :, slot * batch : (slot + 1) * batch]
         xb = data.x[node_idx, sel]
         yb = data.y[node_idx, sel]
         grads = model.per_example_gradients(theta, xb, yb)
@@ -120,10 +127,14 @@ def run(
             noise, state = source.next(state)
         else:
             noise = None
-        half = algo.local_step(theta, gsum, noise, learning_rate=plan.learning_rate, batch_size=batch)
+        half = algo.local_step(
+            theta, gsum, noise, learning_rate=plan.learning_rate, batch_size=batch
+        )
         theta = algo.combine(plan.mixing_index, plan.mixing_weight, half)
         if not np.all(np.isfinite(theta)):
-            raise FloatingPointError(f"Model diverged (non-finite) at step {t}; lower the learning rate.")
+            raise FloatingPointError(
+                f"Model diverged (non-finite) at step {t}; lower the learning rate."
+            )
         if (t + 1) % eval_every == 0 or t + 1 == plan.steps:
             evaluate(t + 1, theta)
         if progress is not None:

@@ -108,7 +108,9 @@ def partition(data: Dataset, nodes: int, *, scheme: str = "iid", seed: int = 0) 
         )
     m = len(data.y_train) // nodes
     if m < 1:
-        raise ValueError(f"Expected at most {len(data.y_train)} nodes for {data.name}, got {nodes}.")
+        raise ValueError(
+            f"Expected at most {len(data.y_train)} nodes for {data.name}, got {nodes}."
+        )
     order = np.random.default_rng(seed).permutation(len(data.y_train))[: nodes * m]
     x = data.x_train[order].reshape(nodes, m, -1)
     y = data.y_train[order].reshape(nodes, m)

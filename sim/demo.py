@@ -37,26 +37,46 @@ class DemoConfig:
     eval_every: int = 5
 
 
-MECHANISMS = (("D-SGD (no privacy)", "dsgd"), ("DP-D-SGD", "dp-dsgd"), ("MF-D-SGD AntiPGD", "antipgd"))
+MECHANISMS = (
+    ("D-SGD (no privacy)", "dsgd"),
+    ("DP-D-SGD", "dp-dsgd"),
+    ("MF-D-SGD AntiPGD", "antipgd"),
+)
 
 
 def make_plans(config: DemoConfig) -> dict[str, plan_mod.NoisePlan]:
     import topologies
 
     graph = topologies.parse(config.topology)
-    task = plan_mod.TaskSpec(model="logistic", dataset=config.dataset, partition="iid", batch_size=0)
+    task = plan_mod.TaskSpec(
+        model="logistic", dataset=config.dataset, partition="iid", batch_size=0
+    )
     part = Participation.every_step(config.steps)
     plans = {}
     for _, mech in MECHANISMS:
-        kwargs = {} if mech == "dsgd" else {"target_epsilon": config.target_epsilon, "delta": config.delta}
+        kwargs = (
+            {}
+            if mech == "dsgd"
+            else {"target_epsilon": config.target_epsilon, "delta": config.delta}
+        )
         plans[mech] = plan_mod.make_plan(
-            mech, graph, steps=config.steps, participation=part, clip_norm=config.clip_norm,
-            learning_rate=config.learning_rate, task=task, seed=config.seed,
-            topology_name=config.topology, **kwargs)
+            mech,
+            graph,
+            steps=config.steps,
+            participation=part,
+            clip_norm=config.clip_norm,
+            learning_rate=config.learning_rate,
+            task=task,
+            seed=config.seed,
+            topology_name=config.topology,
+            **kwargs,
+        )
     return plans
 
 
-def run_demo(out_dir: str | Path, config: DemoConfig = DemoConfig(), *, show_progress: bool = True) -> dict:
+def run_demo(
+    out_dir: str | Path, config: DemoConfig = DemoConfig(), *, show_progress: bool = True
+) -> dict:
     """Run the three algorithms, write results.json and test_loss.png, return the summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,21 +91,35 @@ def run_demo(out_dir: str | Path, config: DemoConfig = DemoConfig(), *, show_pro
         bar(None)
         g = p.guarantee() if p.noise_multiplier > 0 else None
         final = res.test_loss[-1]
-        rows.append({
-            "algorithm": label, "mechanism": mech,
-            "final_test_loss": float(final.mean()), "final_test_loss_std": float(final.std()),
-            "final_test_accuracy": float(res.test_accuracy[-1].mean()),
-            "mu": g.mu if g else math.inf, "epsilon": g.epsilon(config.delta) if g else math.inf,
-            "delta": config.delta, "noise_multiplier": p.noise_multiplier,
-            "sensitivity": p.sensitivity, "noise_std": p.noise_std,
-            "model_digest": res.digests[0], "plan_hash": p.plan_hash,
-        })
-        curves[mech] = {"steps": res.eval_steps,
-                        "test_loss_mean": [float(v.mean()) for v in res.test_loss],
-                        "test_loss_std": [float(v.std()) for v in res.test_loss]}
+        rows.append(
+            {
+                "algorithm": label,
+                "mechanism": mech,
+                "final_test_loss": float(final.mean()),
+                "final_test_loss_std": float(final.std()),
+                "final_test_accuracy": float(res.test_accuracy[-1].mean()),
+                "mu": g.mu if g else math.inf,
+                "epsilon": g.epsilon(config.delta) if g else math.inf,
+                "delta": config.delta,
+                "noise_multiplier": p.noise_multiplier,
+                "sensitivity": p.sensitivity,
+                "noise_std": p.noise_std,
+                "model_digest": res.digests[0],
+                "plan_hash": p.plan_hash,
+            }
+        )
+        curves[mech] = {
+            "steps": res.eval_steps,
+            "test_loss_mean": [float(v.mean()) for v in res.test_loss],
+            "test_loss_std": [float(v.std()) for v in res.test_loss],
+        }
     summary = {
-        "config": asdict(config), "nodes": n, "local_examples": data.local_size,
-        "test_examples": int(len(data.y_test)), "results": rows, "curves": curves,
+        "config": asdict(config),
+        "nodes": n,
+        "local_examples": data.local_size,
+        "test_examples": int(len(data.y_test)),
+        "results": rows,
+        "curves": curves,
     }
     (out / "results.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     _plot(curves, out / "test_loss.png", config, n)
@@ -136,8 +170,10 @@ def _plot(curves: dict, path: Path, config: DemoConfig, n: int) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("test loss (mean over nodes)")
-    ax.set_title(f"{config.dataset}, {n} nodes ({config.topology}), "
-                 f"ε={config.target_epsilon:g} at δ={config.delta:g} (LDP)")
+    ax.set_title(
+        f"{config.dataset}, {n} nodes ({config.topology}), "
+        f"ε={config.target_epsilon:g} at δ={config.delta:g} (LDP)"
+    )
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -152,8 +188,12 @@ def format_table(summary: dict) -> str:
         loss = f"{r['final_test_loss']:.4f}±{r['final_test_loss_std']:.4f}"
         mu = "inf" if math.isinf(r["mu"]) else f"{r['mu']:.4f}"
         eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.3f}"
-        lines.append(f"{r['algorithm']:<22}{loss:>16}{r['final_test_accuracy']:>10.3f}{mu:>10}{eps:>11}")
-    lines.append(f"delta = {summary['results'][0]['delta']:g}; {summary['nodes']} nodes × "
-                 f"{summary['local_examples']} examples; mean ± std over "
-                 f"{summary['config']['trials']} noise draws")
+        lines.append(
+            f"{r['algorithm']:<22}{loss:>16}{r['final_test_accuracy']:>10.3f}{mu:>10}{eps:>11}"
+        )
+    lines.append(
+        f"delta = {summary['results'][0]['delta']:g}; {summary['nodes']} nodes × "
+        f"{summary['local_examples']} examples; mean ± std over "
+        f"{summary['config']['trials']} noise draws"
+    )
     return "\n".join(lines)

@@ -21,9 +21,18 @@ def _plan(mechanism, steps=15, batch_size=0, participation=None, **kw):
     bs = batch_size or m
     part = participation or Participation(-(-steps // (m // bs)), m // bs)
     noise = {} if mechanism == "dsgd" else {"noise_multiplier": 0.7}
-    return make_plan(mechanism, GRAPH, steps=steps, participation=part, clip_norm=1.0,
-                     learning_rate=0.3, task=TaskSpec(dataset="synthetic-logistic", batch_size=batch_size),
-                     seed=5, **noise, **kw)
+    return make_plan(
+        mechanism,
+        GRAPH,
+        steps=steps,
+        participation=part,
+        clip_norm=1.0,
+        learning_rate=0.3,
+        task=TaskSpec(dataset="synthetic-logistic", batch_size=batch_size),
+        seed=5,
+        **noise,
+        **kw,
+    )
 
 
 def node_by_node(plan, data, trial=0):
@@ -33,24 +42,34 @@ def node_by_node(plan, data, trial=0):
     secret = rng.seed_secret(plan.seed)
     bs, per_epoch = batch.batch_schedule(plan, data.local_size)
     shares = [plan.share(u) for u in range(plan.n)]
-    sources = [NoiseSource(plan.factor, np.array(node_noise_key(secret, u, trial=trial), dtype=object),
-                           model.dim, s.noise_std) for u, s in enumerate(shares)]
+    sources = [
+        NoiseSource(
+            plan.factor,
+            np.array(node_noise_key(secret, u, trial=trial), dtype=object),
+            model.dim,
+            s.noise_std,
+        )
+        for u, s in enumerate(shares)
+    ]
     states = [src.init() for src in sources]
-    orders = [rng.permutation(rng.derive_key(secret, "batch", trial, u), data.local_size)
-              for u in range(plan.n)]
+    orders = [
+        rng.permutation(rng.derive_key(secret, "batch", trial, u), data.local_size)
+        for u in range(plan.n)
+    ]
     theta = [model.init_params() for _ in range(plan.n)]
     for t in range(plan.steps):
         slot = t % per_epoch
         half = []
         for u, s in enumerate(shares):
-            sel = orders[u][slot * bs:(slot + 1) * bs]
+            sel = orders[u][slot * bs : (slot + 1) * bs]
             g = model.per_example_gradients(theta[u], data.x[u, sel], data.y[u, sel])
             gsum, _ = clipping.clipped_sum(g, s.clip_norm)
             noise = None
             if s.noise_std > 0:
                 noise, states[u] = sources[u].next(states[u])
-            half.append(algo.local_step(theta[u], gsum, noise, learning_rate=s.learning_rate,
-                                        batch_size=bs))
+            half.append(
+                algo.local_step(theta[u], gsum, noise, learning_rate=s.learning_rate, batch_size=bs)
+            )
         theta = [algo.combine_node(s.weights, [half[v] for v in s.neighbours]) for s in shares]
     return np.stack(theta)
 

@@ -9,8 +9,9 @@ import pytest
 
 
 def edgedp(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "edgedp_cli", *args], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgedp_cli", *args], capture_output=True, text=True, timeout=300
+    )
     if check and proc.returncode != 0:
         raise AssertionError(proc.stderr)
     return proc
@@ -25,10 +26,26 @@ def test_topology_json():
 
 def test_plan_then_account(tmp_path):
     path = tmp_path / "p.plan"
-    out = json.loads(edgedp("plan", "--topology", "er:20:0.3:1", "--steps", "50",
-                            "--participation", "50,1", "--mechanism", "dp-dsgd",
-                            "--target-eps", "4", "--delta", "1e-6", "--out", str(path),
-                            "--json").stdout)
+    out = json.loads(
+        edgedp(
+            "plan",
+            "--topology",
+            "er:20:0.3:1",
+            "--steps",
+            "50",
+            "--participation",
+            "50,1",
+            "--mechanism",
+            "dp-dsgd",
+            "--target-eps",
+            "4",
+            "--delta",
+            "1e-6",
+            "--out",
+            str(path),
+            "--json",
+        ).stdout
+    )
     assert out["epsilon"] == pytest.approx(4.0, rel=1e-6)
     assert out["sensitivity"] == pytest.approx(math.sqrt(50), rel=1e-12)  # C = I, k = 50
     assert out["noise_multiplier"] == pytest.approx(1 / out["mu"], rel=1e-12)
@@ -41,25 +58,88 @@ def test_plan_then_account(tmp_path):
 
 def test_sim_run_on_a_plan(tmp_path):
     path = tmp_path / "p.plan"
-    edgedp("plan", "--topology", "ring:8", "--steps", "10", "--participation", "10,1",
-           "--mechanism", "antipgd", "--noise-multiplier", "2", "--dataset", "synthetic-logistic",
-           "--out", str(path))
+    edgedp(
+        "plan",
+        "--topology",
+        "ring:8",
+        "--steps",
+        "10",
+        "--participation",
+        "10,1",
+        "--mechanism",
+        "antipgd",
+        "--noise-multiplier",
+        "2",
+        "--dataset",
+        "synthetic-logistic",
+        "--out",
+        str(path),
+    )
     a = json.loads(edgedp("sim", "run", "--plan", str(path), "--json").stdout)
     b = json.loads(edgedp("sim", "run", "--plan", str(path), "--json").stdout)
     assert a["model_digest"] == b["model_digest"] and a["rounds"] == 10
     assert a["messages"] == 8 * 2 * 10
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["topology", "nonsense:3"], "unknown topology"),
-    (["plan", "--topology", "ring:5", "--steps", "5", "--participation", "x", "--mechanism",
-      "dp-dsgd", "--noise-multiplier", "1", "--out", "/dev/null"], "--participation"),
-    (["plan", "--topology", "ring:5", "--steps", "5", "--participation", "5,1", "--mechanism",
-      "dp-dsgd", "--out", "/dev/null"], "exactly one"),
-    (["plan", "--topology", "ring:5", "--steps", "5", "--participation", "5,1", "--mechanism",
-      "dp-dsgd", "--target-eps", "1", "--out", "/dev/null"], "--delta"),
-    (["account", "/nonexistent.plan"], "cannot read plan"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["topology", "nonsense:3"], "unknown topology"),
+        (
+            [
+                "plan",
+                "--topology",
+                "ring:5",
+                "--steps",
+                "5",
+                "--participation",
+                "x",
+                "--mechanism",
+                "dp-dsgd",
+                "--noise-multiplier",
+                "1",
+                "--out",
+                "/dev/null",
+            ],
+            "--participation",
+        ),
+        (
+            [
+                "plan",
+                "--topology",
+                "ring:5",
+                "--steps",
+                "5",
+                "--participation",
+                "5,1",
+                "--mechanism",
+                "dp-dsgd",
+                "--out",
+                "/dev/null",
+            ],
+            "exactly one",
+        ),
+        (
+            [
+                "plan",
+                "--topology",
+                "ring:5",
+                "--steps",
+                "5",
+                "--participation",
+                "5,1",
+                "--mechanism",
+                "dp-dsgd",
+                "--target-eps",
+                "1",
+                "--out",
+                "/dev/null",
+            ],
+            "--delta",
+        ),
+        (["account", "/nonexistent.plan"], "cannot read plan"),
+    ],
+)
 def test_bad_arguments_give_one_line_errors(args, needle):
     proc = edgedp(*args, check=False)
     assert proc.returncode == 2

@@ -49,8 +49,10 @@ def test_codec_rejects_bad_array_records():
         _codec.decode(short)
 
 
-@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 8)), elements=floats),
-       st.floats(0.01, 100))
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 8)), elements=floats),
+    st.floats(0.01, 100),
+)
 def test_clipping_properties(x, clip):
     out, hit = clipping.clip_l2(x, clip)
     norms = clipping.l2_norms(out)
@@ -83,8 +85,12 @@ def test_model_gradients_match_finite_differences(kind, rng):
     y = (rng.random(7) > 0.5).astype(float) if kind == "logistic" else rng.standard_normal(7)
     grad = model.per_example_gradients(theta, x, y).mean(axis=0)
     eps = 1e-6
-    fd = np.array([(model.loss(theta + eps * e, x, y) - model.loss(theta - eps * e, x, y)) / (2 * eps)
-                   for e in np.eye(model.dim)])
+    fd = np.array(
+        [
+            (model.loss(theta + eps * e, x, y) - model.loss(theta - eps * e, x, y)) / (2 * eps)
+            for e in np.eye(model.dim)
+        ]
+    )
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)  # float64 central differences
 
 

@@ -93,8 +93,9 @@ def test_antipgd_noise_telescopes():
 def test_banded_streaming_property(steps, p, seed):
     f = _banded(steps, min(p, steps), seed)
     Z = np.random.default_rng(seed).standard_normal((steps, 2))
-    np.testing.assert_allclose(factors.noise_matrix_product(f, Z), f.materialize(steps) @ Z,
-                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        factors.noise_matrix_product(f, Z), f.materialize(steps) @ Z, rtol=1e-9, atol=1e-9
+    )
 
 
 def test_bad_factors_are_refused():

@@ -7,10 +7,21 @@ import sys
 import pytest
 
 DEVICE_MODULES = [
-    "edgedp", "edgedp.rng", "edgedp.clipping", "edgedp.factors", "edgedp.noise", "edgedp.plan",
-    "edgedp.topology", "edgedp.algorithms", "edgedp.accounting", "edgedp.accounting.gdp",
-    "edgedp.accounting.rdp", "edgedp.accounting.sensitivity", "edgedp.accounting.mf",
-    "edgedp.models.linear", "edgedp._codec",
+    "edgedp",
+    "edgedp.rng",
+    "edgedp.clipping",
+    "edgedp.factors",
+    "edgedp.noise",
+    "edgedp.plan",
+    "edgedp.topology",
+    "edgedp.algorithms",
+    "edgedp.accounting",
+    "edgedp.accounting.gdp",
+    "edgedp.accounting.rdp",
+    "edgedp.accounting.sensitivity",
+    "edgedp.accounting.mf",
+    "edgedp.models.linear",
+    "edgedp._codec",
 ]
 FORBIDDEN = ["scipy", "networkx", "simpy", "matplotlib", "sklearn", "sim", "firmware_py", "tqdm"]
 
@@ -25,13 +36,21 @@ def test_device_path_imports_no_heavy_or_simulation_modules():
     assert json.loads(out.stdout) == []
 
 
-@pytest.mark.parametrize("module", ["edgedp.algorithms.dsgd", "edgedp.algorithms.dp_dsgd",
-                                    "edgedp.algorithms.mf_dsgd"])
+@pytest.mark.parametrize(
+    "module", ["edgedp.algorithms.dsgd", "edgedp.algorithms.dp_dsgd", "edgedp.algorithms.mf_dsgd"]
+)
 def test_every_algorithm_module_exposes_the_same_names(module):
     import importlib
 
     mod = importlib.import_module(module)
-    for name in ["NAME", "TRUST_MODEL", "ACCOUNTANT", "check_plan", "local_step", "combine",
-                 "combine_node"]:
+    for name in [
+        "NAME",
+        "TRUST_MODEL",
+        "ACCOUNTANT",
+        "check_plan",
+        "local_step",
+        "combine",
+        "combine_node",
+    ]:
         assert hasattr(mod, name), f"{module} lacks {name}"
     assert set(mod.__all__) >= {"NAME", "TRUST_MODEL", "local_step", "combine"}

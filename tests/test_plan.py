@@ -12,8 +12,13 @@ GRAPH = topologies.parse("er:12:0.4:1")
 
 
 def _plan(mechanism="dp-dsgd", **kw):
-    args = dict(steps=20, participation=Participation.every_step(20), clip_norm=1.0,
-                learning_rate=0.1, noise_multiplier=2.0)
+    args = dict(
+        steps=20,
+        participation=Participation.every_step(20),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=2.0,
+    )
     if mechanism == "dsgd":
         args.pop("noise_multiplier")
     args.update(kw)
@@ -55,7 +60,9 @@ def test_tampered_plan_is_refused():
 def test_stale_sensitivity_is_refused_even_with_a_valid_hash():
     d = _plan().to_dict()
     d["sensitivity"] = d["sensitivity"] / 2  # claims half the noise is enough
-    blob = _codec.encode({"plan": d, "hash": __import__("hashlib").sha256(_codec.canonical_bytes(d)).hexdigest()})
+    blob = _codec.encode(
+        {"plan": d, "hash": __import__("hashlib").sha256(_codec.canonical_bytes(d)).hexdigest()}
+    )
     with pytest.raises(PlanError, match="does not match the accountant"):
         plan.NoisePlan.from_bytes(blob)
 
@@ -101,6 +108,9 @@ def test_dense_and_banded_plans_certify_their_factor():
     p = _plan("dense", factor=factors.Dense(C))
     q = plan.NoisePlan.from_bytes(p.to_bytes())
     assert q.sensitivity == p.sensitivity and q.factor.kind == "dense"
-    b = _plan("banded", factor=factors.Banded.from_matrix(np.tril(C) - np.tril(C, -3), 3),
-              participation=Participation(4, 5))
+    b = _plan(
+        "banded",
+        factor=factors.Banded.from_matrix(np.tril(C) - np.tril(C, -3), 3),
+        participation=Participation(4, 5),
+    )
     assert b.sensitivity_exact

@@ -54,7 +54,9 @@ def mix_node(weights: Sequence[float], vectors: Sequence[np.ndarray]) -> np.ndar
     neighbour's (or its own) half-step model — the same sequence :func:`mix` uses.
     """
     if len(weights) != len(vectors) or not vectors:
-        raise ValueError(f"Expected as many vectors as weights, got {len(vectors)} and {len(weights)}.")
+        raise ValueError(
+            f"Expected as many vectors as weights, got {len(vectors)} and {len(weights)}."
+        )
     out = np.zeros(np.shape(vectors[0]))
     for w, v in zip(weights, vectors, strict=True):
         out = out + w * v

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from edgedp.algorithms._gossip import local_step, mix, mix_node
 
-__all__ = ["ACCOUNTANT", "NAME", "TRUST_MODEL", "check_plan", "combine", "combine_node", "local_step"]
+__all__ = [
+    "ACCOUNTANT",
+    "NAME",
+    "TRUST_MODEL",
+    "check_plan",
+    "combine",
+    "combine_node",
+    "local_step",
+]
 
 NAME = "dsgd"
 TRUST_MODEL = "none: messages carry un-noised models; no privacy guarantee"

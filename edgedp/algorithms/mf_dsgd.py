@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from edgedp.algorithms._gossip import local_step, mix, mix_node
 
-__all__ = ["ACCOUNTANT", "NAME", "TRUST_MODEL", "check_plan", "combine", "combine_node", "local_step"]
+__all__ = [
+    "ACCOUNTANT",
+    "NAME",
+    "TRUST_MODEL",
+    "check_plan",
+    "combine",
+    "combine_node",
+    "local_step",
+]
 
 NAME = "mf-dsgd"
 TRUST_MODEL = "LDP: every message is private against an attacker who sees all messages"
