@@ -25,7 +25,7 @@ from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 
-__all__ = ["PLAN_VERSION", "NodeShare", "NoisePlan", "TaskSpec", "make_plan"]
+__all__ = ["PLAN_VERSION", "NodeShare", "NoisePlan", "TaskSpec", "batch_schedule", "make_plan"]
 
 PLAN_VERSION = 1
 
@@ -332,3 +332,28 @@ def make_plan(
     )
     _certify(plan)
     return plan
+
+
+def batch_schedule(plan: NoisePlan | NodeShare, local_size: int) -> tuple[int, int]:
+    """``(batch_size, batches_per_epoch)`` for a local dataset, checked against the plan.
+
+    Step t uses batch ``t mod batches_per_epoch`` of a fixed keyed permutation, so every
+    example participates exactly every ``batches_per_epoch`` steps. A noisy plan must certify
+    that participation: ``b`` equal to batches per epoch and ``k ≥ ⌈T / b⌉``.
+    """
+    _validate.integer(minimum=1, local_size=local_size)
+    batch = plan.task.batch_size or local_size
+    if batch > local_size:
+        raise PlanError(f"batch_size={batch} exceeds the local dataset size {local_size}.")
+    per_epoch = local_size // batch
+    needed_k = math.ceil(plan.steps / per_epoch)
+    part = plan.participation
+    noisy = getattr(plan, "noise_multiplier", None)
+    noisy = (plan.noise_std > 0) if noisy is None else noisy > 0
+    if noisy and (part.b != per_epoch or part.k < needed_k):
+        raise PlanError(
+            f"The plan certifies participation (k,b)=({part.k},{part.b}) but this task runs "
+            f"({needed_k},{per_epoch}) (local size {local_size}, batch {batch}); re-plan with "
+            f"--participation {needed_k},{per_epoch}."
+        )
+    return batch, per_epoch

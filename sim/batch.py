@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgedp import algorithms, clipping, rng
-from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource, node_noise_key
-from edgedp.plan import NoisePlan
+from edgedp.plan import NoisePlan, batch_schedule
 from sim.datasets import FederatedData
 
-__all__ = ["BatchResult", "batch_schedule", "model_digest", "run"]
+__all__ = ["BatchResult", "model_digest", "run"]
 
 
 def model_digest(models: np.ndarray) -> str:
@@ -45,23 +44,6 @@ class BatchResult:
     @property
     def digests(self) -> list[str]:
         return [model_digest(m) for m in self.models]
-
-
-def batch_schedule(plan: NoisePlan, local_size: int) -> tuple[int, int]:
-    """``(batch_size, batches_per_epoch)`` and a check that the plan's participation covers it."""
-    batch = plan.task.batch_size or local_size
-    if batch > local_size:
-        raise PlanError(f"batch_size={batch} exceeds the local dataset size {local_size}.")
-    per_epoch = local_size // batch
-    needed_k = math.ceil(plan.steps / per_epoch)
-    part = plan.participation
-    if plan.noise_multiplier > 0 and (part.b != per_epoch or part.k < needed_k):
-        raise PlanError(
-            f"The plan certifies participation (k,b)=({part.k},{part.b}) but this task runs "
-            f"({needed_k},{per_epoch}) (local size {local_size}, batch {batch}); re-plan with "
-            f"--participation {needed_k},{per_epoch}."
-        )
-    return batch, per_epoch
 
 
 def run(

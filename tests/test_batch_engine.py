@@ -9,7 +9,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource, node_noise_key
-from edgedp.plan import TaskSpec, make_plan
+from edgedp.plan import TaskSpec, batch_schedule, make_plan
 from sim import batch, datasets
 
 GRAPH = topologies.parse("er:10:0.4:3")
@@ -40,7 +40,7 @@ def node_by_node(plan, data, trial=0):
     model = LinearModel(plan.task.model, data.features)
     algo = algorithms.for_mechanism(plan.mechanism)
     secret = rng.seed_secret(plan.seed)
-    bs, per_epoch = batch.batch_schedule(plan, data.local_size)
+    bs, per_epoch = batch_schedule(plan, data.local_size)
     shares = [plan.share(u) for u in range(plan.n)]
     sources = [
         NoiseSource(

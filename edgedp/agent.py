@@ -1,0 +1,308 @@
+"""Agent: one node's round state machine, free of sockets, threads and clocks.
+
+A round is ``begin_round() -> Outgoing`` (local noisy step; the frames to send to every
+neighbour), any number of ``receive(frames)`` calls, then ``end_round()`` (fixed-order mixing,
+with the dropout rule for neighbours whose message never came). The same object runs under
+the ZeroMQ daemon (firmware_py), the event simulator and in-process tests; only who moves
+the frames and who keeps time differs.
+
+Guarantees (DESIGN §6, §8):
+* the only way to obtain outgoing frames is :meth:`begin_round`, which always adds the
+  round's noise; no round past the plan's T is ever started (BudgetExhaustedError);
+* a received message is decoded and fully checked before anything changes; a rejected
+  one only increments ``metrics.rejected[reason]``;
+* :meth:`snapshot` / :meth:`restore` carry everything needed to resume at the start of a
+  round; the noise of every round is a pure function of (key, round), so a restarted agent
+  regenerates the same noise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from edgedp import algorithms, clipping, rng, wire
+from edgedp.errors import BudgetExhaustedError, PlanError
+from edgedp.factors import StreamState
+from edgedp.noise import NoiseSource
+from edgedp.plan import NodeShare, batch_schedule
+
+__all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
+
+#: How an agent mixes when some neighbours' messages did not arrive in time.
+DROPOUT_RULES = MappingProxyType(
+    {
+        "renormalize": "drop the missing neighbours' weights and rescale the rest to sum to 1",
+        "reuse-last": "use the last model received from that neighbour (renormalize if none)",
+        "self": "give the missing neighbours' weight to the agent's own model",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """Frames for one round, to be sent to each recipient."""
+
+    round: int
+    recipients: tuple[int, ...]
+    frames: list[Any]
+    noise_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    round: int
+    missing: tuple[int, ...]
+    clipped: int
+    update_norm: float
+
+
+@dataclass(slots=True)
+class Metrics:
+    rounds: int = 0
+    sent: int = 0
+    received: int = 0
+    missing: int = 0
+    clipped: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "sent": self.sent,
+            "received": self.received,
+            "missing": self.missing,
+            "clipped": self.clipped,
+            "rejected": dict(self.rejected),
+        }
+
+
+class Agent:
+    """One node. See the module docstring for the protocol.
+
+    Args:
+      share: the node's :class:`~edgedp.plan.NodeShare`.
+      model: a model backend with ``dim``, ``init_params()`` and ``per_example_gradients``.
+      x, y: the node's local data.
+      noise_key: the key of the node's Gaussian stream (secret on devices).
+      batch_key: the key of the node's data-order permutation.
+      dropout_rule: one of :data:`DROPOUT_RULES`.
+      round_window: how many rounds ahead a message may be and still be buffered.
+    """
+
+    def __init__(
+        self,
+        share: NodeShare,
+        *,
+        model,
+        x: np.ndarray,
+        y: np.ndarray,
+        noise_key: rng.StreamKey,
+        batch_key: rng.StreamKey,
+        dropout_rule: str = "renormalize",
+        round_window: int = 8,
+    ) -> None:
+        if dropout_rule not in DROPOUT_RULES:
+            raise ValueError(
+                f"Unknown dropout_rule={dropout_rule!r}; expected one of {sorted(DROPOUT_RULES)}."
+            )
+        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        if x.ndim != 2 or y.shape != (x.shape[0],):
+            raise ValueError(f"Expected x (m, f) and y (m,), got {x.shape} and {y.shape}.")
+        self.share = share
+        self.node = share.node
+        self.model = model
+        self.algo = algorithms.for_mechanism(share.mechanism)
+        self.x, self.y = x, y
+        self.batch, self.per_epoch = batch_schedule(share, x.shape[0])
+        self.order = rng.permutation(batch_key, x.shape[0])
+        self.dropout_rule = dropout_rule
+        self.round_window = round_window
+        self.noise = NoiseSource(
+            share.factor, np.array(noise_key, dtype=object), model.dim, share.noise_std
+        )
+        self.noise_state: StreamState = self.noise.init()
+        self.theta = np.asarray(model.init_params(), dtype=np.float64)
+        if self.theta.shape != (model.dim,):
+            raise ValueError(
+                f"Model init_params has shape {self.theta.shape}, expected ({model.dim},)."
+            )
+        self.round = 0
+        self.half: np.ndarray | None = None
+        self.neighbours = tuple(sorted(set(share.neighbours) - {self.node}))
+        self.inbox: dict[int, dict[int, np.ndarray]] = {}
+        self.last_seen: dict[int, np.ndarray] = {}
+        self.ahead: dict[int, int] = {}
+        self.metrics = Metrics()
+        self.context = wire.Context(
+            plan_hash=bytes.fromhex(share.plan_hash),
+            neighbours=frozenset(self.neighbours),
+            shapes=((model.dim,),),
+        )
+
+    # ------------------------------------------------------------------ state
+    @property
+    def done(self) -> bool:
+        return self.round >= self.share.steps
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to resume at the start of the current round (no secrets)."""
+        if self.half is not None:
+            raise RuntimeError("snapshot() must be taken between rounds, not inside one.")
+        return {
+            "plan_hash": self.share.plan_hash,
+            "node": self.node,
+            "round": self.round,
+            "theta": self.theta,
+            "noise_step": self.noise_state.step,
+            "noise_buffers": list(self.noise_state.buffers),
+            "last_seen": {str(k): v for k, v in self.last_seen.items()},
+            "metrics": self.metrics.to_dict(),
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node."""
+        if snap.get("plan_hash") != self.share.plan_hash or snap.get("node") != self.node:
+            raise PlanError("Checkpoint belongs to another plan or node; refusing to resume.")
+        theta = np.asarray(snap["theta"], dtype=np.float64)
+        if theta.shape != self.theta.shape or not np.all(np.isfinite(theta)):
+            raise PlanError("Checkpoint model has the wrong shape or non-finite values.")
+        r = int(snap["round"])
+        if not 0 <= r <= self.share.steps or int(snap["noise_step"]) != r:
+            raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
+        expected = self.noise.init().buffers
+        buffers = tuple(np.asarray(b, dtype=np.float64) for b in snap["noise_buffers"])
+        if len(buffers) != len(expected) or any(
+            b.shape != e.shape for b, e in zip(buffers, expected, strict=True)
+        ):
+            raise PlanError("Checkpoint noise state does not match the plan's temporal factor.")
+        self.theta, self.round = theta, r
+        self.noise_state = StreamState(r, buffers)
+        self.last_seen = {
+            int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
+        }
+        m = snap["metrics"]
+        self.metrics = Metrics(
+            m["rounds"],
+            m["sent"],
+            m["received"],
+            m["missing"],
+            m["clipped"],
+            Counter(m["rejected"]),
+        )
+        self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
+
+    # ------------------------------------------------------------------ round
+    def begin_round(self) -> Outgoing:
+        """Local noisy step; returns the frames every neighbour must receive."""
+        if self.done:
+            raise BudgetExhaustedError(
+                f"node {self.node}: the plan's {self.share.steps} rounds are done."
+            )
+        if self.half is not None:
+            raise RuntimeError(f"round {self.round} already begun")
+        slot = self.round % self.per_epoch
+        sel = self.order[slot * self.batch : (slot + 1) * self.batch]
+        grads = self.model.per_example_gradients(self.theta, self.x[sel], self.y[sel])
+        gsum, hit = clipping.clipped_sum(grads, self.share.clip_norm)
+        self._clipped = int(hit)
+        noise = None
+        digest = ""
+        if self.share.noise_std > 0:
+            if self.noise_state.step != self.round:
+                raise RuntimeError("noise stream out of step with the round counter")
+            noise, self.noise_state = self.noise.next(self.noise_state)
+            digest = _digest(noise)
+        self.half = self.algo.local_step(
+            self.theta, gsum, noise, learning_rate=self.share.learning_rate, batch_size=self.batch
+        )
+        msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.half,))
+        self.metrics.sent += len(self.neighbours)
+        return Outgoing(self.round, self.neighbours, wire.encode(msg), digest)
+
+    def receive(self, frames: Sequence[Any], *, authenticated_sender: int | None = None) -> bool:
+        """Take a message; returns False (and counts why) if it is rejected."""
+        try:
+            msg = wire.decode(frames, max_bytes=self.context.max_bytes)
+            wire.check(
+                msg,
+                self.context,
+                round_lo=self.round,
+                round_hi=self.round + self.round_window,
+                authenticated_sender=authenticated_sender,
+            )
+        except wire.WireError as exc:
+            self.metrics.rejected[type(exc).__name__] += 1
+            return False
+        slot = self.inbox.setdefault(msg.round, {})
+        if msg.sender in slot:
+            self.metrics.rejected["Replayed"] += 1
+            return False
+        slot[msg.sender] = np.array(msg.arrays[0], dtype=np.float64)  # own copy
+        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+        self.metrics.received += 1
+        return True
+
+    def missing(self) -> tuple[int, ...]:
+        """Neighbours whose message for the current round has not arrived."""
+        got = self.inbox.get(self.round, {})
+        return tuple(v for v in self.neighbours if v not in got)
+
+    def hopeless(self) -> tuple[int, ...]:
+        """Missing neighbours already seen in a later round: their message will never come."""
+        return tuple(v for v in self.missing() if self.ahead.get(v, -1) > self.round)
+
+    def ready(self) -> bool:
+        return self.half is not None and not self.missing()
+
+    def end_round(self) -> RoundReport:
+        """Mix (fixed order; dropout rule for missing neighbours) and advance the round."""
+        if self.half is None:
+            raise RuntimeError("end_round() before begin_round()")
+        got = self.inbox.pop(self.round, {})
+        missing = tuple(v for v in self.neighbours if v not in got)
+        weights, vectors = self._mixing_terms(got, set(missing))
+        new = self.algo.combine_node(weights, vectors)
+        update_norm = float(np.sqrt(np.sum((new - self.theta) ** 2)))
+        self.theta = new
+        for v, vec in got.items():
+            self.last_seen[v] = vec
+        report = RoundReport(self.round, missing, self._clipped, update_norm)
+        self.metrics.rounds += 1
+        self.metrics.missing += len(missing)
+        self.metrics.clipped += self._clipped
+        self.round += 1
+        self.half = None
+        self.inbox = {k: v for k, v in self.inbox.items() if k >= self.round}
+        return report
+
+    def _mixing_terms(self, got: dict[int, np.ndarray], missing: set[int]):
+        row_ids, row_w = self.share.neighbours, self.share.weights
+        vecs = [self.half if v == self.node else got.get(v) for v in row_ids]
+        if not missing:
+            return row_w, vecs
+        weights = list(row_w)
+        for j, v in enumerate(row_ids):
+            if v not in missing:
+                continue
+            if self.dropout_rule == "reuse-last" and v in self.last_seen:
+                vecs[j] = self.last_seen[v]
+            elif self.dropout_rule == "self":
+                vecs[j] = self.half
+            else:
+                vecs[j], weights[j] = self.half, 0.0
+        total = sum(weights)
+        if self.dropout_rule in ("renormalize", "reuse-last") and total != 1.0:
+            weights = [w / total for w in weights]
+        return tuple(weights), vecs
+
+
+def _digest(noise: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(noise, dtype="<f8").tobytes()).hexdigest()[:16]

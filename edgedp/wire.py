@@ -1,0 +1,222 @@
+"""The wire format: pure encode/decode of gossip messages; sockets only move frames.
+
+A message is a list of frames: frame 0 is a small msgpack header
+``{v, plan, round, sender, kind, arrays: [[dtype, shape], ...]}`` and frames 1.. are the
+arrays' raw little-endian bytes (pyzmq's "metadata frame + raw buffer" pattern). Decoding is
+zero-copy (read-only ``np.frombuffer`` views) and strict: it checks everything before it
+returns, never unpickles, and never chooses a class or function by a name taken from the
+message. :func:`decode` checks structure; :func:`check` checks a decoded message against
+the receiver's context (plan hash, known senders, round window, expected shapes, finite
+values). Each failure raises a :class:`WireError` subclass whose class name is the counter a
+receiver increments.
+"""
+
+# ruff: noqa: N818  (the exception class names are the rejection counters agents report)
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+
+from edgedp.errors import WireError
+
+__all__ = [
+    "KINDS",
+    "MAX_HEADER_BYTES",
+    "WIRE_VERSION",
+    "BadPayload",
+    "Context",
+    "Malformed",
+    "Message",
+    "Oversized",
+    "PlanHashMismatch",
+    "RoundOutOfWindow",
+    "UnknownSender",
+    "check",
+    "decode",
+    "encode",
+]
+
+WIRE_VERSION = 1
+MAX_HEADER_BYTES = 4096
+#: Message kinds; a static set, never used to look anything up by name.
+KINDS = frozenset({"model"})
+_DTYPES = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
+_HEADER_KEYS = frozenset({"v", "plan", "round", "sender", "kind", "arrays"})
+
+
+class Malformed(WireError):
+    """Frames that are not a well-formed message."""
+
+
+class Oversized(WireError):
+    """A frame or the message exceeds the size cap."""
+
+
+class BadPayload(WireError):
+    """Arrays with the wrong dtype or shape, or NaN/Inf values."""
+
+
+class UnknownSender(WireError):
+    """The sender is not one of the receiver's neighbours (or not who it authenticated as)."""
+
+
+class PlanHashMismatch(WireError):
+    """The sender runs a different plan."""
+
+
+class RoundOutOfWindow(WireError):
+    """A replayed, stale or too-far-future round."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Message:
+    """A decoded message. ``arrays`` may be read-only views into the received frames."""
+
+    plan_hash: bytes
+    round: int
+    sender: int
+    kind: str
+    arrays: tuple[np.ndarray, ...]
+    version: int = WIRE_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a receiver checks a message against."""
+
+    plan_hash: bytes
+    neighbours: frozenset[int]
+    shapes: tuple[tuple[int, ...], ...]
+    dtype: str = "<f8"
+    max_bytes: int = 1 << 28
+
+
+def encode(msg: Message) -> list[bytes | memoryview]:
+    """Frames for ``msg``: the header then each array's raw little-endian bytes.
+
+    >>> frames = encode(Message(b"h" * 32, 3, 1, "model", (np.arange(4.0),)))
+    >>> len(frames), decode(frames).round
+    (2, 3)
+    """
+    specs, buffers = [], []
+    for a in msg.arrays:
+        arr = np.asarray(a)
+        key = arr.dtype.newbyteorder("<").str if arr.dtype.byteorder == ">" else arr.dtype.str
+        if key not in _DTYPES:
+            raise TypeError(f"Cannot send arrays of dtype {arr.dtype}; use float64 or float32.")
+        arr = np.ascontiguousarray(arr, dtype=_DTYPES[key])
+        specs.append([key, list(arr.shape)])
+        buffers.append(memoryview(arr).cast("B"))
+    header = {
+        "v": msg.version,
+        "plan": bytes(msg.plan_hash),
+        "round": int(msg.round),
+        "sender": int(msg.sender),
+        "kind": msg.kind,
+        "arrays": specs,
+    }
+    return [msgpack.packb(header, use_bin_type=True), *buffers]
+
+
+def _int(header: dict, key: str) -> int:
+    value = header[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise Malformed(f"header field {key!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def decode(frames: Sequence[bytes | memoryview], *, max_bytes: int = 1 << 28) -> Message:
+    """Decode frames into a :class:`Message`, checking structure only; raises WireError."""
+    if not isinstance(frames, (list, tuple)) or len(frames) < 1:
+        raise Malformed("expected at least one frame")
+    total = sum(len(f) for f in frames)
+    if total > max_bytes:
+        raise Oversized(f"message of {total} bytes exceeds the cap of {max_bytes}")
+    if len(frames[0]) > MAX_HEADER_BYTES:
+        raise Oversized(f"header of {len(frames[0])} bytes exceeds {MAX_HEADER_BYTES}")
+    try:
+        header = msgpack.unpackb(
+            bytes(frames[0]),
+            raw=False,
+            strict_map_key=True,
+            max_bin_len=MAX_HEADER_BYTES,
+            max_str_len=MAX_HEADER_BYTES,
+            max_array_len=64,
+            max_map_len=16,
+        )
+    except Exception as exc:  # msgpack raises many unrelated exception types
+        raise Malformed(f"header is not msgpack: {type(exc).__name__}") from None
+    if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+        keys = sorted(header) if isinstance(header, dict) else type(header).__name__
+        raise Malformed(f"header must have keys {sorted(_HEADER_KEYS)}, got {keys}")
+    version = _int(header, "v")
+    if version != WIRE_VERSION:
+        raise Malformed(f"wire version {version} is not supported (expected {WIRE_VERSION})")
+    plan, kind, specs = header["plan"], header["kind"], header["arrays"]
+    if not isinstance(plan, bytes) or len(plan) != 32:
+        raise Malformed("header field 'plan' must be 32 bytes")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise Malformed(f"unknown message kind {kind!r}")
+    if not isinstance(specs, list) or len(specs) != len(frames) - 1:
+        raise Malformed(
+            f"header lists {len(specs) if isinstance(specs, list) else '?'} arrays "
+            f"but {len(frames) - 1} data frames follow"
+        )
+    arrays = []
+    for i, (spec, buf) in enumerate(zip(specs, frames[1:], strict=True)):
+        if (
+            not isinstance(spec, list)
+            or len(spec) != 2
+            or spec[0] not in _DTYPES
+            or not isinstance(spec[1], list)
+            or len(spec[1]) > 4
+            or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in spec[1]
+            )
+        ):
+            raise Malformed(f"array {i}: bad spec {spec!r}")
+        dt = _DTYPES[spec[0]]
+        count = int(np.prod(spec[1], dtype=np.int64))
+        if count * dt.itemsize != len(buf):
+            raise Malformed(f"array {i}: {len(buf)} bytes do not match shape {spec[1]} {spec[0]}")
+        arrays.append(np.frombuffer(buf, dtype=dt).reshape(spec[1]))
+    return Message(
+        plan, _int(header, "round"), _int(header, "sender"), kind, tuple(arrays), version
+    )
+
+
+def check(
+    msg: Message,
+    ctx: Context,
+    *,
+    round_lo: int,
+    round_hi: int,
+    authenticated_sender: int | None = None,
+) -> None:
+    """Check a decoded message against the receiver's context; raises a WireError subclass.
+
+    ``round_lo..round_hi`` (inclusive) is the window of rounds the receiver accepts; when the
+    transport authenticated the peer, ``authenticated_sender`` must equal the claimed sender.
+    """
+    if msg.plan_hash != ctx.plan_hash:
+        raise PlanHashMismatch(f"sender {msg.sender} runs plan {msg.plan_hash.hex()[:12]}…")
+    if msg.sender not in ctx.neighbours:
+        raise UnknownSender(f"sender {msg.sender} is not a neighbour")
+    if authenticated_sender is not None and authenticated_sender != msg.sender:
+        raise UnknownSender(
+            f"peer authenticated as {authenticated_sender} claims to be {msg.sender}"
+        )
+    if not round_lo <= msg.round <= round_hi:
+        raise RoundOutOfWindow(f"round {msg.round} outside [{round_lo}, {round_hi}]")
+    if len(msg.arrays) != len(ctx.shapes):
+        raise BadPayload(f"expected {len(ctx.shapes)} arrays, got {len(msg.arrays)}")
+    for i, (arr, shape) in enumerate(zip(msg.arrays, ctx.shapes, strict=True)):
+        if arr.shape != tuple(shape) or arr.dtype.str != ctx.dtype:
+            raise BadPayload(
+                f"array {i}: expected {ctx.dtype}{tuple(shape)}, got {arr.dtype.str}{arr.shape}"
+            )
+        if not np.all(np.isfinite(arr)):
+            raise BadPayload(f"array {i} has NaN or Inf values")

@@ -1,0 +1,167 @@
+"""Agents exchanging frames in-process (no sockets) against the batch engine."""
+
+import numpy as np
+import pytest
+
+import topologies
+from edgedp import rng, wire
+from edgedp.accounting.participation import Participation
+from edgedp.agent import Agent
+from edgedp.errors import BudgetExhaustedError, PlanError
+from edgedp.models.linear import LinearModel
+from edgedp.noise import node_noise_key
+from edgedp.plan import TaskSpec, make_plan
+from sim import batch, datasets
+
+GRAPH = topologies.parse("er:8:0.5:2")
+DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 8, seed=3)
+
+
+def _plan(mechanism="dp-dsgd", steps=12):
+    noise = {} if mechanism == "dsgd" else {"noise_multiplier": 1.0}
+    return make_plan(
+        mechanism,
+        GRAPH,
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.3,
+        seed=9,
+        task=TaskSpec(dataset="synthetic-logistic"),
+        **noise,
+    )
+
+
+def _agents(plan, **kw):
+    secret = rng.seed_secret(plan.seed)
+    model = LinearModel(plan.task.model, DATA.features)
+    return [
+        Agent(
+            plan.share(u),
+            model=model,
+            x=DATA.x[u],
+            y=DATA.y[u],
+            noise_key=node_noise_key(secret, u),
+            batch_key=rng.derive_key(secret, "batch", 0, u),
+            **kw,
+        )
+        for u in range(plan.n)
+    ]
+
+
+def _run(agents, rounds, drop=lambda r, s, d: False, deliver_order=None):
+    for _ in range(rounds):
+        outs = [a.begin_round() for a in agents]
+        pairs = [(o, dst) for o in outs for dst in o.recipients]
+        if deliver_order is not None:
+            pairs = deliver_order(pairs)
+        for o, dst in pairs:
+            if not drop(o.round, agents[outs.index(o)].node, dst):
+                frames = [bytes(f) for f in o.frames]
+                assert agents[dst].receive(frames, authenticated_sender=agents[outs.index(o)].node)
+        for a in agents:
+            a.end_round()
+
+
+@pytest.mark.parametrize("mechanism", ["dsgd", "dp-dsgd", "antipgd"])
+def test_agents_equal_batch_engine_bitwise(mechanism):
+    p = _plan(mechanism)
+    agents = _agents(p)
+    # deliver in reverse order: arrival order must not matter
+    _run(agents, p.steps, deliver_order=lambda pairs: pairs[::-1])
+    digest = batch.model_digest(np.stack([a.theta for a in agents]))
+    assert digest == batch.run(p, DATA).digests[0]
+
+
+def test_budget_guard():
+    p = _plan(steps=2)
+    agents = _agents(p)
+    _run(agents, 2)
+    assert all(a.done for a in agents)
+    with pytest.raises(BudgetExhaustedError):
+        agents[0].begin_round()
+
+
+def test_snapshot_restore_reproduces_the_run():
+    p = _plan("antipgd", steps=10)
+    full = _agents(p)
+    _run(full, 10)
+    part = _agents(p)
+    _run(part, 4)
+    snaps = [a.snapshot() for a in part]
+    fresh = _agents(p)
+    for a, s in zip(fresh, snaps, strict=True):
+        a.restore(s)
+    _run(fresh, 6)
+    assert [a.theta.tobytes() for a in fresh] == [a.theta.tobytes() for a in full]
+    with pytest.raises(PlanError, match="another plan or node"):
+        fresh[1].restore(snaps[0])
+
+
+def test_bad_frames_are_counted_and_change_nothing():
+    p = _plan()
+    a, b = _agents(p)[:2]
+    sender = next(v for v in a.neighbours)
+    out = _agents(p)[sender].begin_round()
+    good = [bytes(f) for f in out.frames]
+    before = a.theta.copy()
+    hdr = wire.decode(good)
+    nan = wire.encode(
+        wire.Message(hdr.plan_hash, 0, sender, "model", (np.full(a.model.dim, np.nan),))
+    )
+    other_plan = wire.encode(wire.Message(b"x" * 32, 0, sender, "model", (hdr.arrays[0],)))
+    stranger = wire.encode(wire.Message(hdr.plan_hash, 0, 99, "model", (hdr.arrays[0],)))
+    wrong_shape = wire.encode(wire.Message(hdr.plan_hash, 0, sender, "model", (np.zeros(3),)))
+    future = wire.encode(wire.Message(hdr.plan_hash, 50, sender, "model", (hdr.arrays[0],)))
+    cases = {
+        "Malformed": [b"\xc1garbage"],
+        "BadPayload": nan,
+        "PlanHashMismatch": other_plan,
+        "UnknownSender": stranger,
+        "RoundOutOfWindow": future,
+    }
+    for frames in cases.values():
+        assert not a.receive([bytes(f) for f in frames])
+    assert not a.receive(wrong_shape)
+    assert not a.receive(good, authenticated_sender=(sender + 1) % p.n)  # spoofed sender id
+    assert a.receive(good) and not a.receive(good)  # the replay is refused
+    assert np.array_equal(a.theta, before)
+    for name in cases:
+        assert a.metrics.rejected[name] >= 1, name
+    assert a.metrics.rejected["Replayed"] == 1 and a.metrics.rejected["UnknownSender"] == 2
+
+
+@pytest.mark.parametrize("rule", ["renormalize", "reuse-last", "self"])
+def test_dropout_rules_keep_weights_stochastic(rule):
+    p = _plan("dsgd", steps=6)
+    agents = _agents(p, dropout_rule=rule)
+    dropped = lambda r, s, d: s == 0 and r >= 2  # node 0 goes silent from round 2  # noqa: E731
+    _run(agents, 6, drop=dropped)
+    for a in agents:
+        assert np.all(np.isfinite(a.theta))
+        if 0 in a.neighbours:
+            assert a.metrics.missing == 4
+    # every rule mixes with weights summing to 1: all-equal models stay equal
+    same = _agents(p, dropout_rule=rule)
+    for ag in same:
+        ag.model = LinearModel("linear", DATA.features)  # any model; learning rate below is 0
+        ag.share = type(ag.share)(
+            **{**{f: getattr(ag.share, f) for f in ag.share.__slots__}, "learning_rate": 0.0}
+        )
+        ag.theta = np.full(ag.model.dim, 3.0)
+    _run(same, 3, drop=dropped)
+    for ag in same:
+        np.testing.assert_allclose(ag.theta, 3.0, rtol=1e-15)
+
+
+def test_hopeless_neighbours_are_detected():
+    p = _plan("dsgd", steps=4)
+    agents = _agents(p)
+    a = agents[0]
+    v = a.neighbours[0]
+    agents[v].begin_round()
+    agents[v].end_round()  # v moves on to round 1 without a
+    out = agents[v].begin_round()
+    a.begin_round()
+    assert a.receive([bytes(f) for f in out.frames])
+    assert v in a.hopeless()
