@@ -8,7 +8,6 @@ on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, tr
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,17 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgedp import algorithms, clipping, rng
+from edgedp.models import model_digest
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource, node_noise_key
 from edgedp.plan import NoisePlan, batch_schedule
 from sim.datasets import FederatedData
 
 __all__ = ["BatchResult", "model_digest", "run"]
-
-
-def model_digest(models: np.ndarray) -> str:
-    """sha256 of the models stacked in node order as float64 little-endian."""
-    return hashlib.sha256(np.ascontiguousarray(models, dtype="<f8").tobytes()).hexdigest()
 
 
 @dataclass(slots=True)

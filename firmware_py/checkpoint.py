@@ -1,0 +1,58 @@
+"""Atomic, checksummed checkpoints: write to a temporary file, fsync, rename, fsync the folder.
+
+A reader sees the previous complete checkpoint or the new complete one, never a mix. The
+file is msgpack ``{"sha256": ..., "body": ...}``; a checksum mismatch is an error, never a
+silent restart (restarting from scratch after messages were sent would reuse noise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from edgedp import _codec
+
+__all__ = ["CheckpointError", "atomic_write", "load", "save"]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be trusted."""
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(path: Path, body: dict[str, Any]) -> None:
+    blob = _codec.encode(body)
+    atomic_write(path, _codec.encode({"sha256": hashlib.sha256(blob).hexdigest(), "body": blob}))
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The checkpoint body, None if there is none; CheckpointError if it is corrupt."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        outer = _codec.decode(path.read_bytes())
+        blob = outer["body"]
+        if hashlib.sha256(blob).hexdigest() != outer["sha256"]:
+            raise CheckpointError(f"{path}: checksum mismatch")
+        return _codec.decode(blob)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None

@@ -1,0 +1,170 @@
+"""node.toml: one device's configuration, validated with errors that name the field.
+
+```toml
+[node]
+id = 3
+bind = "tcp://0.0.0.0:5603"                # where this node listens
+key_file = "keys/node-3.key_secret"        # ZeroMQ CURVE keypair (pyzmq certificate format)
+noise_secret_file = "keys/node-3.noise"    # 32+ secret bytes; or noise_secret = "plan-seed"
+
+[plan]
+file = "run.plan"
+
+[data]
+shard = "shards/node-3.npz"                # arrays x (m, f) and y (m,)
+
+[run]
+checkpoint_dir = "state/node-3"
+metrics = "state/node-3/metrics.jsonl"
+final_model = "state/node-3/final.npy"
+round_timeout = 10.0                       # seconds to wait for neighbours each round
+startup_timeout = 120.0                    # for the first round
+dropout_rule = "renormalize"
+max_epsilon = 8.0                          # budget: refuse a plan whose ε(delta) exceeds it
+delta = 1e-6
+
+[[neighbours]]
+id = 1
+endpoint = "tcp://10.0.0.11:5601"
+public_key = "z85 public key (40 characters)"
+```
+
+``noise_secret = "plan-seed"`` derives the noise from the plan's public seed, which makes a run
+reproducible and comparable with the simulators but gives **no privacy**; it is for tests.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgedp.agent import DROPOUT_RULES
+
+__all__ = ["ConfigError", "NodeConfig", "Neighbour", "load"]
+
+PLAN_SEED = "plan-seed"
+
+
+class ConfigError(ValueError):
+    """A bad node.toml; the message names the field and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    id: int
+    endpoint: str
+    public_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    path: Path
+    id: int
+    bind: str
+    key_file: Path
+    noise_secret_file: Path | None
+    plan_file: Path
+    shard: Path
+    checkpoint_dir: Path
+    metrics: Path
+    final_model: Path
+    round_timeout: float
+    startup_timeout: float
+    dropout_rule: str
+    max_epsilon: float
+    delta: float
+    neighbours: tuple[Neighbour, ...]
+
+    @property
+    def reproducible(self) -> bool:
+        return self.noise_secret_file is None
+
+
+def _get(table: dict, section: str, key: str, kind: type, default: Any = ...) -> Any:
+    sec = table.get(section, {})
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[{section}] must be a table")
+    if key not in sec:
+        if default is ...:
+            raise ConfigError(f"missing {section}.{key}")
+        return default
+    value = sec[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ConfigError(f"{section}.{key} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _endpoint(name: str, value: str) -> str:
+    if not value.startswith(("tcp://", "ipc://", "inproc://")):
+        raise ConfigError(f"{name} = {value!r} must look like tcp://HOST:PORT")
+    return value
+
+
+def load(path: str | Path) -> NodeConfig:
+    """Read and validate a node.toml; relative paths are relative to the file."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    base = path.parent
+
+    def rel(p: str) -> Path:
+        q = Path(p)
+        return q if q.is_absolute() else base / q
+
+    node_id = _get(raw, "node", "id", int)
+    if node_id < 0:
+        raise ConfigError(f"node.id = {node_id} must be >= 0")
+    secret = raw.get("node", {}).get("noise_secret")
+    if secret is not None and secret != PLAN_SEED:
+        raise ConfigError(f'node.noise_secret may only be "{PLAN_SEED}" (or use noise_secret_file)')
+    noise_file = raw.get("node", {}).get("noise_secret_file")
+    if (secret is None) == (noise_file is None):
+        raise ConfigError('set exactly one of node.noise_secret_file or node.noise_secret = "plan-seed"')
+    rule = _get(raw, "run", "dropout_rule", str, "renormalize")
+    if rule not in DROPOUT_RULES:
+        raise ConfigError(f"run.dropout_rule = {rule!r}; choose one of {sorted(DROPOUT_RULES)}")
+    floats = {k: _get(raw, "run", k, float, d) for k, d in
+              [("round_timeout", 10.0), ("startup_timeout", 120.0), ("max_epsilon", math.inf),
+               ("delta", 1e-6)]}
+    for k in ("round_timeout", "startup_timeout", "max_epsilon"):
+        if not floats[k] > 0:
+            raise ConfigError(f"run.{k} = {floats[k]} must be > 0")
+    if not 0 < floats["delta"] < 1:
+        raise ConfigError(f"run.delta = {floats['delta']} must be in (0, 1)")
+    neighbours = []
+    entries = raw.get("neighbours", [])
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError("at least one [[neighbours]] entry is required")
+    for i, nb in enumerate(entries):
+        where = f"neighbours[{i}]"
+        if not isinstance(nb, dict) or set(nb) != {"id", "endpoint", "public_key"}:
+            raise ConfigError(f"{where} needs exactly id, endpoint, public_key")
+        if not isinstance(nb["id"], int) or nb["id"] < 0 or nb["id"] == node_id:
+            raise ConfigError(f"{where}.id = {nb['id']!r} must be another node's id")
+        key = nb["public_key"]
+        if not isinstance(key, str) or len(key) != 40:
+            raise ConfigError(f"{where}.public_key must be a 40-character z85 CURVE key")
+        neighbours.append(Neighbour(nb["id"], _endpoint(f"{where}.endpoint", nb["endpoint"]),
+                                    key.encode()))
+    if len({n.id for n in neighbours}) != len(neighbours):
+        raise ConfigError("a neighbour id appears twice in [[neighbours]]")
+    state = _get(raw, "run", "checkpoint_dir", str)
+    return NodeConfig(
+        path=path, id=node_id, bind=_endpoint("node.bind", _get(raw, "node", "bind", str)),
+        key_file=rel(_get(raw, "node", "key_file", str)),
+        noise_secret_file=rel(noise_file) if noise_file is not None else None,
+        plan_file=rel(_get(raw, "plan", "file", str)), shard=rel(_get(raw, "data", "shard", str)),
+        checkpoint_dir=rel(state),
+        metrics=rel(_get(raw, "run", "metrics", str, str(Path(state) / "metrics.jsonl"))),
+        final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),
+        dropout_rule=rule, neighbours=tuple(sorted(neighbours, key=lambda n: n.id)), **floats,
+    )

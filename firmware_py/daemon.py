@@ -1,0 +1,191 @@
+"""``edgedp-agent --config node.toml``: run one device's side of a plan over ZeroMQ.
+
+Per round: ``begin_round`` (local noisy step), record the round as sent (durably, before
+sending), send to every neighbour, collect neighbours' messages until all arrived, the round
+deadline passed, or every missing neighbour is known to have moved on; ``end_round``
+(mixing with the dropout rule); write the checkpoint atomically; append a metrics line.
+
+Exit status: 0 the plan's T rounds are done; 2 bad configuration; 3 plan refused (hash
+mismatch with the neighbours, tampered file, or a budget the plan exceeds); 4 unsafe to
+resume (messages were sent but the checkpoint is missing or older than them: starting over
+would reuse noise); 128+N stopped by signal N at a round boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq.auth
+
+from edgedp import rng
+from edgedp.agent import Agent
+from edgedp.errors import PlanError
+from edgedp.models.linear import LinearModel
+from edgedp.noise import node_noise_key
+from edgedp.plan import NoisePlan
+from edgedp.transport.zmq import Peer, ZmqTransport
+from firmware_py import checkpoint, config
+
+__all__ = ["main", "run"]
+
+EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
+MISMATCH_LIMIT = 3
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _load_inputs(cfg: config.NodeConfig):
+    try:
+        plan = NoisePlan.from_bytes(cfg.plan_file.read_bytes())
+    except OSError as exc:
+        raise config.ConfigError(f"plan.file {cfg.plan_file}: {exc.strerror}") from None
+    except PlanError as exc:
+        raise _Refused(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
+    if cfg.id >= plan.n:
+        raise config.ConfigError(f"node.id = {cfg.id} but the plan has only {plan.n} nodes")
+    share = plan.share(cfg.id)
+    want = set(share.neighbours) - {cfg.id}
+    have = {n.id for n in cfg.neighbours}
+    if want != have:
+        raise config.ConfigError(f"[[neighbours]] lists {sorted(have)} but the plan's topology "
+                                 f"gives node {cfg.id} the neighbours {sorted(want)}")
+    eps = plan.guarantee().epsilon(cfg.delta) if plan.noise_multiplier > 0 else math.inf
+    if eps > cfg.max_epsilon:
+        raise _Refused(EXIT_PLAN, f"the plan spends epsilon={eps:.4g} at delta={cfg.delta:g}, "
+                                  f"over this device's run.max_epsilon={cfg.max_epsilon:g}")
+    try:
+        public, secret = zmq.auth.load_certificate(cfg.key_file)
+    except (OSError, ValueError) as exc:
+        raise config.ConfigError(f"node.key_file {cfg.key_file}: {exc}") from None
+    if secret is None:
+        raise config.ConfigError(f"node.key_file {cfg.key_file} holds no secret key")
+    if cfg.reproducible:
+        noise_secret = rng.seed_secret(plan.seed)
+    else:
+        try:
+            noise_secret = cfg.noise_secret_file.read_bytes()
+        except OSError as exc:
+            raise config.ConfigError(f"node.noise_secret_file: {exc.strerror}") from None
+        if len(noise_secret) < 32:
+            raise config.ConfigError("node.noise_secret_file must hold at least 32 secret bytes")
+    try:
+        with np.load(cfg.shard, allow_pickle=False) as shard:
+            x, y = np.array(shard["x"], dtype=np.float64), np.array(shard["y"], dtype=np.float64)
+    except (OSError, KeyError, ValueError) as exc:
+        raise config.ConfigError(f"data.shard {cfg.shard}: {exc}") from None
+    return plan, share, public, secret, noise_secret, x, y
+
+
+def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
+    """Run the node until its rounds are done; returns the exit status."""
+    plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
+    if cfg.reproducible:
+        log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
+    model = LinearModel(plan.task.model, x.shape[1])
+    agent = Agent(share, model=model, x=x, y=y, noise_key=node_noise_key(noise_secret, cfg.id),
+                  batch_key=rng.derive_key(noise_secret, "batch", 0, cfg.id),
+                  dropout_rule=cfg.dropout_rule)
+    ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
+    try:
+        snap = checkpoint.load(ckpt_path)
+    except checkpoint.CheckpointError as exc:
+        raise _Refused(EXIT_UNSAFE, str(exc)) from None
+    sent = int(sent_path.read_text()) if sent_path.exists() else -1
+    if snap is not None:
+        try:
+            agent.restore(snap)
+        except PlanError as exc:
+            raise _Refused(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+    if sent > agent.round:
+        raise _Refused(EXIT_UNSAFE, f"round {sent} was already sent but the checkpoint is at round "
+                                    f"{agent.round}: resuming would reuse noise with a different model")
+    stop = {"signal": 0}
+
+    def on_signal(signum, _frame):
+        stop["signal"] = signum
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    peers = [Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours]
+    transport = ZmqTransport(node=cfg.id, bind=cfg.bind, public_key=public, secret_key=secret,
+                             peers=peers)
+    cfg.metrics.parent.mkdir(parents=True, exist_ok=True)
+    metrics = open(cfg.metrics, "a", buffering=1)
+    metrics.write(json.dumps({"event": "start", "node": cfg.id, "round": agent.round,
+                              "plan_hash": plan.plan_hash, "time": time.time()}) + "\n")
+    first_round, mismatches = agent.round, 0
+    try:
+        while not agent.done:
+            out = agent.begin_round()
+            checkpoint.atomic_write(sent_path, str(out.round).encode())
+            transport.send(out.recipients, out.frames)
+            started = time.monotonic()
+            limit = cfg.startup_timeout if out.round == first_round else cfg.round_timeout
+            while not agent.ready() and not stop["signal"]:
+                missing = agent.missing()
+                if missing and set(agent.hopeless()) == set(missing):
+                    break
+                remaining = limit - (time.monotonic() - started)
+                if remaining <= 0:
+                    break
+                item = transport.recv(int(min(remaining, 0.25) * 1000) + 1)
+                if item is None:
+                    continue
+                before = agent.metrics.rejected["PlanHashMismatch"]
+                agent.receive(item[0], authenticated_sender=item[1])
+                mismatches = mismatches + 1 if agent.metrics.rejected["PlanHashMismatch"] > before else 0
+                if mismatches >= MISMATCH_LIMIT * max(1, len(peers)):
+                    raise _Refused(EXIT_PLAN, "neighbours keep announcing a different plan hash; "
+                                              "refusing to run a plan they do not share")
+            if stop["signal"]:
+                return 128 + stop["signal"]
+            report = agent.end_round()
+            checkpoint.save(ckpt_path, agent.snapshot())
+            metrics.write(json.dumps({
+                "event": "round", "node": cfg.id, "round": report.round,
+                "missing": list(report.missing), "clipped": report.clipped,
+                "update_norm": report.update_norm, "noise": out.noise_digest,
+                "seconds": round(time.monotonic() - started, 4),
+                "rejected": dict(agent.metrics.rejected), "dropped": transport.dropped,
+            }) + "\n")
+        buf = io.BytesIO()
+        np.save(buf, agent.theta)
+        checkpoint.atomic_write(cfg.final_model, buf.getvalue())
+        metrics.write(json.dumps({"event": "done", "node": cfg.id, **agent.metrics.to_dict(),
+                                  "dropped": transport.dropped,
+                                  "refused_handshakes": transport.refused_handshakes}) + "\n")
+        return EXIT_OK
+    finally:
+        metrics.close()
+        transport.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="edgedp-agent", description="Run one edgedp device.")
+    ap.add_argument("--config", required=True, help="path to node.toml")
+    args = ap.parse_args(argv)
+    try:
+        cfg = config.load(args.config)
+        return run(cfg)
+    except config.ConfigError as exc:
+        sys.stderr.write(f"edgedp-agent: config error: {exc}\n")
+        return EXIT_CONFIG
+    except _Refused as exc:
+        sys.stderr.write(f"edgedp-agent: refused: {exc}\n")
+        return exc.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
