@@ -29,7 +29,7 @@ import numpy as np
 from edgedp import algorithms, clipping, rng, wire
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.factors import StreamState
-from edgedp.noise import NoiseSource
+from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import NodeShare, batch_schedule
 
 __all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
@@ -143,7 +143,9 @@ class Agent:
             plan_hash=bytes.fromhex(share.plan_hash),
             neighbours=frozenset(self.neighbours),
             shapes=((model.dim,),),
+            max_bytes=wire.MAX_HEADER_BYTES + 8 * model.dim + 1024,
         )
+        self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
     # ------------------------------------------------------------------ state
     @property
@@ -217,7 +219,7 @@ class Agent:
             if self.noise_state.step != self.round:
                 raise RuntimeError("noise stream out of step with the round counter")
             noise, self.noise_state = self.noise.next(self.noise_state)
-            digest = _digest(noise)
+            digest = noise_digest(noise)
         self.half = self.algo.local_step(
             self.theta, gsum, noise, learning_rate=self.share.learning_rate, batch_size=self.batch
         )
@@ -238,12 +240,17 @@ class Agent:
             )
         except wire.WireError as exc:
             self.metrics.rejected[type(exc).__name__] += 1
+            if isinstance(exc, wire.PlanHashMismatch) and authenticated_sender is not None:
+                self.announced[authenticated_sender] = (
+                    self.announced.get(authenticated_sender, 0) + 1
+                )
             return False
         slot = self.inbox.setdefault(msg.round, {})
         if msg.sender in slot:
             self.metrics.rejected["Replayed"] += 1
             return False
         slot[msg.sender] = np.array(msg.arrays[0], dtype=np.float64)  # own copy
+        self.announced[msg.sender] = 0
         self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
         self.metrics.received += 1
         return True
@@ -256,6 +263,11 @@ class Agent:
     def hopeless(self) -> tuple[int, ...]:
         """Missing neighbours already seen in a later round: their message will never come."""
         return tuple(v for v in self.missing() if self.ahead.get(v, -1) > self.round)
+
+    def plan_rejected_by_all(self, limit: int) -> bool:
+        """True when every neighbour sent at least ``limit`` messages for another plan and no
+        valid one since: this node, not its neighbours, holds the wrong plan."""
+        return all(self.announced.get(v, 0) >= limit for v in self.neighbours)
 
     def ready(self) -> bool:
         return self.half is not None and not self.missing()
@@ -300,9 +312,3 @@ class Agent:
         if self.dropout_rule in ("renormalize", "reuse-last") and total != 1.0:
             weights = [w / total for w in weights]
         return tuple(weights), vecs
-
-
-def _digest(noise: np.ndarray) -> str:
-    import hashlib
-
-    return hashlib.sha256(np.ascontiguousarray(noise, dtype="<f8").tobytes()).hexdigest()[:16]

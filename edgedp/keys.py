@@ -35,8 +35,9 @@ def _clamp(scalar: bytes) -> int:
 def x25519(scalar: bytes, u: bytes) -> bytes:
     """RFC 7748 X25519: the u-coordinate of ``scalar · u`` (both 32 raw bytes).
 
-    >>> x25519(bytes.fromhex("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4"),
-    ...        bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c")).hex()
+    >>> k = bytes.fromhex("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4")
+    >>> u = bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c")
+    >>> x25519(k, u).hex()  # RFC 7748 §5.2 test vector
     'c3da55379de9c6908e94ea4df28d084f32eccf03491c71f754b4075577a28552'
     """
     if len(scalar) != 32 or len(u) != 32:
@@ -88,7 +89,9 @@ def pairwise_secret(my_secret_z85: bytes, peer_public_z85: bytes, *, me: int, pe
         raise ValueError("A node has no pairwise secret with itself.")
     shared = x25519(z85.decode(my_secret_z85), z85.decode(peer_public_z85))
     if shared == bytes(32):
-        raise ValueError(f"Key agreement with node {peer} gave the all-zero value; refusing its key.")
+        raise ValueError(
+            f"Key agreement with node {peer} gave the all-zero value; refusing its key."
+        )
     lo, hi = sorted((int(me), int(peer)))
     h = hashlib.blake2b(digest_size=32, person=b"edgedp-pair-v1")
     h.update(shared + lo.to_bytes(8, "little") + hi.to_bytes(8, "little"))

@@ -10,6 +10,7 @@ way.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,12 @@ import numpy as np
 from edgedp import _validate, rng
 from edgedp.factors import StreamState
 
-__all__ = ["NoiseSource", "node_noise_key"]
+__all__ = ["NoiseSource", "node_noise_key", "noise_digest"]
+
+
+def noise_digest(noise: np.ndarray) -> str:
+    """A short fingerprint of one step's noise (for logs: compares runs without revealing it)."""
+    return hashlib.sha256(np.ascontiguousarray(noise, dtype="<f8").tobytes()).hexdigest()[:16]
 
 
 def node_noise_key(secret: bytes, node: int, *, trial: int = 0) -> rng.StreamKey:

@@ -218,9 +218,11 @@ def cmd_keys_gen(args) -> None:
     from firmware_py import deploy
 
     info = deploy.generate_keys(Path(args.out), args.name)
-    text = (f"public key   {info['public_key']}\n"
-            f"wrote        {info['public_key_file']}, {info['secret_key_file']} (secret), "
-            f"{info['noise_secret_file']} (secret)")
+    text = (
+        f"public key   {info['public_key']}\n"
+        f"wrote        {info['public_key_file']}, {info['secret_key_file']} (secret), "
+        f"{info['noise_secret_file']} (secret)"
+    )
     _emit(args, info, text)
 
 
@@ -243,16 +245,28 @@ def cmd_deploy(args) -> None:
         try:
             public[u] = zmq.auth.load_certificate(str(f))[0].decode()
         except (OSError, ValueError):
-            raise UsageError(f"missing public key {f}: run `edgedp keys gen --name node-{u}` "
-                             "on that device and copy its node-{u}.key here") from None
+            raise UsageError(
+                f"missing public key {f}: run `edgedp keys gen --name node-{u}` "
+                "on that device and copy its node-{u}.key here"
+            ) from None
     out = Path(args.out)
-    shards = ({u: str(s.resolve()) for u, s in enumerate(deploy.write_shards(p, out / "shards"))}
-              if args.write_shards else {u: f"shards/node-{u}.npz" for u in range(p.n)})
+    shards = (
+        {u: str(s.resolve()) for u, s in enumerate(deploy.write_shards(p, out / "shards"))}
+        if args.write_shards
+        else {u: f"shards/node-{u}.npz" for u in range(p.n)}
+    )
     configs = deploy.write_configs(
-        Path(args.plan_path_on_device or Path(args.plan).name), p, endpoints=endpoints,
-        public_keys=public, out=out, key_files={u: f"keys/node-{u}.key_secret" for u in range(p.n)},
-        noise_files={u: f"keys/node-{u}.noise" for u in range(p.n)}, shards=shards,
-        round_timeout=args.round_timeout, max_epsilon=args.max_epsilon)
+        Path(args.plan_path_on_device or Path(args.plan).name),
+        p,
+        endpoints=endpoints,
+        public_keys=public,
+        out=out,
+        key_files={u: f"keys/node-{u}.key_secret" for u in range(p.n)},
+        noise_files={u: f"keys/node-{u}.noise" for u in range(p.n)},
+        shards=shards,
+        round_timeout=args.round_timeout,
+        max_epsilon=args.max_epsilon,
+    )
     payload = {"configs": [str(c) for c in configs], "n": p.n, "plan_hash": p.plan_hash}
     _emit(args, payload, f"wrote {len(configs)} node configs to {out}")
 
@@ -269,21 +283,33 @@ def cmd_local_run(args) -> None:
         raise UsageError(f"--n {args.n} but the plan is for {p.n} nodes")
     directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="edgedp-local-"))
     start = time.monotonic()
-    run = deploy.local_run(Path(args.plan), directory, private_noise=args.private_noise,
-                           round_timeout=args.round_timeout)
+    run = deploy.local_run(
+        Path(args.plan),
+        directory,
+        private_noise=args.private_noise,
+        round_timeout=args.round_timeout,
+    )
     codes = run.wait(timeout=args.timeout)
     elapsed = time.monotonic() - start
     if any(codes):
         raise UsageError(f"agents exited with {codes}; logs in {directory}")
     done = [next(m for m in reversed(run.metrics(u)) if m["event"] == "done") for u in range(p.n)]
     models = run.final_models()
-    payload = {"engine": "real", "n": p.n, "rounds": p.steps, "model_digest": model_digest(models),
-               "messages": sum(d["sent"] for d in done), "received": sum(d["received"] for d in done),
-               "bytes": sum(d["received"] for d in done) * models.shape[1] * 8,
-               "missing": sum(d["missing"] for d in done),
-               "rejected": sum(sum(d["rejected"].values()) for d in done),
-               "seconds": round(elapsed, 3), "private_noise": args.private_noise,
-               "directory": str(directory), "plan_hash": p.plan_hash}
+    payload = {
+        "engine": "real",
+        "n": p.n,
+        "rounds": p.steps,
+        "model_digest": model_digest(models),
+        "messages": sum(d["sent"] for d in done),
+        "received": sum(d["received"] for d in done),
+        "bytes": sum(d["received"] for d in done) * models.shape[1] * 8,
+        "missing": sum(d["missing"] for d in done),
+        "rejected": sum(sum(d["rejected"].values()) for d in done),
+        "seconds": round(elapsed, 3),
+        "private_noise": args.private_noise,
+        "directory": str(directory),
+        "plan_hash": p.plan_hash,
+    }
     _emit(args, payload, "\n".join(f"{k:<16}{v}" for k, v in payload.items()))
 
 
@@ -356,8 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", required=True, help="folder with every node-U.key public key")
     p.add_argument("--out", required=True)
     p.add_argument("--plan-path-on-device", help="plan path written into node.toml")
-    p.add_argument("--write-shards", action="store_true",
-                   help="also split the plan's task dataset into per-node shards")
+    p.add_argument(
+        "--write-shards",
+        action="store_true",
+        help="also split the plan's task dataset into per-node shards",
+    )
     p.add_argument("--round-timeout", type=float, default=10.0)
     p.add_argument("--max-epsilon", type=float)
 
@@ -365,9 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", required=True)
     p.add_argument("--n", type=int, help="number of agents (must equal the plan's n)")
     p.add_argument("--dir", help="working folder (default: a new temporary folder)")
-    p.add_argument("--private-noise", action="store_true",
-                   help="per-device secret noise keys (default: the plan seed, comparable "
-                        "with `edgedp sim run`, not private)")
+    p.add_argument(
+        "--private-noise",
+        action="store_true",
+        help="per-device secret noise keys (default: the plan seed, comparable "
+        "with `edgedp sim run`, not private)",
+    )
     p.add_argument("--round-timeout", type=float, default=10.0)
     p.add_argument("--timeout", type=float, default=600.0)
 

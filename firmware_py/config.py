@@ -128,13 +128,21 @@ def load(path: str | Path) -> NodeConfig:
         raise ConfigError(f'node.noise_secret may only be "{PLAN_SEED}" (or use noise_secret_file)')
     noise_file = raw.get("node", {}).get("noise_secret_file")
     if (secret is None) == (noise_file is None):
-        raise ConfigError('set exactly one of node.noise_secret_file or node.noise_secret = "plan-seed"')
+        raise ConfigError(
+            'set exactly one of node.noise_secret_file or node.noise_secret = "plan-seed"'
+        )
     rule = _get(raw, "run", "dropout_rule", str, "renormalize")
     if rule not in DROPOUT_RULES:
         raise ConfigError(f"run.dropout_rule = {rule!r}; choose one of {sorted(DROPOUT_RULES)}")
-    floats = {k: _get(raw, "run", k, float, d) for k, d in
-              [("round_timeout", 10.0), ("startup_timeout", 120.0), ("max_epsilon", math.inf),
-               ("delta", 1e-6)]}
+    floats = {
+        k: _get(raw, "run", k, float, d)
+        for k, d in [
+            ("round_timeout", 10.0),
+            ("startup_timeout", 120.0),
+            ("max_epsilon", math.inf),
+            ("delta", 1e-6),
+        ]
+    }
     for k in ("round_timeout", "startup_timeout", "max_epsilon"):
         if not floats[k] > 0:
             raise ConfigError(f"run.{k} = {floats[k]} must be > 0")
@@ -153,18 +161,24 @@ def load(path: str | Path) -> NodeConfig:
         key = nb["public_key"]
         if not isinstance(key, str) or len(key) != 40:
             raise ConfigError(f"{where}.public_key must be a 40-character z85 CURVE key")
-        neighbours.append(Neighbour(nb["id"], _endpoint(f"{where}.endpoint", nb["endpoint"]),
-                                    key.encode()))
+        neighbours.append(
+            Neighbour(nb["id"], _endpoint(f"{where}.endpoint", nb["endpoint"]), key.encode())
+        )
     if len({n.id for n in neighbours}) != len(neighbours):
         raise ConfigError("a neighbour id appears twice in [[neighbours]]")
     state = _get(raw, "run", "checkpoint_dir", str)
     return NodeConfig(
-        path=path, id=node_id, bind=_endpoint("node.bind", _get(raw, "node", "bind", str)),
+        path=path,
+        id=node_id,
+        bind=_endpoint("node.bind", _get(raw, "node", "bind", str)),
         key_file=rel(_get(raw, "node", "key_file", str)),
         noise_secret_file=rel(noise_file) if noise_file is not None else None,
-        plan_file=rel(_get(raw, "plan", "file", str)), shard=rel(_get(raw, "data", "shard", str)),
+        plan_file=rel(_get(raw, "plan", "file", str)),
+        shard=rel(_get(raw, "data", "shard", str)),
         checkpoint_dir=rel(state),
         metrics=rel(_get(raw, "run", "metrics", str, str(Path(state) / "metrics.jsonl"))),
         final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),
-        dropout_rule=rule, neighbours=tuple(sorted(neighbours, key=lambda n: n.id)), **floats,
+        dropout_rule=rule,
+        neighbours=tuple(sorted(neighbours, key=lambda n: n.id)),
+        **floats,
     )

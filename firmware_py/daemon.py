@@ -20,7 +20,6 @@ import math
 import signal
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import zmq.auth
@@ -40,7 +39,7 @@ EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
 MISMATCH_LIMIT = 3
 
 
-class _Refused(Exception):
+class RefusedError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -52,19 +51,24 @@ def _load_inputs(cfg: config.NodeConfig):
     except OSError as exc:
         raise config.ConfigError(f"plan.file {cfg.plan_file}: {exc.strerror}") from None
     except PlanError as exc:
-        raise _Refused(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
+        raise RefusedError(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
     if cfg.id >= plan.n:
         raise config.ConfigError(f"node.id = {cfg.id} but the plan has only {plan.n} nodes")
     share = plan.share(cfg.id)
     want = set(share.neighbours) - {cfg.id}
     have = {n.id for n in cfg.neighbours}
     if want != have:
-        raise config.ConfigError(f"[[neighbours]] lists {sorted(have)} but the plan's topology "
-                                 f"gives node {cfg.id} the neighbours {sorted(want)}")
+        raise config.ConfigError(
+            f"[[neighbours]] lists {sorted(have)} but the plan's topology "
+            f"gives node {cfg.id} the neighbours {sorted(want)}"
+        )
     eps = plan.guarantee().epsilon(cfg.delta) if plan.noise_multiplier > 0 else math.inf
     if eps > cfg.max_epsilon:
-        raise _Refused(EXIT_PLAN, f"the plan spends epsilon={eps:.4g} at delta={cfg.delta:g}, "
-                                  f"over this device's run.max_epsilon={cfg.max_epsilon:g}")
+        raise RefusedError(
+            EXIT_PLAN,
+            f"the plan spends epsilon={eps:.4g} at delta={cfg.delta:g}, "
+            f"over this device's run.max_epsilon={cfg.max_epsilon:g}",
+        )
     try:
         public, secret = zmq.auth.load_certificate(cfg.key_file)
     except (OSError, ValueError) as exc:
@@ -94,23 +98,32 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     if cfg.reproducible:
         log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
     model = LinearModel(plan.task.model, x.shape[1])
-    agent = Agent(share, model=model, x=x, y=y, noise_key=node_noise_key(noise_secret, cfg.id),
-                  batch_key=rng.derive_key(noise_secret, "batch", 0, cfg.id),
-                  dropout_rule=cfg.dropout_rule)
+    agent = Agent(
+        share,
+        model=model,
+        x=x,
+        y=y,
+        noise_key=node_noise_key(noise_secret, cfg.id),
+        batch_key=rng.derive_key(noise_secret, "batch", 0, cfg.id),
+        dropout_rule=cfg.dropout_rule,
+    )
     ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
     try:
         snap = checkpoint.load(ckpt_path)
     except checkpoint.CheckpointError as exc:
-        raise _Refused(EXIT_UNSAFE, str(exc)) from None
+        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     sent = int(sent_path.read_text()) if sent_path.exists() else -1
     if snap is not None:
         try:
             agent.restore(snap)
         except PlanError as exc:
-            raise _Refused(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+            raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
     if sent > agent.round:
-        raise _Refused(EXIT_UNSAFE, f"round {sent} was already sent but the checkpoint is at round "
-                                    f"{agent.round}: resuming would reuse noise with a different model")
+        raise RefusedError(
+            EXIT_UNSAFE,
+            f"round {sent} was already sent but the checkpoint is at round "
+            f"{agent.round}: resuming would reuse noise with a different model",
+        )
     stop = {"signal": 0}
 
     def on_signal(signum, _frame):
@@ -119,13 +132,24 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
     peers = [Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours]
-    transport = ZmqTransport(node=cfg.id, bind=cfg.bind, public_key=public, secret_key=secret,
-                             peers=peers)
+    transport = ZmqTransport(
+        node=cfg.id, bind=cfg.bind, public_key=public, secret_key=secret, peers=peers
+    )
     cfg.metrics.parent.mkdir(parents=True, exist_ok=True)
     metrics = open(cfg.metrics, "a", buffering=1)
-    metrics.write(json.dumps({"event": "start", "node": cfg.id, "round": agent.round,
-                              "plan_hash": plan.plan_hash, "time": time.time()}) + "\n")
-    first_round, mismatches = agent.round, 0
+    metrics.write(
+        json.dumps(
+            {
+                "event": "start",
+                "node": cfg.id,
+                "round": agent.round,
+                "plan_hash": plan.plan_hash,
+                "time": time.time(),
+            }
+        )
+        + "\n"
+    )
+    first_round = agent.round
     try:
         while not agent.done:
             out = agent.begin_round()
@@ -143,29 +167,49 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                 item = transport.recv(int(min(remaining, 0.25) * 1000) + 1)
                 if item is None:
                     continue
-                before = agent.metrics.rejected["PlanHashMismatch"]
                 agent.receive(item[0], authenticated_sender=item[1])
-                mismatches = mismatches + 1 if agent.metrics.rejected["PlanHashMismatch"] > before else 0
-                if mismatches >= MISMATCH_LIMIT * max(1, len(peers)):
-                    raise _Refused(EXIT_PLAN, "neighbours keep announcing a different plan hash; "
-                                              "refusing to run a plan they do not share")
+                if agent.plan_rejected_by_all(MISMATCH_LIMIT):
+                    raise RefusedError(
+                        EXIT_PLAN,
+                        "every neighbour announces a different plan hash; "
+                        "refusing to run a plan they do not share",
+                    )
             if stop["signal"]:
                 return 128 + stop["signal"]
             report = agent.end_round()
             checkpoint.save(ckpt_path, agent.snapshot())
-            metrics.write(json.dumps({
-                "event": "round", "node": cfg.id, "round": report.round,
-                "missing": list(report.missing), "clipped": report.clipped,
-                "update_norm": report.update_norm, "noise": out.noise_digest,
-                "seconds": round(time.monotonic() - started, 4),
-                "rejected": dict(agent.metrics.rejected), "dropped": transport.dropped,
-            }) + "\n")
+            metrics.write(
+                json.dumps(
+                    {
+                        "event": "round",
+                        "node": cfg.id,
+                        "round": report.round,
+                        "missing": list(report.missing),
+                        "clipped": report.clipped,
+                        "update_norm": report.update_norm,
+                        "noise": out.noise_digest,
+                        "seconds": round(time.monotonic() - started, 4),
+                        "rejected": dict(agent.metrics.rejected),
+                        "dropped": transport.dropped,
+                    }
+                )
+                + "\n"
+            )
         buf = io.BytesIO()
         np.save(buf, agent.theta)
         checkpoint.atomic_write(cfg.final_model, buf.getvalue())
-        metrics.write(json.dumps({"event": "done", "node": cfg.id, **agent.metrics.to_dict(),
-                                  "dropped": transport.dropped,
-                                  "refused_handshakes": transport.refused_handshakes}) + "\n")
+        metrics.write(
+            json.dumps(
+                {
+                    "event": "done",
+                    "node": cfg.id,
+                    **agent.metrics.to_dict(),
+                    "dropped": transport.dropped,
+                    "refused_handshakes": transport.refused_handshakes,
+                }
+            )
+            + "\n"
+        )
         return EXIT_OK
     finally:
         metrics.close()
@@ -182,7 +226,7 @@ def main(argv=None) -> int:
     except config.ConfigError as exc:
         sys.stderr.write(f"edgedp-agent: config error: {exc}\n")
         return EXIT_CONFIG
-    except _Refused as exc:
+    except RefusedError as exc:
         sys.stderr.write(f"edgedp-agent: refused: {exc}\n")
         return exc.code
 

@@ -17,8 +17,15 @@ import zmq.auth
 
 from edgedp.plan import NoisePlan
 
-__all__ = ["LocalRun", "free_ports", "generate_keys", "local_run", "read_endpoints",
-           "write_configs", "write_shards"]
+__all__ = [
+    "LocalRun",
+    "free_ports",
+    "generate_keys",
+    "local_run",
+    "read_endpoints",
+    "write_configs",
+    "write_shards",
+]
 
 
 def generate_keys(out: Path, name: str = "node") -> dict[str, str]:
@@ -33,8 +40,12 @@ def generate_keys(out: Path, name: str = "node") -> dict[str, str]:
         fh.write(os.urandom(32))
     os.chmod(secret_file, 0o600)
     public, _ = zmq.auth.load_certificate(public_file)
-    return {"public_key_file": public_file, "secret_key_file": secret_file,
-            "noise_secret_file": str(noise), "public_key": public.decode()}
+    return {
+        "public_key_file": public_file,
+        "secret_key_file": secret_file,
+        "noise_secret_file": str(noise),
+        "public_key": public.decode(),
+    }
 
 
 def read_endpoints(path: Path, n: int) -> dict[int, str]:
@@ -49,11 +60,13 @@ def read_endpoints(path: Path, n: int) -> dict[int, str]:
     out = {}
     for k, v in table.items():
         if not k.isdigit() or not isinstance(v, str) or not v.startswith("tcp://"):
-            raise ValueError(f"{path}: bad entry {k} = {v!r}; expected NODE_ID = \"tcp://HOST:PORT\"")
+            raise ValueError(f'{path}: bad entry {k} = {v!r}; expected NODE_ID = "tcp://HOST:PORT"')
         out[int(k)] = v
     if set(out) != set(range(n)):
-        raise ValueError(f"{path}: expected endpoints for nodes 0..{n - 1}, missing "
-                         f"{sorted(set(range(n)) - set(out))}")
+        raise ValueError(
+            f"{path}: expected endpoints for nodes 0..{n - 1}, missing "
+            f"{sorted(set(range(n)) - set(out))}"
+        )
     return out
 
 
@@ -61,8 +74,9 @@ def write_shards(plan: NoisePlan, out: Path) -> list[Path]:
     """Per-node data shards (``x``, ``y`` arrays) of the plan's task, as the simulators split it."""
     from sim import datasets
 
-    data = datasets.partition(datasets.load(plan.task.dataset, seed=plan.seed), plan.n,
-                              seed=plan.seed)
+    data = datasets.partition(
+        datasets.load(plan.task.dataset, seed=plan.seed), plan.n, seed=plan.seed
+    )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -77,12 +91,22 @@ def _toml_str(s: str) -> str:
     return json.dumps(str(s))
 
 
-def write_configs(plan_file: Path, plan: NoisePlan, *, endpoints: dict[int, str],
-                  public_keys: dict[int, str], out: Path, key_files: dict[int, str],
-                  noise_files: dict[int, str] | None, shards: dict[int, str],
-                  bind: dict[int, str] | None = None, round_timeout: float = 10.0,
-                  startup_timeout: float = 120.0, max_epsilon: float | None = None,
-                  delta: float = 1e-6) -> list[Path]:
+def write_configs(
+    plan_file: Path,
+    plan: NoisePlan,
+    *,
+    endpoints: dict[int, str],
+    public_keys: dict[int, str],
+    out: Path,
+    key_files: dict[int, str],
+    noise_files: dict[int, str] | None,
+    shards: dict[int, str],
+    bind: dict[int, str] | None = None,
+    round_timeout: float = 10.0,
+    startup_timeout: float = 120.0,
+    max_epsilon: float | None = None,
+    delta: float = 1e-6,
+) -> list[Path]:
     """One ``node-U.toml`` per node. ``noise_files=None`` writes ``noise_secret = "plan-seed"``
     (reproducible, not private: for tests and comparisons with the simulators)."""
     out = Path(out)
@@ -91,22 +115,42 @@ def write_configs(plan_file: Path, plan: NoisePlan, *, endpoints: dict[int, str]
     for u in range(plan.n):
         share = plan.share(u)
         nbrs = sorted(set(share.neighbours) - {u})
-        secret_line = (f"noise_secret_file = {_toml_str(noise_files[u])}" if noise_files
-                       else 'noise_secret = "plan-seed"')
+        secret_line = (
+            f"noise_secret_file = {_toml_str(noise_files[u])}"
+            if noise_files
+            else 'noise_secret = "plan-seed"'
+        )
         lines = [
-            "[node]", f"id = {u}", f"bind = {_toml_str((bind or endpoints)[u])}",
-            f"key_file = {_toml_str(key_files[u])}", secret_line, "",
-            "[plan]", f"file = {_toml_str(plan_file)}", f"# plan_hash = {plan.plan_hash}", "",
-            "[data]", f"shard = {_toml_str(shards[u])}", "",
-            "[run]", f"checkpoint_dir = {_toml_str(f'state/node-{u}')}",
-            f"round_timeout = {float(round_timeout)}", f"startup_timeout = {float(startup_timeout)}",
-            'dropout_rule = "renormalize"', f"delta = {float(delta)}",
+            "[node]",
+            f"id = {u}",
+            f"bind = {_toml_str((bind or endpoints)[u])}",
+            f"key_file = {_toml_str(key_files[u])}",
+            secret_line,
+            "",
+            "[plan]",
+            f"file = {_toml_str(plan_file)}",
+            f"# plan_hash = {plan.plan_hash}",
+            "",
+            "[data]",
+            f"shard = {_toml_str(shards[u])}",
+            "",
+            "[run]",
+            f"checkpoint_dir = {_toml_str(f'state/node-{u}')}",
+            f"round_timeout = {float(round_timeout)}",
+            f"startup_timeout = {float(startup_timeout)}",
+            'dropout_rule = "renormalize"',
+            f"delta = {float(delta)}",
         ]
         if max_epsilon is not None:
             lines.append(f"max_epsilon = {float(max_epsilon)}")
         for v in nbrs:
-            lines += ["", "[[neighbours]]", f"id = {v}", f"endpoint = {_toml_str(endpoints[v])}",
-                      f"public_key = {_toml_str(public_keys[v])}"]
+            lines += [
+                "",
+                "[[neighbours]]",
+                f"id = {v}",
+                f"endpoint = {_toml_str(endpoints[v])}",
+                f"public_key = {_toml_str(public_keys[v])}",
+            ]
         p = out / f"node-{u}.toml"
         p.write_text("\n".join(lines) + "\n")
         paths.append(p)
@@ -145,24 +189,37 @@ class LocalRun:
 
     def start(self, u: int) -> subprocess.Popen:
         log = open(self.directory / f"node-{u}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "firmware_py.daemon", "--config",
-                                 str(self.configs[u])], stdout=log, stderr=log,
-                                cwd=self.directory)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u])],
+            stdout=log,
+            stderr=log,
+            cwd=self.directory,
+        )
         log.close()
         self.processes[u] = proc
         return proc
 
     def final_models(self) -> np.ndarray:
-        return np.stack([np.load(self.directory / "configs" / "state" / f"node-{u}" / "final.npy")
-                         for u in range(len(self.configs))])
+        return np.stack(
+            [
+                np.load(self.directory / "configs" / "state" / f"node-{u}" / "final.npy")
+                for u in range(len(self.configs))
+            ]
+        )
 
     def metrics(self, u: int) -> list[dict]:
         path = self.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def local_run(plan_file: Path, directory: Path, *, private_noise: bool = False,
-              round_timeout: float = 10.0, startup_timeout: float = 60.0) -> LocalRun:
+def local_run(
+    plan_file: Path,
+    directory: Path,
+    *,
+    private_noise: bool = False,
+    round_timeout: float = 10.0,
+    startup_timeout: float = 60.0,
+) -> LocalRun:
     """Set up and launch one agent process per node on 127.0.0.1 (returns immediately)."""
     plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
     directory = Path(directory)
@@ -171,12 +228,17 @@ def local_run(plan_file: Path, directory: Path, *, private_noise: bool = False,
     endpoints = {u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)}
     shards = write_shards(plan, directory / "shards")
     configs = write_configs(
-        Path(plan_file).resolve(), plan, endpoints=endpoints,
-        public_keys={u: k["public_key"] for u, k in keys.items()}, out=directory / "configs",
+        Path(plan_file).resolve(),
+        plan,
+        endpoints=endpoints,
+        public_keys={u: k["public_key"] for u, k in keys.items()},
+        out=directory / "configs",
         key_files={u: k["secret_key_file"] for u, k in keys.items()},
         noise_files={u: k["noise_secret_file"] for u, k in keys.items()} if private_noise else None,
         shards={u: str(s.resolve()) for u, s in enumerate(shards)},
-        round_timeout=round_timeout, startup_timeout=startup_timeout)
+        round_timeout=round_timeout,
+        startup_timeout=startup_timeout,
+    )
     run = LocalRun(directory, configs, [None] * plan.n)
     for u in range(plan.n):
         run.start(u)

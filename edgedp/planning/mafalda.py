@@ -13,8 +13,9 @@ is the stack over t ≥ a of (W^{t−a+1})[:, i], hence
     H[a, b] = Σ_{t=max(a,b)}^{T−1} tr((W^{t−a+1})ᵀ W^{t−b+1})
             = Σ_{k=0}^{L−1} ⟨W^{d+1+k}, W^{1+k}⟩_F,    d = |a − b|,  L = T − max(a, b),
 
-so H depends on (a, b) only through (d, L): its diagonal d is the reversed cumulative sum of
-F[d + k, k], k = 0 … T−d−1, with F[i, j] = ⟨W^{i+1}, W^{j+1}⟩_F the Gram matrix of the powers.
+with F[i, j] = ⟨W^{i+1}, W^{j+1}⟩_F the Gram matrix of the powers. H depends on (a, b) only
+through (d, L), and H[a, b] = H[a + 1, b + 1] + F[T − 1 − a, T − 1 − b] (the t = T − 1
+term), which fills H row by row from the bottom in O(T²).
 
 * Symmetric W = Q diag(λ) Qᵀ: F[i, j] = τ(i + j + 2) with the power sums τ(e) = Σⱼ λⱼ^e, so
   H[a, b] = Σⱼ Σ_{t=max(a,b)}^{T−1} λⱼ^{2t−a−b+2} (DESIGN §4). Cost O(n³) for the spectrum,
@@ -22,7 +23,7 @@ F[d + k, k], k = 0 … T−d−1, with F[i, j] = ⟨W^{i+1}, W^{j+1}⟩_F the Gr
   sums are used, so λ = ±1 and |λ| ≈ 1 need no special case (only sums of powers).
 * Reversible W (π_u W_uv = π_v W_vu, e.g. uniform-neighbour weights, π ∝ degree + 1):
   S = D^{1/2} W D^{-1/2} (D = diag π) is symmetric, S = Q diag(λ) Qᵀ, and
-  F[i, j] = Σ_{j,k} λⱼ^{i+1} K_{jk} λ_k^{j+1} with K = (QᵀD⁻¹Q) ∘ (QᵀDQ). Cost O(n³ + T·n² +
+  F[i, i'] = Σ_{j,k} λⱼ^{i+1} K_{jk} λ_k^{i'+1} with K = (QᵀD⁻¹Q) ∘ (QᵀDQ). Cost O(n³ + T·n² +
   T²·n), memory O(T²).
 * Other diagonalizable W = V diag(λ) V⁻¹ with cond(V) <= 1e4 (unit-norm columns): the same
   formula with complex λ and K = (VᴴV) ∘ (V⁻¹V⁻ᴴ)ᵀ, F = Re(conj(Λ) K Λᵀ). Same cost.
@@ -30,10 +31,10 @@ F[d + k, k], k = 0 … T−d−1, with F[i, j] = ⟨W^{i+1}, W^{j+1}⟩_F the Gr
   explicit powers P[i] = vec(W^{i+1}), generated in blocks of at most
   ``_POWER_BLOCK_ELEMENTS`` = E numbers. Cost O(T²·n² + (T²·n²/E)·n³) (each block of
   powers is regenerated once per earlier block), memory O(T² + E). Exact (no
-  eigen-decomposition) but slow: about a minute for n = 271, T = 2000 on a 2-core laptop.
+  eigen-decomposition) but slow: of the order of a minute for n = 271, T = 2000 on a 2-core laptop.
 
-Only the lower diagonals of F are read (F is symmetric in exact arithmetic); H is filled
-symmetrically from them.
+Only the lower triangle of F is read (F is symmetric in exact arithmetic); only the upper
+triangle of H is computed, then mirrored, so H is exactly symmetric.
 
 The objective of a local factorization C = C_local ⊗ I_n (Lemma 10, Eq. 11) is
 sens_Πlocal(C_local)² · ‖(I_T⊗W)W_T (C_local⁻¹⊗I_n)‖_F² = sens² · tr(H (C_localᵀC_local)⁻¹).
@@ -70,6 +71,7 @@ _REVERSIBLE_RTOL = 1e-12  # detailed balance, relative to the largest flux π_u 
 _MAX_STATIONARY_RATIO = 1e8  # max π / min π above which D^{±1/2} is too ill-conditioned
 _MAX_EIGVEC_COND = 1e4  # cond(V) above which W = VΛV⁻¹ is not trusted (direct powers instead)
 _POWER_BLOCK_ELEMENTS = 1 << 23  # numbers per block of explicit powers (64 MB)
+_MIRROR_BLOCK = 256  # rows per block when copying the upper triangle of H to the lower
 
 
 def _mixing(mixing_matrix: Any, validate: bool, symmetric: bool | None) -> np.ndarray:
@@ -88,15 +90,25 @@ def _mixing(mixing_matrix: Any, validate: bool, symmetric: bool | None) -> np.nd
     return W
 
 
-def _diagonal_cumsums(T: int, term: Callable[[int], np.ndarray]) -> np.ndarray:
-    """H from its (d, L) structure: diagonal d is the reversed cumsum of term(d), length T−d."""
+def _rows_from_bottom(T: int, last_term: Callable[[int], np.ndarray]) -> np.ndarray:
+    """H from the recurrence H[a, b] = H[a + 1, b + 1] + ⟨W^{T−a}, W^{T−b}⟩_F (H[·, T] = 0).
+
+    ``last_term(a)`` is the t = T − 1 summand for b = a … T − 1. Each entry is a sum of
+    the terms t = T − 1, T − 2, …, max(a, b) added in that order (highest powers, i.e. the
+    smallest terms of a mixing W, first); rows are filled bottom-up so memory is touched
+    contiguously. Only the upper triangle is computed; it is mirrored at the end.
+    """
     H = np.empty((T, T))
-    flat = H.reshape(-1)  # view (H is C-contiguous)
-    for d in range(T):
-        diag = np.cumsum(term(d))[::-1]  # entry a has L = T − d − a terms
-        flat[d : (T - d) * (T + 1) : T + 1] = diag  # H[a, a + d]
-        if d:
-            flat[d * T :: T + 1] = diag  # H[a + d, a]
+    for a in range(T - 1, -1, -1):
+        term = last_term(a)
+        if a < T - 1:
+            np.add(H[a + 1, a + 1 :], term[:-1], out=H[a, a : T - 1])
+        H[a, T - 1] = term[-1]
+    for i0 in range(0, T, _MIRROR_BLOCK):  # lower triangle, one block column at a time
+        i1 = min(T, i0 + _MIRROR_BLOCK)
+        H[i0:i1, :i0] = H[:i0, i0:i1].T
+        block = H[i0:i1, i0:i1]
+        block[...] = np.triu(block) + np.triu(block, 1).T
     return H
 
 
@@ -117,7 +129,8 @@ def _gram_symmetric(W: np.ndarray, T: int, stochastic: bool) -> np.ndarray:
         lam = np.clip(lam, -1.0, 1.0)
     tau = _power_sums(lam, 2 * T)
     # term_d(k) = F[d + k, k] = τ(d + 2k + 2), k = 0 … T − d − 1
-    return _diagonal_cumsums(T, lambda d: tau[d + 2 : 2 * T - d + 1 : 2])
+    # last term for b = a … T − 1: τ(2T − a − b), i.e. τ[2T − 2a], …, τ[T − a + 1]
+    return _rows_from_bottom(T, lambda a: tau[2 * T - 2 * a : T - a : -1])
 
 
 def _stationary(W: np.ndarray) -> np.ndarray | None:
@@ -253,7 +266,8 @@ def workload_gram(
                 F = _powers_gram_eig(W, T, stochastic=validate)
             if F is None:
                 F = _powers_gram_direct(W, T)
-            H = _diagonal_cumsums(T, lambda d: np.diagonal(F, -d))
+            # last term for b = a … T − 1: F[T − 1 − a, T − 1 − b]
+            H = _rows_from_bottom(T, lambda a: F[T - 1 - a, T - 1 - a :: -1])
     if not np.all(np.isfinite(H)):
         raise ValueError(
             f"Workload Gram overflowed for steps={T}: mixing_matrix has spectral radius > 1; "

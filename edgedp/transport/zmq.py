@@ -63,9 +63,18 @@ class ZmqTransport:
       queue: per-link high-water mark in messages.
     """
 
-    def __init__(self, *, node: int, bind: str, public_key: bytes, secret_key: bytes,
-                 peers: list[Peer], max_message_bytes: int = 1 << 28, queue: int = 64,
-                 linger_ms: int = 2000) -> None:
+    def __init__(
+        self,
+        *,
+        node: int,
+        bind: str,
+        public_key: bytes,
+        secret_key: bytes,
+        peers: list[Peer],
+        max_message_bytes: int = 1 << 26,
+        queue: int = 64,
+        linger_ms: int = 2000,
+    ) -> None:
         if not zmq.has("curve"):
             raise RuntimeError("libzmq was built without CURVE; encrypted links are impossible.")
         self.node = node

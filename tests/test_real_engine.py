@@ -1,0 +1,237 @@
+"""Real ZeroMQ agents as separate processes on 127.0.0.1 (CURVE-encrypted links)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+import zmq.auth
+
+import topologies
+from edgedp import rng, wire
+from edgedp.accounting.participation import Participation
+from edgedp.models import model_digest
+from edgedp.noise import NoiseSource, node_noise_key, noise_digest
+from edgedp.plan import TaskSpec, make_plan
+from firmware_py import deploy
+from sim import batch, datasets
+
+
+def _write_plan(path, mechanism="dp-dsgd", topology="er:8:0.5:4", steps=12, **kw):
+    g = topologies.parse(topology)
+    noise = {} if mechanism == "dsgd" else {"noise_multiplier": 1.5}
+    p = make_plan(
+        mechanism,
+        g,
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=kw.pop("learning_rate", 0.3),
+        seed=21,
+        topology_name=topology,
+        task=TaskSpec(dataset="synthetic-logistic"),
+        **noise,
+        **kw,
+    )
+    Path(path).write_bytes(p.to_bytes())
+    return p
+
+
+def _batch_digest(p):
+    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
+    return batch.run(p, data).digests[0]
+
+
+@pytest.mark.parametrize("mechanism", ["dp-dsgd", "antipgd"])
+def test_eight_agent_processes_equal_the_batch_engine(tmp_path, mechanism):
+    p = _write_plan(tmp_path / "run.plan", mechanism)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
+    assert run.wait(timeout=120) == [0] * 8
+    assert model_digest(run.final_models()) == _batch_digest(p)
+    done = [run.metrics(u)[-1] for u in range(8)]
+    assert all(d["event"] == "done" and d["missing"] == 0 and not d["rejected"] for d in done)
+
+
+def _wait_for_round(run, u, r, timeout=60):
+    deadline = time.monotonic() + timeout
+    path = run.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and any(
+            json.loads(line).get("round", -1) >= r
+            for line in path.read_text().splitlines()
+            if '"round"' in line and '"event": "round"' in line
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"node {u} did not reach round {r}")
+
+
+def test_kill_nine_and_restart_regenerates_the_same_noise(tmp_path):
+    p = _write_plan(tmp_path / "run.plan", "antipgd", steps=40)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=1.0)
+    victims = [2, 5]
+    _wait_for_round(run, 2, 8)
+    for u in victims:
+        os.kill(run.processes[u].pid, signal.SIGKILL)
+        run.processes[u].wait()
+    time.sleep(0.5)
+    for u in victims:
+        run.start(u)
+    assert run.wait(timeout=180) == [0] * 8
+    # expected noise: the uninterrupted stream of each node, a pure function of (key, round)
+    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
+    dim = data.features + 1
+    for u in victims:
+        src = NoiseSource(
+            p.factor,
+            np.array(node_noise_key(rng.seed_secret(p.seed), u), dtype=object),
+            dim,
+            p.noise_std,
+        )
+        state, expected = src.init(), []
+        for _ in range(p.steps):
+            noise, state = src.next(state)
+            expected.append(noise_digest(noise))
+        lines = run.metrics(u)
+        assert sum(m["event"] == "start" for m in lines) == 2  # it really restarted
+        seen = {}
+        for m in lines:
+            if m["event"] == "round":
+                seen.setdefault(m["round"], set()).add(m["noise"])
+        assert sorted(seen) == list(range(p.steps))
+        assert all(seen[r] == {expected[r]} for r in seen)
+    # the survivors kept going by the dropout rule while the victims were down
+    assert sum(run.metrics(u)[-1]["missing"] for u in range(8) if u not in victims) > 0
+
+
+def test_live_attack_frames_are_counted_and_change_nothing(tmp_path):
+    p = _write_plan(tmp_path / "run.plan", "dp-dsgd", topology="complete:3", steps=6)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", startup_timeout=120)
+    # hold nodes 1 and 2 back: node 0 waits in round 0 while it is attacked
+    for u in (1, 2):
+        run.processes[u].kill()
+        run.processes[u].wait()
+    cfg_text = (run.directory / "configs" / "node-0.toml").read_text()
+    endpoint = cfg_text.split("bind = ")[1].split("\n")[0].strip('"')
+    keys = run.directory / "keys"
+    server_pub, _ = zmq.auth.load_certificate(str(keys / "node-0.key"))
+    nb_pub, nb_sec = zmq.auth.load_certificate(str(keys / "node-1.key_secret"))
+    ctx = zmq.Context()
+    evil = ctx.socket(zmq.PUSH)  # a compromised neighbour: authenticated as node 1
+    evil.curve_serverkey, evil.curve_publickey, evil.curve_secretkey = server_pub, nb_pub, nb_sec
+    evil.setsockopt(zmq.SNDTIMEO, 10_000)
+    evil.connect(endpoint)
+    stranger = ctx.socket(zmq.PUSH)  # unknown key: refused at the CURVE handshake
+    spub, ssec = zmq.curve_keypair()
+    stranger.curve_serverkey, stranger.curve_publickey, stranger.curve_secretkey = (
+        server_pub,
+        spub,
+        ssec,
+    )
+    stranger.setsockopt(zmq.LINGER, 0)
+    stranger.connect(endpoint)
+    h = bytes.fromhex(p.plan_hash)
+    dim = 21
+    good = np.zeros(dim)
+    kinds = {
+        "Malformed": [b"\x93\x01\x02"],
+        "Oversized": [b"\x00" * 300_000],
+        "BadPayload": wire.encode(wire.Message(h, 0, 1, "model", (np.full(dim, np.nan),))),
+        "PlanHashMismatch": wire.encode(wire.Message(b"\x00" * 32, 0, 1, "model", (good,))),
+        "RoundOutOfWindow": wire.encode(wire.Message(h, 10_000, 1, "model", (good,))),
+        "UnknownSender": wire.encode(wire.Message(h, 0, 2, "model", (good,))),  # claims node 2
+    }
+    per_kind = 1700
+    for frames in kinds.values():
+        for _ in range(per_kind):
+            evil.send_multipart([bytes(f) for f in frames])
+    stranger.send_multipart(kinds["BadPayload"], flags=zmq.NOBLOCK)
+    time.sleep(3.0)
+    evil.close(linger=0)
+    stranger.close(linger=0)
+    ctx.term()
+    for u in (1, 2):
+        run.start(u)
+    assert run.wait(timeout=120) == [0, 0, 0]
+    done = run.metrics(0)[-1]
+    total = per_kind * len(kinds)
+    assert total >= 10_000
+    assert sum(done["rejected"].values()) == total  # every frame counted
+    for name in kinds:
+        assert done["rejected"][name] == per_kind, name
+    assert done["refused_handshakes"] >= 1
+    assert model_digest(run.final_models()) == _batch_digest(p)  # the model is untouched
+
+
+def _agent(config, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "firmware_py.daemon", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_bad_config_budget_and_unsafe_resume(tmp_path):
+    p = _write_plan(tmp_path / "run.plan", "dp-dsgd", topology="complete:3", steps=4)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
+    assert run.wait(timeout=60) == [0, 0, 0]
+    cfg = run.directory / "configs" / "node-0.toml"
+    text = cfg.read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('dropout_rule = "renormalize"', 'dropout_rule = "pray"'))
+    out = _agent(bad)
+    assert (
+        out.returncode == 2
+        and "run.dropout_rule" in out.stderr
+        and len(out.stderr.splitlines()) == 1
+    )
+    bad.write_text(text.replace("[data]", "[data]\n").replace("shard =", "shard_typo ="))
+    out = _agent(bad)
+    assert out.returncode == 2 and "missing data.shard" in out.stderr
+    eps = p.guarantee().epsilon(1e-6)
+    budget = tmp_path / "budget.toml"
+    budget.write_text(text.replace("[run]", f"[run]\nmax_epsilon = {eps / 2}"))
+    out = _agent(budget)
+    assert out.returncode == 3 and "max_epsilon" in out.stderr
+    # a finished node restarted is done at once; without its checkpoint it must refuse
+    assert _agent(cfg).returncode == 0
+    (run.directory / "configs" / "state" / "node-0" / "checkpoint").unlink()
+    out = _agent(cfg)
+    assert out.returncode == 4 and "reuse noise" in out.stderr
+
+
+def test_a_node_with_another_plan_is_refused(tmp_path):
+    p = _write_plan(tmp_path / "run.plan", "dp-dsgd", topology="complete:3", steps=5)
+    run = deploy.local_run(
+        tmp_path / "run.plan", tmp_path / "run", round_timeout=0.5, startup_timeout=20
+    )
+    for proc in run.processes:
+        proc.kill()
+        proc.wait()
+    for u in range(3):  # fresh state
+        shutil.rmtree(run.directory / "configs" / "state" / f"node-{u}", ignore_errors=True)
+    other = _write_plan(
+        tmp_path / "other.plan", "dp-dsgd", topology="complete:3", steps=5, learning_rate=0.31
+    )
+    assert other.plan_hash != p.plan_hash
+    cfg0 = run.directory / "configs" / "node-0.toml"
+    cfg0.write_text(
+        cfg0.read_text().replace(
+            str((tmp_path / "run.plan").resolve()), str((tmp_path / "other.plan").resolve())
+        )
+    )
+    for u in range(3):
+        run.start(u)
+    codes = run.wait(timeout=120)
+    assert codes[0] == 3 and codes[1:] == [0, 0]
+    log = (run.directory / "node-0.log").read_text()
+    assert "different plan hash" in log
+    assert run.metrics(1)[-1]["rejected"]["PlanHashMismatch"] >= 1
