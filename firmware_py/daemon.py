@@ -182,6 +182,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                 json.dumps(
                     {
                         "event": "round",
+                        "time": time.time(),
                         "node": cfg.id,
                         "round": report.round,
                         "missing": list(report.missing),

@@ -8,7 +8,6 @@ on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, tr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 

@@ -81,7 +81,7 @@ def _synthetic(task: str, rng, n=4000, f=20):
         y = rng.random(n) < 1.0 / (1.0 + np.exp(-m))
     else:
         y = m + 0.5 * rng.standard_normal(n)
-    return _split(f"synthetic-{task}", x, y, task, rng)
+    return _split(f"synthetic-{task}:{f}:{n}", x, y, task, rng)
 
 
 DATASETS = {
@@ -93,7 +93,21 @@ DATASETS = {
 
 
 def load(name: str, *, seed: int = 0) -> Dataset:
-    """Load a dataset by name with a seeded train/test split (20% test)."""
+    """Load a dataset by name with a seeded train/test split (20% test).
+
+    Synthetic sets take optional sizes: ``synthetic-logistic:FEATURES:EXAMPLES``.
+    """
+    base, _, sizes = name.partition(":")
+    if base.startswith("synthetic-") and sizes and base in DATASETS:
+        try:
+            parts = [int(v) for v in sizes.split(":")]
+            f, n = (parts + [4000])[:2] if len(parts) == 1 else parts
+        except ValueError:
+            msg = f"Bad dataset sizes in {name!r}; use {base}:FEATURES[:EXAMPLES]."
+            raise ValueError(msg) from None
+        if f < 1 or n < 10:
+            raise ValueError(f"Expected FEATURES >= 1 and EXAMPLES >= 10 in {name!r}.")
+        return _synthetic(base.removeprefix("synthetic-"), np.random.default_rng(seed), n=n, f=f)
     if name not in DATASETS:
         raise ValueError(f"Unknown dataset={name!r}; expected one of {sorted(DATASETS)}.")
     return DATASETS[name](np.random.default_rng(seed))

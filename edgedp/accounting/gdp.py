@@ -245,6 +245,8 @@ def epsilon(mu: float, *, delta: float) -> float:
     # Safe start: δ(ε) <= Φ(−ε/μ + μ/2) <= exp(−(ε/μ − μ/2)²/2) for ε >= μ²/2.
     hi = 0.5 * mu_ * mu_ + mu_ * math.sqrt(-2.0 * log_t)
     for _ in range(_MAX_ITER):
+        if hi == math.inf:
+            return math.inf  # ε beyond the float range (μ > ~1e154)
         if f(hi) <= 0.0:
             break
         hi *= 2.0
@@ -291,7 +293,8 @@ def mu(epsilon: float, *, delta: float) -> float:
 
     # Safe start: δ_μ(ε) <= exp(−(ε/μ − μ/2)²/2) and δ_μ(0) = erf(μ/(2√2)) <= μ/√(2π).
     z = math.sqrt(-2.0 * log_t)
-    lo = max(2.0 * eps / (z + math.sqrt(z * z + 2.0 * eps)), delta * math.sqrt(2.0 * math.pi))
+    root = eps / (0.5 * z + math.sqrt(0.25 * z * z + 0.5 * eps))  # μ²/2 + zμ = ε
+    lo = max(root, delta * math.sqrt(2.0 * math.pi))
     lo = max(lo, _TINY)
     for _ in range(_MAX_ITER):
         if f(lo) <= 0.0:
@@ -302,6 +305,8 @@ def mu(epsilon: float, *, delta: float) -> float:
     hi = lo
     for _ in range(_MAX_ITER):
         hi *= 2.0
+        if hi == math.inf:
+            return _not_converged("mu", lo)
         if f(hi) > 0.0:
             break
         lo = hi
