@@ -52,10 +52,13 @@ print(json.dumps({"base_kb": base, "peak_kb": peak, "state": plan.factor.state_b
 def main() -> None:
     d = 1_000_000
     print(f"d = {d:,}; one model = {8 * d / 1e6:.0f} MB (float64)")
-    print(f"{'factor':<10}{'peak RSS MB':>13}{'baseline MB':>13}{'agent MB':>10}{'factor state MB':>17}")
+    print(
+        f"{'factor':<10}{'peak RSS MB':>13}{'baseline MB':>13}{'agent MB':>10}{'factor state MB':>17}"
+    )
     for kind in ["identity", "antipgd", "banded", "dense"]:
-        out = subprocess.run([sys.executable, "-c", CHILD, kind, str(d)], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, kind, str(d)], capture_output=True, text=True, check=True
+        )
         r = json.loads(out.stdout)
         peak, base = r["peak_kb"] / 1024, r["base_kb"] / 1024
         print(f"{kind:<10}{peak:>13.1f}{base:>13.1f}{peak - base:>10.1f}{r['state'] / 1e6:>17.1f}")
