@@ -52,9 +52,8 @@ print(json.dumps({"base_kb": base, "peak_kb": peak, "state": plan.factor.state_b
 def main() -> None:
     d = 1_000_000
     print(f"d = {d:,}; one model = {8 * d / 1e6:.0f} MB (float64)")
-    print(
-        f"{'factor':<10}{'peak RSS MB':>13}{'baseline MB':>13}{'agent MB':>10}{'factor state MB':>17}"
-    )
+    cols = ("factor", "peak RSS MB", "baseline MB", "agent MB", "factor state MB")
+    print(f"{cols[0]:<10}{cols[1]:>13}{cols[2]:>13}{cols[3]:>10}{cols[4]:>17}")
     for kind in ["identity", "antipgd", "banded", "dense"]:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, kind, str(d)], capture_output=True, text=True, check=True
