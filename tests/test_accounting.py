@@ -140,6 +140,24 @@ def test_rdp_conversion_matches_rdp_accountant(sigma, k):
         assert d == pytest.approx(their_d, rel=1e-9) and d_order == their_d_order
 
 
+@PROPS
+@given(
+    curve=st.lists(st.tuples(st.floats(1.0, 300.0), st.floats(0.0, 50.0)), min_size=1, max_size=12),
+    log10_delta=st.floats(-14.0, 0.0),
+    eps=st.floats(0.0, 30.0),
+)
+def test_rdp_conversion_matches_dp_accounting_on_any_curve(curve, log10_delta, eps):
+    # Includes orders <= 1.01 (TV bound only) and tiny ρ (the (0, δ) shortcut).
+    orders, values = zip(*curve, strict=True)
+    delta = 10.0**log10_delta
+    ours = rdp.epsilon(orders, values, delta=delta)
+    theirs = rdp_privacy_accountant.compute_epsilon(orders, values, delta)
+    assert ours[0] == pytest.approx(theirs[0], rel=1e-9, abs=1e-300) and ours[1] == theirs[1]
+    ours = rdp.delta(orders, values, epsilon=eps)
+    theirs = rdp_privacy_accountant.compute_delta(orders, values, eps)
+    assert ours[0] == pytest.approx(theirs[0], rel=1e-9, abs=1e-300) and ours[1] == theirs[1]
+
+
 def test_rdp_upper_bounds_exact_gdp():
     # The RDP route is a valid but looser conversion of the same μ-GDP guarantee.
     for mu, delta in GRID:
@@ -435,6 +453,9 @@ def test_gdp_degenerate_cases():
     assert gdp.noise_multiplier(1.0, delta=0.0) == inf
     assert gdp.noise_multiplier(inf, delta=1e-5) == 0.0
     assert gdp.GaussianDPGuarantee(0.0).epsilon(1e-9) == 0.0
+    # Beyond μ = 1e6 (ε > 5e11) rounding in −ε/μ + μ/2 is not trusted: ε = inf, μ capped.
+    assert gdp.epsilon(2e6, delta=1e-5) == inf and gdp.mu(1e300, delta=1e-5) == 1e6
+    assert gdp.delta(1e-300, epsilon=0.0) > 0.0  # tiny but never optimistic 0
     for bad in [{"mu": -1.0, "epsilon": 1.0}, {"mu": math.nan, "epsilon": 1.0}]:
         with pytest.raises(ValueError):
             gdp.delta(bad["mu"], epsilon=bad["epsilon"])
@@ -458,9 +479,7 @@ def test_rdp_degenerate_cases():
 def test_mf_degenerate_cases():
     C, part = np.eye(5), Participation(1, 5)
     assert mf.ldp_guarantee(C, participation=part, noise_multiplier=0.0).mu == math.inf
-    assert mf.ldp_guarantee(C, participation=part, noise_multiplier=0.0).epsilon(1e-5) == (
-        math.inf
-    )
+    assert mf.ldp_guarantee(C, participation=part, noise_multiplier=0.0).epsilon(1e-5) == (math.inf)
     assert mf.ldp_guarantee(C, participation=part, noise_multiplier=math.inf).mu == 0.0
     zero = mf.ldp_guarantee(C, participation=part, noise_multiplier=1.0, steps_done=0)
     assert zero.mu == 0.0 and zero.epsilon(1e-9) == 0.0 and zero.steps == 0

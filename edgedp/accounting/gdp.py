@@ -43,6 +43,9 @@ _TAIL = -20.0  # below this, log Φ comes from the continued fraction
 _MILLS_TAIL = -3.0  # below this, log(Φ/φ) comes from the continued fraction
 _CF_TERMS = 80  # continued-fraction depth; converged to 1 ulp for |x| >= 3
 _SMALL_MU = 1e-2  # below this, log R(b) − log R(a) is integrated instead of subtracted
+# Beyond this μ the rounding of a = −ε/μ + μ/2 (ε ≈ μ²/2) costs ~μ·1e-16 relative in δ:
+# epsilon() reports inf and mu() never returns more (ε would exceed 5e11 anyway).
+_MU_MAX = 1e6
 _RTOL = 1e-13  # relative width of the final bracket in epsilon / mu searches
 _MAX_ITER = 300
 _TINY = 1e-300
@@ -222,7 +225,7 @@ def epsilon(mu: float, *, delta: float) -> float:
         delta: Target δ >= 0; any δ >= 1 gives ε = 0.
 
     Returns:
-        ε; 0 when μ = 0 or δ >= 1, inf when μ = inf or δ = 0 (with δ < 1, μ > 0).
+        ε; 0 when μ = 0 or δ >= 1, inf when δ = 0 or μ > 1e6 (with δ < 1, μ > 0).
 
     Raises:
         ValueError: If mu or delta is negative or NaN.
@@ -233,7 +236,7 @@ def epsilon(mu: float, *, delta: float) -> float:
     non_negative(mu=mu, delta=delta)
     if delta >= 1 or mu == 0:
         return 0.0
-    if mu == math.inf or delta == 0:
+    if mu > _MU_MAX or delta == 0:
         return math.inf
     mu_, log_t = float(mu), math.log(delta)
     if _log_delta(mu_, 0.0) <= log_t:
@@ -246,7 +249,7 @@ def epsilon(mu: float, *, delta: float) -> float:
     hi = 0.5 * mu_ * mu_ + mu_ * math.sqrt(-2.0 * log_t)
     for _ in range(_MAX_ITER):
         if hi == math.inf:
-            return math.inf  # ε beyond the float range (μ > ~1e154)
+            return _not_converged("epsilon", math.inf)
         if f(hi) <= 0.0:
             break
         hi *= 2.0
@@ -272,8 +275,8 @@ def mu(epsilon: float, *, delta: float) -> float:
         delta: Target δ >= 0.
 
     Returns:
-        μ with δ_μ(ε) <= delta, within ~1e-13 relative of the largest such μ; inf when
-        δ >= 1 or ε = inf, 0 when δ = 0.
+        μ with δ_μ(ε) <= delta, within ~1e-13 relative of the largest such μ, capped at
+        1e6; inf when δ >= 1 or ε = inf, 0 when δ = 0.
 
     Raises:
         ValueError: If epsilon or delta is negative or NaN.
@@ -304,11 +307,11 @@ def mu(epsilon: float, *, delta: float) -> float:
         return _not_converged("mu", 0.0)
     hi = lo
     for _ in range(_MAX_ITER):
-        hi *= 2.0
-        if hi == math.inf:
-            return _not_converged("mu", lo)
+        hi = min(2.0 * hi, _MU_MAX)
         if f(hi) > 0.0:
             break
+        if hi == _MU_MAX:
+            return _MU_MAX  # cap: a smaller μ than allowed is still (ε, δ)-DP
         lo = hi
     else:
         return _not_converged("mu", lo)
