@@ -13,6 +13,9 @@ file = "run.plan"
 [data]
 shard = "shards/node-3.npz"                # arrays x (m, f) and y (m,)
 
+[model]
+kind = "logistic"                          # must match the plan's task model
+
 [run]
 checkpoint_dir = "state/node-3"
 metrics = "state/node-3/metrics.jsonl"
@@ -68,6 +71,7 @@ class NodeConfig:
     noise_secret_file: Path | None
     plan_file: Path
     shard: Path
+    model_kind: str
     checkpoint_dir: Path
     metrics: Path
     final_model: Path
@@ -175,6 +179,7 @@ def load(path: str | Path) -> NodeConfig:
         noise_secret_file=rel(noise_file) if noise_file is not None else None,
         plan_file=rel(_get(raw, "plan", "file", str)),
         shard=rel(_get(raw, "data", "shard", str)),
+        model_kind=_get(raw, "model", "kind", str, ""),
         checkpoint_dir=rel(state),
         metrics=rel(_get(raw, "run", "metrics", str, str(Path(state) / "metrics.jsonl"))),
         final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),

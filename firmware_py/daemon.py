@@ -54,6 +54,10 @@ def _load_inputs(cfg: config.NodeConfig):
         raise RefusedError(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
     if cfg.id >= plan.n:
         raise config.ConfigError(f"node.id = {cfg.id} but the plan has only {plan.n} nodes")
+    if cfg.model_kind and cfg.model_kind != plan.task.model:
+        raise config.ConfigError(
+            f"model.kind = {cfg.model_kind!r} but the plan was made for {plan.task.model!r}"
+        )
     share = plan.share(cfg.id)
     want = set(share.neighbours) - {cfg.id}
     have = {n.id for n in cfg.neighbours}

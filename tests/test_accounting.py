@@ -142,8 +142,14 @@ def test_rdp_conversion_matches_rdp_accountant(sigma, k):
 
 @PROPS
 @given(
-    curve=st.lists(st.tuples(st.floats(1.0, 300.0), st.floats(0.0, 50.0)), min_size=1, max_size=12),
-    log10_delta=st.floats(-14.0, 0.0),
+    # ρ in (0, 1e-16) makes dp_accounting's own math.log1p(−exp(−ρ)) raise; we return 0.
+    curve=st.lists(
+        st.tuples(st.floats(1.0, 300.0), st.just(0.0) | st.floats(1e-12, 50.0)),
+        min_size=1,
+        max_size=12,
+    ),
+    # δ = 1 excluded: dp_accounting can round 1 + expm1(−ρ) to 0 and answer inf; we say 0.
+    log10_delta=st.floats(-14.0, -0.01),
     eps=st.floats(0.0, 30.0),
 )
 def test_rdp_conversion_matches_dp_accounting_on_any_curve(curve, log10_delta, eps):
@@ -395,14 +401,15 @@ def test_mf_validation():
 )
 def test_delta_decreasing_in_epsilon(mu, e1, e2):
     lo, hi = sorted((e1, e2))
-    assert gdp.delta(mu, epsilon=hi) <= gdp.delta(mu, epsilon=lo)
+    # 1e-12 slack: ε = 0 uses erf, ε > 0 the log-space formula; they differ by an ulp or so.
+    assert gdp.delta(mu, epsilon=hi) <= gdp.delta(mu, epsilon=lo) * (1 + 1e-12)
 
 
 @PROPS
 @given(m1=st.floats(1e-3, 50.0), m2=st.floats(1e-3, 50.0), eps=st.floats(0.0, 200.0))
 def test_delta_increasing_in_mu(m1, m2, eps):
     lo, hi = sorted((m1, m2))
-    assert gdp.delta(lo, epsilon=eps) <= gdp.delta(hi, epsilon=eps)
+    assert gdp.delta(lo, epsilon=eps) <= gdp.delta(hi, epsilon=eps) * (1 + 1e-12)
 
 
 @PROPS

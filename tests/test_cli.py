@@ -145,3 +145,69 @@ def test_bad_arguments_give_one_line_errors(args, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_keys_gen_and_deploy(tmp_path):
+    from firmware_py import config
+
+    plan = tmp_path / "p.plan"
+    edgedp(
+        "plan",
+        "--topology",
+        "ring:3",
+        "--steps",
+        "5",
+        "--participation",
+        "5,1",
+        "--mechanism",
+        "dp-dsgd",
+        "--noise-multiplier",
+        "2",
+        "--out",
+        str(plan),
+    )
+    for u in range(3):
+        info = json.loads(
+            edgedp(
+                "keys", "gen", "--out", str(tmp_path / "keys"), "--name", f"node-{u}", "--json"
+            ).stdout
+        )
+        assert len(info["public_key"]) == 40
+        assert oct((tmp_path / "keys" / f"node-{u}.noise").stat().st_mode)[-3:] == "600"
+    eps = tmp_path / "endpoints.toml"
+    eps.write_text(
+        "[endpoints]\n" + "".join(f'{u} = "tcp://127.0.0.1:{5600 + u}"\n' for u in range(3))
+    )
+    out = json.loads(
+        edgedp(
+            "deploy",
+            "--plan",
+            str(plan),
+            "--endpoints",
+            str(eps),
+            "--keys",
+            str(tmp_path / "keys"),
+            "--out",
+            str(tmp_path / "cfg"),
+            "--json",
+        ).stdout
+    )
+    assert len(out["configs"]) == 3
+    cfg = config.load(out["configs"][1])
+    assert cfg.id == 1 and [n.id for n in cfg.neighbours] == [0, 2]
+    assert cfg.neighbours[0].endpoint == "tcp://127.0.0.1:5600" and cfg.model_kind == "logistic"
+    assert not cfg.reproducible  # real deployments get per-device noise secrets
+    eps.write_text('[endpoints]\n0 = "tcp://127.0.0.1:1"\n')
+    bad = edgedp(
+        "deploy",
+        "--plan",
+        str(plan),
+        "--endpoints",
+        str(eps),
+        "--keys",
+        str(tmp_path / "keys"),
+        "--out",
+        str(tmp_path / "cfg2"),
+        check=False,
+    )
+    assert bad.returncode == 2 and "missing [1, 2]" in bad.stderr
