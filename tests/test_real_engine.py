@@ -235,3 +235,51 @@ def test_a_node_with_another_plan_is_refused(tmp_path):
     log = (run.directory / "node-0.log").read_text()
     assert "different plan hash" in log
     assert run.metrics(1)[-1]["rejected"]["PlanHashMismatch"] >= 1
+
+
+def test_sigterm_stops_at_a_round_boundary(tmp_path):
+    _write_plan(tmp_path / "run.plan", "dp-dsgd", topology="complete:3", steps=5)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", startup_timeout=120)
+    for u in (1, 2):
+        run.processes[u].kill()
+        run.processes[u].wait()
+    sent = run.directory / "configs" / "state" / "node-0" / "sent"
+    deadline = time.monotonic() + 30
+    while not sent.exists() and time.monotonic() < deadline:  # node 0 is inside round 0
+        time.sleep(0.05)
+    run.processes[0].send_signal(signal.SIGTERM)
+    assert run.processes[0].wait(timeout=10) == 128 + signal.SIGTERM
+    # restarted with its neighbours, it resumes round 0 and the run completes
+    for u in range(3):
+        run.start(u)
+    assert run.wait(timeout=60) == [0, 0, 0]
+
+
+def test_local_run_cli_matches_sim_run_cli(tmp_path):
+    _write_plan(tmp_path / "run.plan", "antipgd", topology="ring:8", steps=8)
+    cmd = [sys.executable, "-m", "edgedp_cli"]
+    real = subprocess.run(
+        [
+            *cmd,
+            "local-run",
+            "--n",
+            "8",
+            "--plan",
+            str(tmp_path / "run.plan"),
+            "--dir",
+            str(tmp_path / "lr"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    sim = subprocess.run(
+        [*cmd, "sim", "run", "--plan", str(tmp_path / "run.plan"), "--engine", "batch", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    a, b = json.loads(real.stdout), json.loads(sim.stdout)
+    assert a["model_digest"] == b["model_digest"]
+    assert a["messages"] == b["messages"] == 8 * 2 * 8
