@@ -13,32 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import sys
-import time
-import tracemalloc
+
+from _timing import median_seconds, peak_bytes
 
 import topologies
 from edgedp import topology
 from edgedp.planning import mafalda
-
-
-def _time(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
-def _peak_bytes(fn) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def main() -> None:
@@ -54,8 +35,10 @@ def main() -> None:
     small_graph = topologies.erdos_renyi(20, 0.2, seed=args.seed)
     small_W = topology.metropolis_hastings(small_graph)
     small_T = 50
-    brute = _time(lambda: mafalda.workload_gram_bruteforce(small_W, steps=small_T), args.repeats)
-    fast_small = _time(lambda: mafalda.workload_gram(small_W, steps=small_T), args.repeats)
+    brute = median_seconds(
+        lambda: mafalda.workload_gram_bruteforce(small_W, steps=small_T), args.repeats
+    )
+    fast_small = median_seconds(lambda: mafalda.workload_gram(small_W, steps=small_T), args.repeats)
     print(
         f"brute force n=20, T={small_T} (nT=1,000): {brute * 1e3:.1f} ms; "
         f"workload_gram at the same size: {fast_small * 1e3:.2f} ms "
@@ -75,8 +58,8 @@ def main() -> None:
             def run(W=W, T=T):
                 return mafalda.workload_gram(W, steps=T)
 
-            sec = _time(run, args.repeats)
-            peak = _peak_bytes(run)
+            sec = median_seconds(run, args.repeats)
+            peak = peak_bytes(run)
             print(
                 f"{name:<22}{T:>6}{sec:>10.3f}{peak / 2**20:>10.1f}"
                 f"{T * T * 8 / 2**20:>8.1f}{sec / brute:>9.2f}"

@@ -9,21 +9,11 @@ reported at t = 1, 8 and 32.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
+from _timing import median_seconds
 
 from edgedp import factors, rng
-
-
-def _time(fn, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -37,7 +27,7 @@ def main() -> None:
     def draw(t):
         return rng.gaussian(key, t, (d,))
 
-    base = _time(lambda: draw(0), args.repeats)
+    base = median_seconds(lambda: draw(0), args.repeats)
     print(f"d = {d:,}; baseline: {base * 1e3:.2f} ms per step to draw d iid normals")
     print(f"{'factor':<22}{'ms/step':>10}{'ratio':>8}{'state bytes':>14}")
     T = 64  # noqa: N806
@@ -55,7 +45,7 @@ def main() -> None:
             for _ in range(t):
                 _, state = f.next(draw, state)
             frozen = state
-            sec = _time(lambda f=f, s=frozen: f.next(draw, s), args.repeats)
+            sec = median_seconds(lambda f=f, s=frozen: f.next(draw, s), args.repeats)
             label = f"{name} t={t}" if len(at_steps) > 1 else name
             print(f"{label:<22}{sec * 1e3:>10.2f}{sec / base:>8.2f}{f.state_bytes(d):>14,}")
 

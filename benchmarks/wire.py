@@ -8,30 +8,19 @@ the header and returns a read-only view. The baseline copies the same 4 MB buffe
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
+from _timing import median_seconds
 
 from edgedp import wire
-
-
-def _median(fn, repeats=50):
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
 
 
 def main() -> None:
     arr = np.random.default_rng(0).standard_normal(1_000_000).astype(np.float32)
     msg = wire.Message(b"h" * 32, 7, 1, "model", (arr,))
     frames = [bytes(f) for f in wire.encode(msg)]
-    copy = _median(lambda: bytes(memoryview(arr).cast("B")))
-    enc = _median(lambda: wire.encode(msg))
-    dec = _median(lambda: wire.decode(frames))
+    copy = median_seconds(lambda: bytes(memoryview(arr).cast("B")), 50)
+    enc = median_seconds(lambda: wire.encode(msg), 50)
+    dec = median_seconds(lambda: wire.decode(frames), 50)
     ctx = wire.Context(
         plan_hash=b"h" * 32,
         neighbours=frozenset({1}),
@@ -39,7 +28,7 @@ def main() -> None:
         dtype="<f4",
         max_bytes=1 << 26,
     )
-    chk = _median(lambda: wire.check(wire.decode(frames), ctx, round_lo=0, round_hi=10))
+    chk = median_seconds(lambda: wire.check(wire.decode(frames), ctx, round_lo=0, round_hi=10), 50)
     mb = arr.nbytes / 1e6
     print(
         f"payload: 10^6 float32 = {mb:.1f} MB; baseline memory copy {copy * 1e3:.3f} ms "
