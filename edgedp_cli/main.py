@@ -8,49 +8,28 @@ names the fix.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from edgedp_cli._common import (
+
 __all__ = ["main"]
 
-
-class UsageError(Exception):
-    """A bad argument; reported as one line, exit status 2."""
-
-
-def _finite(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
+#: Command groups living in their own modules; each defines ``register(subparsers, add)``.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
-def _emit(args, payload: dict, text: str) -> None:
-    if args.json:
-        clean = {k: _finite(v) for k, v in payload.items()}
-        sys.stdout.write(json.dumps(clean, sort_keys=True) + "\n")
-    else:
-        sys.stdout.write(text.rstrip() + "\n")
-
-
-def _participation(text: str):
-    from edgedp.accounting.participation import Participation
-
-    try:
-        return Participation.from_string(text)
-    except ValueError as exc:
-        raise UsageError(f"--participation {text!r}: {exc} (use k,b, e.g. 100,1)") from None
-
-
-def _graph(spec: str):
-    import topologies
-
-    try:
-        return topologies.parse(spec)
-    except (ValueError, OSError) as exc:
-        raise UsageError(str(exc)) from None
+    UsageError,
+    emit,
+    json_value,
+    parse_graph,
+    load_plan,
+    parse_participation,
+)
 
 
 # ---------------------------------------------------------------- commands
@@ -72,13 +51,13 @@ def cmd_demo(args) -> None:
         sys.stdout.write(json.dumps(demo.json_safe(payload), sort_keys=True) + "\n")
     else:
         text = demo.format_table(summary) + "\nwrote " + ", ".join(summary["files"])
-        _emit(args, payload, text)
+        emit(args, payload, text)
 
 
 def cmd_topology(args) -> None:
     from edgedp import topology
 
-    g = _graph(args.spec)
+    g = parse_graph(args.spec)
     W = topology.WEIGHTINGS[args.weighting](g)  # noqa: N806
     gap = topology.spectral_gap(W)
     deg = g.degrees
@@ -94,13 +73,13 @@ def cmd_topology(args) -> None:
         "connected": topology.is_connected(g),
     }
     text = "\n".join(f"{k:<14}{v}" for k, v in payload.items())
-    _emit(args, payload, text)
+    emit(args, payload, text)
 
 
 def cmd_plan(args) -> None:
     from edgedp import plan as plan_mod
 
-    g = _graph(args.topology)
+    g = parse_graph(args.topology)
     if args.mechanism != "dsgd" and (args.target_eps is None) == (args.noise_multiplier is None):
         raise UsageError(
             "give exactly one of --target-eps E (with --delta) or --noise-multiplier S"
@@ -115,7 +94,7 @@ def cmd_plan(args) -> None:
             args.mechanism,
             g,
             steps=args.steps,
-            participation=_participation(args.participation),
+            participation=parse_participation(args.participation),
             clip_norm=args.clip_norm,
             learning_rate=args.learning_rate,
             weighting=args.weighting,
@@ -131,7 +110,7 @@ def cmd_plan(args) -> None:
     Path(args.out).write_bytes(p.to_bytes())
     payload = _plan_report(p, args.delta if args.delta is not None else 1e-6)
     payload["out"] = args.out
-    _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
 
 
 def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
@@ -165,25 +144,13 @@ def _trust(p) -> str:
     return algorithms.for_mechanism(p.mechanism).TRUST_MODEL
 
 
-def _load_plan(path: str):
-    from edgedp.errors import PlanError
-    from edgedp.plan import NoisePlan
-
-    try:
-        return NoisePlan.from_bytes(Path(path).read_bytes())
-    except OSError as exc:
-        raise UsageError(f"cannot read plan {path!r}: {exc.strerror}") from None
-    except PlanError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-
-
 def cmd_account(args) -> None:
-    p = _load_plan(args.plan)
+    p = load_plan(args.plan)
     if args.steps_done is not None and not 0 <= args.steps_done <= p.steps:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
     payload = _plan_report(p, args.delta, args.steps_done)
     payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
-    _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
 
 
 def cmd_sim_run(args) -> None:
@@ -191,7 +158,7 @@ def cmd_sim_run(args) -> None:
 
     if args.engine != "batch":
         raise UsageError(f"--engine {args.engine}: only the batch engine exists so far")
-    p = _load_plan(args.plan)
+    p = load_plan(args.plan)
     data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
     try:
         res = batch.run(p, data, trials=args.trials, eval_every=max(1, p.steps // 20))
@@ -211,7 +178,7 @@ def cmd_sim_run(args) -> None:
         "model_digest": res.digests[0],
         "plan_hash": p.plan_hash,
     }
-    _emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
 
 
 def cmd_keys_gen(args) -> None:
@@ -223,7 +190,7 @@ def cmd_keys_gen(args) -> None:
         f"wrote        {info['public_key_file']}, {info['secret_key_file']} (secret), "
         f"{info['noise_secret_file']} (secret)"
     )
-    _emit(args, info, text)
+    emit(args, info, text)
 
 
 def cmd_deploy(args) -> None:
@@ -231,7 +198,7 @@ def cmd_deploy(args) -> None:
 
     from firmware_py import deploy
 
-    p = _load_plan(args.plan)
+    p = load_plan(args.plan)
     if args.topology and args.topology != p.topology:
         raise UsageError(f"--topology {args.topology!r} differs from the plan's {p.topology!r}")
     try:
@@ -268,7 +235,7 @@ def cmd_deploy(args) -> None:
         max_epsilon=args.max_epsilon,
     )
     payload = {"configs": [str(c) for c in configs], "n": p.n, "plan_hash": p.plan_hash}
-    _emit(args, payload, f"wrote {len(configs)} node configs to {out}")
+    emit(args, payload, f"wrote {len(configs)} node configs to {out}")
 
 
 def cmd_local_run(args) -> None:
@@ -278,7 +245,7 @@ def cmd_local_run(args) -> None:
     from edgedp.models import model_digest
     from firmware_py import deploy
 
-    p = _load_plan(args.plan)
+    p = load_plan(args.plan)
     if args.n is not None and args.n != p.n:
         raise UsageError(f"--n {args.n} but the plan is for {p.n} nodes")
     directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="edgedp-local-"))
@@ -310,7 +277,7 @@ def cmd_local_run(args) -> None:
         "directory": str(directory),
         "plan_hash": p.plan_hash,
     }
-    _emit(args, payload, "\n".join(f"{k:<16}{v}" for k, v in payload.items()))
+    emit(args, payload, "\n".join(f"{k:<16}{v}" for k, v in payload.items()))
 
 
 # ---------------------------------------------------------------- parser
@@ -402,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--round-timeout", type=float, default=10.0)
     p.add_argument("--timeout", type=float, default=600.0)
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub, add)
 
     simp = sub.add_parser("sim", help="simulation engines")
     simsub = simp.add_subparsers(dest="sim_command", required=True)

@@ -24,10 +24,9 @@ import time
 import numpy as np
 import zmq.auth
 
-from edgedp import rng
+from edgedp import models, rng
 from edgedp.agent import Agent
 from edgedp.errors import PlanError
-from edgedp.models.linear import LinearModel
 from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
@@ -101,7 +100,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
         log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
-    model = LinearModel(plan.task.model, x.shape[1])
+    model = models.for_task(plan.task, x.shape[1])
     agent = Agent(
         share,
         model=model,

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import algorithms, clipping, rng
+from edgedp import algorithms, clipping, models, rng
 from edgedp.models import model_digest
-from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource, node_noise_key
 from edgedp.plan import NoisePlan, batch_schedule
 from sim.datasets import FederatedData
@@ -53,7 +52,7 @@ def run(
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
     algo = algorithms.for_mechanism(plan.mechanism)
-    model = LinearModel(plan.task.model, data.features)
+    model = models.for_task(plan.task, data.features)
     d = model.dim
     batch, per_epoch = batch_schedule(plan, data.local_size)
     secret = rng.seed_secret(plan.seed)

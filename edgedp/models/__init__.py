@@ -4,7 +4,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["model_digest"]
+__all__ = ["for_task", "model_digest"]
 
 
 def model_digest(models: np.ndarray) -> str:
@@ -14,3 +14,15 @@ def model_digest(models: np.ndarray) -> str:
     '17b0761f87b0'
     """
     return hashlib.sha256(np.ascontiguousarray(models, dtype="<f8").tobytes()).hexdigest()
+
+
+def for_task(task, features: int):
+    """The model backend a plan's task names, for ``features`` input features.
+
+    Every engine (batch, event, device) builds its model here, so they all run the same one.
+    """
+    from edgedp.models.linear import KINDS, LinearModel
+
+    if task.model in KINDS:
+        return LinearModel(task.model, features)
+    raise ValueError(f"Unknown model {task.model!r}; expected one of {sorted(KINDS)}.")

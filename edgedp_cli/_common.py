@@ -1,0 +1,65 @@
+"""Helpers shared by the ``edgedp`` command modules: errors, output, argument parsing."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+__all__ = [
+    "UsageError",
+    "emit",
+    "json_value",
+    "load_plan",
+    "parse_graph",
+    "parse_participation",
+]
+
+
+class UsageError(Exception):
+    """A bad argument; reported as one line, exit status 2."""
+
+
+def json_value(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def emit(args, payload: dict, text: str) -> None:
+    if args.json:
+        clean = {k: json_value(v) for k, v in payload.items()}
+        sys.stdout.write(json.dumps(clean, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(text.rstrip() + "\n")
+
+
+def parse_participation(text: str):
+    from edgedp.accounting.participation import Participation
+
+    try:
+        return Participation.from_string(text)
+    except ValueError as exc:
+        raise UsageError(f"--participation {text!r}: {exc} (use k,b, e.g. 100,1)") from None
+
+
+def parse_graph(spec: str):
+    import topologies
+
+    try:
+        return topologies.parse(spec)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def load_plan(path: str):
+    from edgedp.errors import PlanError
+    from edgedp.plan import NoisePlan
+
+    try:
+        return NoisePlan.from_bytes(Path(path).read_bytes())
+    except OSError as exc:
+        raise UsageError(f"cannot read plan {path!r}: {exc.strerror}") from None
+    except PlanError as exc:
+        raise UsageError(f"{path}: {exc}") from None
