@@ -16,20 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edgedp_cli._common import (
+    UsageError,
+    emit,
+    load_plan,
+    parse_graph,
+    parse_participation,
+)
 
 __all__ = ["main"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
 COMMAND_MODULES: tuple[str, ...] = ()
-
-
-    UsageError,
-    emit,
-    json_value,
-    parse_graph,
-    load_plan,
-    parse_participation,
-)
 
 
 # ---------------------------------------------------------------- commands
