@@ -69,6 +69,7 @@ class Metrics:
     received: int = 0
     missing: int = 0
     clipped: int = 0
+    skipped: int = 0
     rejected: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,6 +79,7 @@ class Metrics:
             "received": self.received,
             "missing": self.missing,
             "clipped": self.clipped,
+            "skipped": self.skipped,
             "rejected": dict(self.rejected),
         }
 
@@ -190,12 +192,13 @@ class Agent:
         }
         m = snap["metrics"]
         self.metrics = Metrics(
-            m["rounds"],
-            m["sent"],
-            m["received"],
-            m["missing"],
-            m["clipped"],
-            Counter(m["rejected"]),
+            rounds=m["rounds"],
+            sent=m["sent"],
+            received=m["received"],
+            missing=m["missing"],
+            clipped=m["clipped"],
+            skipped=m.get("skipped", 0),
+            rejected=Counter(m["rejected"]),
         )
         self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
 
@@ -226,6 +229,26 @@ class Agent:
         msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.half,))
         self.metrics.sent += len(self.neighbours)
         return Outgoing(self.round, self.neighbours, wire.encode(msg), digest)
+
+    def skip_round(self) -> None:
+        """Sit out the current round (the node is offline): no step, no messages.
+
+        The round's noise is drawn and discarded so the stream stays aligned with the round
+        counter: noise is never reused, and what the node releases is a subset of what the
+        plan certifies.
+        """
+        if self.done:
+            raise BudgetExhaustedError(
+                f"node {self.node}: the plan's {self.share.steps} rounds are done."
+            )
+        if self.half is not None:
+            raise RuntimeError(f"round {self.round} already begun; end it instead")
+        if self.share.noise_std > 0:
+            _, self.noise_state = self.noise.next(self.noise_state)
+        self.inbox.pop(self.round, None)
+        self.round += 1
+        self.metrics.rounds += 1
+        self.metrics.skipped += 1
 
     def receive(self, frames: Sequence[Any], *, authenticated_sender: int | None = None) -> bool:
         """Take a message; returns False (and counts why) if it is rejected."""

@@ -26,7 +26,7 @@ from edgedp_cli._common import (
 __all__ = ["main"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("edgedp_cli.sim_cmd",)
 
 
 # ---------------------------------------------------------------- commands
@@ -147,34 +147,6 @@ def cmd_account(args) -> None:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
     payload = _plan_report(p, args.delta, args.steps_done)
     payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
-    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
-
-
-def cmd_sim_run(args) -> None:
-    from sim import batch, datasets
-
-    if args.engine != "batch":
-        raise UsageError(f"--engine {args.engine}: only the batch engine exists so far")
-    p = load_plan(args.plan)
-    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
-    try:
-        res = batch.run(p, data, trials=args.trials, eval_every=max(1, p.steps // 20))
-    except (ValueError, FloatingPointError) as exc:
-        raise UsageError(str(exc)) from None
-    payload = {
-        "engine": "batch",
-        "mechanism": p.mechanism,
-        "rounds": p.steps,
-        "trials": args.trials,
-        "final_test_loss": float(res.test_loss[-1].mean()),
-        "final_test_accuracy": float(res.test_accuracy[-1].mean()) if res.test_accuracy else None,
-        "messages": res.messages,
-        "bytes": res.bytes_sent,
-        "dropped_messages": 0,
-        "clipped_fraction": res.clipped_fraction,
-        "model_digest": res.digests[0],
-        "plan_hash": p.plan_hash,
-    }
     emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
 
 
@@ -370,14 +342,6 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub, add)
 
-    simp = sub.add_parser("sim", help="simulation engines")
-    simsub = simp.add_subparsers(dest="sim_command", required=True)
-    p = simsub.add_parser("run", help="run a plan on its own task")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--plan", required=True)
-    p.add_argument("--engine", default="batch", choices=["batch", "event"])
-    p.add_argument("--trials", type=int, default=1)
-    p.set_defaults(func=cmd_sim_run)
     return ap
 
 

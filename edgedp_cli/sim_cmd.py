@@ -1,0 +1,82 @@
+"""``edgedp sim run`` and ``edgedp sim sweep``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from edgedp_cli._common import UsageError, emit, load_plan
+
+__all__ = ["register"]
+
+
+def cmd_sim_run(args) -> None:
+    from sim import runner, scenarios
+
+    if (args.scenario is None) == (args.plan is None):
+        raise UsageError("give a scenario file or --plan PLAN (not both)")
+    try:
+        if args.plan is not None:
+            sc = scenarios.from_plan(load_plan(args.plan))
+        else:
+            sc = scenarios.load(args.scenario)
+        summary = runner.run_scenario(
+            sc,
+            engine_name=args.engine,
+            out=Path(args.out) if args.out else None,
+            show_progress=not args.json,
+        )
+    except (scenarios.ScenarioError, ValueError, FloatingPointError) as exc:
+        raise UsageError(str(exc)) from None
+    text = "\n".join(f"{k:<20}{v}" for k, v in summary.items())
+    emit(args, summary, text)
+
+
+def cmd_sim_sweep(args) -> None:
+    from sim import runner, scenarios
+
+    try:
+        rows = runner.run_sweep(
+            Path(args.sweep),
+            out=Path(args.out),
+            scheduler=args.scheduler,
+            workers=args.workers,
+            progress=not args.json,
+        )
+    except scenarios.ScenarioError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        sys.stdout.write(json.dumps({"runs": runner._safe(rows), "out": args.out}) + "\n")
+        return
+    head = f"{'scenario':<50}{'final test loss':>16}{'dropped':>9}{'sim s':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        sim_s = r.get("simulated_seconds")
+        lines.append(
+            f"{r['scenario'][:49]:<50}{r['final_test_loss']:>16.4f}"
+            f"{r['dropped_messages']:>9}{(sim_s or 0):>9.2f}"
+        )
+    lines.append(f"wrote {args.out}/sweep.json, {args.out}/sweep.png")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def register(sub, add) -> None:
+    simp = sub.add_parser("sim", help="simulation engines")
+    simsub = simp.add_subparsers(dest="sim_command", required=True)
+    p = simsub.add_parser("run", help="run a scenario file, or a bare plan on an ideal network")
+    p.add_argument("scenario", nargs="?", help="scenario.toml")
+    p.add_argument("--plan", help="a plan file instead of a scenario")
+    p.add_argument("--engine", default="event", choices=["event", "batch"])
+    p.add_argument("--out", help="folder for metrics.json and loss.png")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sim_run)
+    p = simsub.add_parser("sweep", help="run a grid of scenarios and seeds on Dask")
+    p.add_argument("sweep", help="sweep.toml")
+    p.add_argument("--out", default="sweep-out")
+    p.add_argument(
+        "--scheduler", help="address of a running Dask scheduler (default: local cluster)"
+    )
+    p.add_argument("--workers", type=int, default=2, help="local cluster worker processes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sim_sweep)

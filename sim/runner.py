@@ -1,0 +1,273 @@
+"""Run a scenario in an engine, write its metrics (JSON) and plots (PNG); sweeps on Dask."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim import batch, engine
+from sim.scenarios import Scenario, ScenarioError, parse
+
+__all__ = ["run_scenario", "run_sweep", "sweep_points"]
+
+
+def _progress(label: str, total: int, enabled: bool):
+    if not enabled:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=label, unit="round", leave=False)
+
+    def update(done: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    return update, bar.close
+
+
+def run_scenario(
+    sc: Scenario,
+    *,
+    engine_name: str = "event",
+    out: Path | None = None,
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """Run one scenario; returns the summary (and writes files into ``out`` if given)."""
+    data = sc.data()
+    update, close = _progress(sc.name, sc.plan.steps, show_progress)
+    started = time.perf_counter()
+    if engine_name == "batch":
+        if sc.network.loss or sc.faults.dropout or sc.faults.crashes or sc.faults.churn_rate_per_s:
+            raise ScenarioError("the batch engine has no network or faults; use --engine event")
+        res = batch.run(sc.plan, data, eval_every=sc.eval_every, progress=update)
+        metrics = {
+            "rounds": res.eval_steps,
+            "test_loss": [float(v[0]) for v in res.test_loss],
+            "test_accuracy": [float(v[0]) for v in res.test_accuracy],
+            "consensus_distance": [float(v[0]) for v in res.consensus_distance],
+        }
+        summary = {
+            "messages": res.messages,
+            "bytes": res.bytes_sent,
+            "dropped_messages": 0,
+            "model_digest": res.digests[0],
+            "simulated_seconds": None,
+        }
+    elif engine_name == "event":
+        res = engine.run(
+            sc.plan,
+            data,
+            network=sc.network,
+            faults=sc.faults,
+            seed=sc.seed,
+            eval_every=sc.eval_every,
+            progress=update,
+        )
+        metrics = {
+            "rounds": res.eval_rounds,
+            "test_loss": res.test_loss,
+            "test_accuracy": res.test_accuracy,
+            "consensus_distance": res.consensus_distance,
+            "round_seconds": res.round_seconds,
+        }
+        summary = {
+            "messages": res.messages,
+            "bytes": res.bytes_sent,
+            "dropped_messages": res.dropped_messages,
+            "lost_messages": res.lost_messages,
+            "offline_drops": res.offline_drops,
+            "late_or_rejected": res.rejected,
+            "missing": res.missing,
+            "skipped_rounds": res.skipped_rounds,
+            "crashes": res.crashes,
+            "events": res.events,
+            "simulated_seconds": res.simulated_seconds,
+            "model_digest": res.model_digest,
+        }
+    else:
+        raise ScenarioError(f"unknown engine {engine_name!r}; use event or batch")
+    close()
+    g = sc.plan.guarantee() if sc.plan.noise_multiplier > 0 else None
+    summary = {
+        "scenario": sc.name,
+        "engine": engine_name,
+        "seed": sc.seed,
+        "rounds": sc.plan.steps,
+        "nodes": sc.plan.n,
+        "mechanism": sc.plan.mechanism,
+        "final_test_loss": metrics["test_loss"][-1],
+        "final_test_accuracy": metrics["test_accuracy"][-1] if metrics["test_accuracy"] else None,
+        "mu": g.mu if g else math.inf,
+        "plan_hash": sc.plan.plan_hash,
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        **summary,
+    }
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(
+            json.dumps(_safe({"summary": summary, **metrics}), indent=1) + "\n"
+        )
+        _plot(metrics, out, sc.name)
+        summary["files"] = [str(out / "metrics.json"), str(out / "loss.png")]
+    return summary
+
+
+def _safe(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None if math.isnan(x) else "inf"
+    if isinstance(x, dict):
+        return {k: _safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_safe(v) for v in x]
+    return x
+
+
+def _plot(metrics: dict, out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("test_loss", "test loss (mean over nodes)", True),
+        ("consensus_distance", "consensus distance", True),
+    ]
+    if metrics.get("round_seconds"):
+        panels.append(("round_seconds", "simulated seconds per round", False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
+    for ax, (key, label, log) in zip(np.atleast_1d(axes), panels, strict=True):
+        xs = metrics["rounds"] if key != "round_seconds" else range(1, len(metrics[key]) + 1)
+        ax.plot(list(xs), metrics[key])
+        ax.set_xlabel("round")
+        ax.set_ylabel(label)
+        if log and min(metrics[key]) > 0:
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out / "loss.png", dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ sweeps
+def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The grid of a sweep file: ``scenario`` (a base scenario file), ``seeds`` and ``[grid]``
+    mapping dotted keys (e.g. ``"faults.dropout"``) to value lists."""
+    if set(sweep) - {"scenario", "seeds", "grid", "engine"}:
+        raise ScenarioError(f"sweep takes scenario, seeds, grid, engine; got {sorted(sweep)}")
+    if "scenario" not in sweep:
+        raise ScenarioError("sweep.scenario (the base scenario file) is required")
+    path = Path(sweep["scenario"])
+    path = path if path.is_absolute() else base / path
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ScenarioError(f"sweep.scenario {path}: {exc}") from None
+    grid = sweep.get("grid", {})
+    seeds = sweep.get("seeds", [raw.get("seed", 0)])
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ScenarioError("[grid] must map dotted keys to non-empty lists of values")
+    keys = sorted(grid)
+    points = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        for seed in seeds:
+            point = json.loads(json.dumps(raw))
+            label = []
+            for k, v in zip(keys, combo, strict=True):
+                node = point
+                *parents, leaf = k.split(".")
+                for p in parents:
+                    node = node.setdefault(p, {})
+                node[leaf] = v
+                label.append(f"{k}={v}")
+            point["seed"] = seed
+            point["name"] = ",".join([*label, f"seed={seed}"])
+            points.append((point["name"], point))
+    for _, point in points:  # validate everything before any work is shipped
+        parse(point, base=path.parent)
+    return [(name, {"raw": point, "base": str(path.parent)}) for name, point in points]
+
+
+def _run_point(spec: dict[str, Any], engine_name: str) -> dict[str, Any]:
+    sc = parse(spec["raw"], base=Path(spec["base"]))
+    return run_scenario(sc, engine_name=engine_name)
+
+
+def run_sweep(
+    sweep_file: Path,
+    *,
+    out: Path,
+    scheduler: str | None = None,
+    workers: int = 2,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Run every point of a sweep on a Dask cluster (local by default) and gather a table."""
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    sweep_file = Path(sweep_file)
+    try:
+        sweep = tomllib.loads(sweep_file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ScenarioError(f"{sweep_file}: {exc}") from None
+    points = sweep_points(sweep, sweep_file.parent)
+    engine_name = sweep.get("engine", "event")
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        )
+        client = Client(cluster)
+    else:
+        client = Client(scheduler)
+    try:
+        futures = {
+            client.submit(_run_point, spec, engine_name, pure=False): name for name, spec in points
+        }
+        rows = []
+        for i, fut in enumerate(as_completed(futures), start=1):
+            rows.append(fut.result())
+            if progress:
+                print(
+                    f"[{i}/{len(points)}] {futures[fut]}: final test loss "
+                    f"{rows[-1]['final_test_loss']:.4f}",
+                    flush=True,
+                )
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    rows.sort(key=lambda r: r["scenario"])
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(_safe(rows), indent=1) + "\n")
+    _plot_sweep(rows, out / "sweep.png")
+    return rows
+
+
+def _plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(rows) + 2), 4))
+    ax.bar(range(len(rows)), [r["final_test_loss"] for r in rows])
+    ax.set_xticks(
+        range(len(rows)), [r["scenario"] for r in rows], rotation=60, ha="right", fontsize=7
+    )
+    ax.set_ylabel("final test loss")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

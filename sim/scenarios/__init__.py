@@ -1,0 +1,301 @@
+"""Scenario files (TOML): what to run and on which simulated network.
+
+```toml
+# --- constants (the seed makes the run reproducible) ---
+name = "lan-100"
+seed = 1                 # network and fault draws; the plan seed drives noise and data
+steps = 60
+eval_every = 5
+
+[topology]               # or: plan = "run.plan" instead of [topology], [task], [privacy]
+spec = "er:100:0.05:1"
+weighting = "metropolis-hastings"
+
+[task]
+model = "logistic"
+dataset = "digits-parity"
+batch_size = 0           # 0 = whole local dataset per step
+
+[privacy]
+mechanism = "dp-dsgd"    # dsgd | dp-dsgd | antipgd
+target_epsilon = 8.0     # or noise_multiplier = 1.2
+delta = 1e-6
+clip_norm = 1.0
+learning_rate = 0.5
+
+[network]
+latency = { kind = "lognormal", median_ms = 40, sigma = 0.6 }   # constant | uniform | table
+bandwidth_mbps = 20
+loss = 0.01
+round_timeout_s = 2.0
+startup_timeout_s = 5.0
+compute_s = 0.0
+
+[faults]
+dropout = 0.1            # per node and round
+dropout_rule = "renormalize"
+crashes = [{ node = 4, at_s = 3.0, down_s = 2.0 }]   # omit down_s: permanent departure
+churn = { rate_per_s = 0.01, down_s = 3.0, horizon_s = 60.0 }
+```
+Every error names the field (``network.loss = 2 must be in [0, 1)``).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgedp import plan as plan_mod
+from edgedp.accounting.participation import Participation
+from edgedp.agent import DROPOUT_RULES
+from edgedp.errors import PlanError
+from sim import datasets
+from sim.churn import Crash, Faults
+from sim.links import Latency, Network
+
+__all__ = ["Scenario", "ScenarioError", "from_plan", "load", "parse"]
+
+_TOP = {
+    "name",
+    "seed",
+    "steps",
+    "eval_every",
+    "plan",
+    "topology",
+    "task",
+    "privacy",
+    "network",
+    "faults",
+}
+
+
+class ScenarioError(ValueError):
+    """A bad scenario file; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Scenario:
+    name: str
+    seed: int
+    plan: plan_mod.NoisePlan
+    network: Network = field(default_factory=Network)
+    faults: Faults = field(default_factory=Faults)
+    eval_every: int = 10
+
+    def data(self) -> datasets.FederatedData:
+        t = self.plan.task
+        return datasets.partition(
+            datasets.load(t.dataset, seed=self.plan.seed),
+            self.plan.n,
+            scheme=t.partition,
+            seed=self.plan.seed,
+        )
+
+
+def _table(raw: dict, key: str) -> dict:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ScenarioError(f"[{key}] must be a table")
+    return value
+
+
+def _only(section: dict, name: str, allowed: set[str]) -> None:
+    extra = set(section) - allowed
+    if extra:
+        raise ScenarioError(
+            f"[{name}] has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}"
+        )
+
+
+def _number(section: dict, name: str, key: str, default: Any) -> Any:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(f"{name}.{key} = {value!r} must be a number")
+    return value
+
+
+def from_plan(
+    plan: plan_mod.NoisePlan, *, seed: int = 0, eval_every: int | None = None
+) -> Scenario:
+    """A bare plan on its own task over an ideal network (no latency, loss or faults)."""
+    return Scenario(
+        name=f"plan-{plan.plan_hash[:8]}",
+        seed=seed,
+        plan=plan,
+        eval_every=eval_every or max(1, plan.steps // 20),
+    )
+
+
+def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
+    if "plan" in raw:
+        if any(k in raw for k in ("topology", "task", "privacy")):
+            raise ScenarioError("give either plan = FILE or [topology]/[task]/[privacy], not both")
+        path = Path(raw["plan"])
+        path = path if path.is_absolute() else base / path
+        try:
+            return plan_mod.NoisePlan.from_bytes(path.read_bytes())
+        except OSError as exc:
+            raise ScenarioError(f"plan = {str(path)!r}: {exc.strerror}") from None
+        except PlanError as exc:
+            raise ScenarioError(f"plan = {str(path)!r}: {exc}") from None
+    import topologies
+
+    if steps is None:
+        raise ScenarioError("steps is required when the scenario builds its own plan")
+    topo, task_t, priv = _table(raw, "topology"), _table(raw, "task"), _table(raw, "privacy")
+    _only(topo, "topology", {"spec", "weighting"})
+    _only(task_t, "task", {"model", "dataset", "partition", "batch_size"})
+    _only(
+        priv,
+        "privacy",
+        {
+            "mechanism",
+            "target_epsilon",
+            "noise_multiplier",
+            "delta",
+            "clip_norm",
+            "learning_rate",
+            "participation",
+            "seed",
+        },
+    )
+    if "spec" not in topo:
+        raise ScenarioError('topology.spec is required (e.g. "er:100:0.05:1")')
+    try:
+        graph = topologies.parse(str(topo["spec"]))
+    except (ValueError, OSError) as exc:
+        raise ScenarioError(f"topology.spec: {exc}") from None
+    task = plan_mod.TaskSpec(
+        model=str(task_t.get("model", "logistic")),
+        dataset=str(task_t.get("dataset", "digits-parity")),
+        partition=str(task_t.get("partition", "iid")),
+        batch_size=int(task_t.get("batch_size", 0)),
+    )
+    mech = str(priv.get("mechanism", "dp-dsgd"))
+    if "participation" in priv:
+        try:
+            part = Participation.from_string(str(priv["participation"]))
+        except ValueError as exc:
+            raise ScenarioError(f"privacy.participation: {exc}") from None
+    else:
+        try:
+            local = len(datasets.load(task.dataset, seed=0).y_train) // graph.n
+        except ValueError as exc:
+            raise ScenarioError(f"task.dataset: {exc}") from None
+        per_epoch = max(1, local // (task.batch_size or local)) if local else 1
+        part = Participation(math.ceil(steps / per_epoch), per_epoch)
+    noise = {}
+    if mech != "dsgd":
+        if "target_epsilon" in priv:
+            noise = {
+                "target_epsilon": _number(priv, "privacy", "target_epsilon", 0),
+                "delta": _number(priv, "privacy", "delta", 1e-6),
+            }
+        elif "noise_multiplier" in priv:
+            noise = {"noise_multiplier": _number(priv, "privacy", "noise_multiplier", 0)}
+        else:
+            raise ScenarioError("privacy needs target_epsilon (with delta) or noise_multiplier")
+    try:
+        return plan_mod.make_plan(
+            mech,
+            graph,
+            steps=steps,
+            participation=part,
+            clip_norm=_number(priv, "privacy", "clip_norm", 1.0),
+            learning_rate=_number(priv, "privacy", "learning_rate", 0.5),
+            weighting=str(topo.get("weighting", "metropolis-hastings")),
+            task=task,
+            seed=int(priv.get("seed", raw.get("seed", 0))),
+            topology_name=str(topo["spec"]),
+            **noise,
+        )
+    except (ValueError, TypeError) as exc:
+        raise ScenarioError(f"[privacy]/[task]: {exc}") from None
+
+
+def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
+    """Build a Scenario from parsed TOML; ``base`` resolves relative file names."""
+    _only(raw, "scenario", _TOP)
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or seed < 0:
+        raise ScenarioError(f"seed = {seed!r} must be a non-negative integer")
+    steps = raw.get("steps")
+    if steps is not None and (not isinstance(steps, int) or steps < 1):
+        raise ScenarioError(f"steps = {steps!r} must be a positive integer")
+    plan = _build_plan(raw, base, steps)
+    if steps is not None and steps != plan.steps:
+        raise ScenarioError(f"steps = {steps} but the plan has {plan.steps}")
+    net_t = _table(raw, "network")
+    _only(
+        net_t,
+        "network",
+        {"latency", "bandwidth_mbps", "loss", "round_timeout_s", "startup_timeout_s", "compute_s"},
+    )
+    try:
+        network = Network(
+            latency=Latency.from_dict(
+                net_t.get("latency", {"kind": "constant", "ms": 0}), base=base
+            ),
+            bandwidth_mbps=_number(net_t, "network", "bandwidth_mbps", math.inf),
+            loss=_number(net_t, "network", "loss", 0.0),
+            round_timeout_s=_number(net_t, "network", "round_timeout_s", 1.0),
+            startup_timeout_s=_number(net_t, "network", "startup_timeout_s", 5.0),
+            compute_s=_number(net_t, "network", "compute_s", 0.0),
+        )
+        faults = _faults(_table(raw, "faults"))
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    eval_every = raw.get("eval_every", max(1, plan.steps // 20))
+    if not isinstance(eval_every, int) or eval_every < 1:
+        raise ScenarioError(f"eval_every = {eval_every!r} must be a positive integer")
+    return Scenario(
+        name=str(raw.get("name", "scenario")),
+        seed=seed,
+        plan=plan,
+        network=network,
+        faults=faults,
+        eval_every=eval_every,
+    )
+
+
+def _faults(t: dict) -> Faults:
+    _only(t, "faults", {"dropout", "dropout_rule", "crashes", "churn"})
+    rule = str(t.get("dropout_rule", "renormalize"))
+    if rule not in DROPOUT_RULES:
+        raise ScenarioError(
+            f"faults.dropout_rule = {rule!r}; choose one of {sorted(DROPOUT_RULES)}"
+        )
+    crashes = []
+    for i, c in enumerate(t.get("crashes", [])):
+        if not isinstance(c, dict) or not {"node", "at_s"} <= set(c) <= {"node", "at_s", "down_s"}:
+            raise ScenarioError(f"faults.crashes[{i}] needs node and at_s (and optional down_s)")
+        crashes.append(Crash(int(c["node"]), float(c["at_s"]), float(c.get("down_s", math.inf))))
+    churn = t.get("churn", {})
+    if not isinstance(churn, dict) or set(churn) - {"rate_per_s", "down_s", "horizon_s"}:
+        raise ScenarioError("faults.churn takes rate_per_s, down_s, horizon_s")
+    return Faults(
+        dropout=_number(t, "faults", "dropout", 0.0),
+        dropout_rule=rule,
+        crashes=tuple(crashes),
+        churn_rate_per_s=float(churn.get("rate_per_s", 0.0)),
+        churn_down_s=float(churn.get("down_s", 1.0)),
+        churn_horizon_s=float(churn.get("horizon_s", 0.0)),
+    )
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return parse(raw, base=path.parent)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}") from None
