@@ -51,18 +51,28 @@ class TaskSpec:
     dataset: str = "digits-parity"
     partition: str = "iid"
     batch_size: int = 0
+    loss: str = ""  # "" = the model's default (bce logistic, mse linear, ce softmax/mlp)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "model": self.model,
             "dataset": self.dataset,
             "partition": self.partition,
             "batch_size": self.batch_size,
         }
+        if self.loss:  # only when set, so plans without a loss keep their hashes
+            d["loss"] = self.loss
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TaskSpec:
-        return cls(str(d["model"]), str(d["dataset"]), str(d["partition"]), int(d["batch_size"]))
+        return cls(
+            str(d["model"]),
+            str(d["dataset"]),
+            str(d["partition"]),
+            int(d["batch_size"]),
+            str(d.get("loss", "")),
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)

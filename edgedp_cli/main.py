@@ -26,7 +26,7 @@ from edgedp_cli._common import (
 __all__ = ["main"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
-COMMAND_MODULES: tuple[str, ...] = ("edgedp_cli.sim_cmd",)
+COMMAND_MODULES: tuple[str, ...] = ("edgedp_cli.sim_cmd", "edgedp_cli.model_cmd")
 
 
 # ---------------------------------------------------------------- commands
@@ -84,7 +84,11 @@ def cmd_plan(args) -> None:
     if args.target_eps is not None and args.delta is None:
         raise UsageError("--target-eps needs --delta D (e.g. --delta 1e-6)")
     task = plan_mod.TaskSpec(
-        model=args.model, dataset=args.dataset, partition="iid", batch_size=args.batch_size
+        model=args.model,
+        dataset=args.dataset,
+        partition=args.partition,
+        batch_size=args.batch_size,
+        loss=args.loss or "",
     )
     try:
         p = plan_mod.make_plan(
@@ -143,11 +147,106 @@ def _trust(p) -> str:
 
 def cmd_account(args) -> None:
     p = load_plan(args.plan)
+    if args.trust == "pndp":
+        _account_pndp(p, args)
+        return
+    if args.attacker is not None:
+        raise UsageError("--attacker only applies with --trust pndp")
     if args.steps_done is not None and not 0 <= args.steps_done <= p.steps:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
     payload = _plan_report(p, args.delta, args.steps_done)
     payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
     emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+
+
+def _account_pndp(p, args) -> None:
+    """``account --trust pndp``: per-pair PNDP guarantees (paper 000 §7.1, App. A.2)."""
+    from edgedp.accounting import pndp
+    from edgedp_cli._common import json_value
+
+    if args.steps_done is not None:
+        raise UsageError("--steps-done is not supported with --trust pndp (full run only)")
+    if p.noise_multiplier == 0:
+        raise UsageError(f"plan mechanism {p.mechanism!r} adds no noise: nothing to account")
+    attackers = None
+    if args.attacker is not None:
+        try:
+            attackers = [int(x) for x in args.attacker.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--attacker {args.attacker!r}: expected ids like 0,3,5") from None
+        bad = [a for a in attackers if not 0 <= a < p.n]
+        if not attackers or bad or len(set(attackers)) != len(attackers):
+            raise UsageError(
+                f"--attacker {args.attacker!r}: expected distinct node ids in [0, {p.n - 1}]"
+            )
+    show = not args.json and sys.stderr.isatty()
+    res = pndp.pndp_guarantees(
+        p,
+        attackers=attackers,
+        observer=args.observer,
+        progress=(lambda i, k: print(f"attacker set {i}/{k}", file=sys.stderr)) if show else None,
+    )
+    eps = res.epsilon(args.delta)
+    rdp2 = res.rdp(2.0)
+    ldp_eps = res.ldp.epsilon(args.delta)
+    rows = [
+        {
+            "attackers": list(res.attacker_sets[a]),
+            "victim": int(v),
+            "distance": json_value(float(d)),
+            "mu": json_value(float(m)),
+            "epsilon": json_value(float(e)),
+            "rdp_alpha2": json_value(float(r)),
+            "sensitivity": float(sv),
+            "exact": bool(x),
+        }
+        for a, v, d, m, e, r, sv, x in zip(
+            res.attacker_index.tolist(),
+            res.victim,
+            res.distance,
+            res.mu,
+            eps,
+            rdp2,
+            res.sensitivity,
+            res.exact,
+            strict=True,
+        )
+    ]
+    payload = {
+        "trust": "pndp",
+        "observer": res.observer,
+        "mechanism": p.mechanism,
+        "topology": p.topology,
+        "n": p.n,
+        "steps": p.steps,
+        "participation": f"{p.participation.k},{p.participation.b}",
+        "noise_multiplier": p.noise_multiplier,
+        "delta": args.delta,
+        "ldp_mu": res.ldp_mu,
+        "ldp_epsilon": ldp_eps,
+        "ldp_sensitivity": res.ldp.sensitivity,
+        "method": res.method,
+        "plan_hash": p.plan_hash,
+        "pairs": rows,
+    }
+    head = (
+        f"PNDP ({res.observer}) for {p.mechanism} on {p.topology}: n={p.n}, T={p.steps}, "
+        f"participation {p.participation.k},{p.participation.b}, sigma={p.noise_multiplier:g}; "
+        f"LDP mu={res.ldp_mu:.6g}, eps={ldp_eps:.6g} at delta={args.delta:g}"
+    )
+    lines = [
+        head,
+        f"{'attacker':>10} {'victim':>7} {'dist':>5} {'mu':>10} {'eps':>10} "
+        f"{'rdp_a2':>11} {'ldp_mu':>9}",
+    ]
+    for i, row in enumerate(rows):
+        att = ",".join(str(a) for a in row["attackers"])
+        dist = res.distance[i]
+        lines.append(
+            f"{att:>10} {row['victim']:>7} {dist if math.isinf(dist) else int(dist)!s:>5} "
+            f"{res.mu[i]:>10.4g} {eps[i]:>10.4g} {rdp2[i]:>11.4g} {res.ldp_mu:>9.4g}"
+        )
+    emit(args, payload, "\n".join(lines))
 
 
 def cmd_keys_gen(args) -> None:
@@ -292,8 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
     )
-    p.add_argument("--model", default="logistic", choices=["logistic", "linear"])
+    p.add_argument(
+        "--model",
+        default="logistic",
+        help="logistic, linear, softmax:C, mlp:IN-H1-..-OUT[:relu|tanh] or onnx:PATH",
+    )
+    p.add_argument("--loss", choices=["mse", "bce", "ce"], help="default: the model's own")
     p.add_argument("--dataset", default="digits-parity")
+    p.add_argument("--partition", default="iid", help="iid or dirichlet:ALPHA")
     p.add_argument("--batch-size", type=int, default=0, help="0 = whole local dataset each step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
@@ -302,6 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plan")
     p.add_argument("--delta", type=float, default=1e-6)
     p.add_argument("--steps-done", type=int, help="privacy spent after this many steps")
+    p.add_argument(
+        "--trust", choices=["ldp", "pndp"], default="ldp", help="trust model (default ldp)"
+    )
+    p.add_argument(
+        "--attacker", help="pndp: colluding node ids, e.g. 0,3 (default: each node in turn)"
+    )
+    p.add_argument(
+        "--observer",
+        choices=["node", "eavesdropper"],
+        default="node",
+        help="pndp: curious nodes (default) or a tap on their incoming links",
+    )
 
     keys = sub.add_parser("keys", help="device keys")
     keysub = keys.add_subparsers(dest="keys_command", required=True)

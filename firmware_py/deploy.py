@@ -75,16 +75,12 @@ def write_shards(plan: NoisePlan, out: Path) -> list[Path]:
     from sim import datasets
 
     data = datasets.partition(
-        datasets.load(plan.task.dataset, seed=plan.seed), plan.n, seed=plan.seed
+        datasets.load(plan.task.dataset, seed=plan.seed),
+        plan.n,
+        scheme=plan.task.partition,
+        seed=plan.seed,
     )
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for u in range(plan.n):
-        p = out / f"node-{u}.npz"
-        np.savez(p, x=data.x[u], y=data.y[u])
-        paths.append(p)
-    return paths
+    return datasets.write_shards(data, Path(out))
 
 
 def _toml_str(s: str) -> str:

@@ -17,6 +17,7 @@ from edgedp import algorithms, clipping, models, rng
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource, node_noise_key
 from edgedp.plan import NoisePlan, batch_schedule
+from sim import evaluation
 from sim.datasets import FederatedData
 
 __all__ = ["BatchResult", "model_digest", "run"]
@@ -74,17 +75,15 @@ def run(
     )
 
     def evaluate(step: int, th: np.ndarray) -> None:
-        losses = model.loss(th, data.x_test[None, None], data.y_test[None, None])
+        losses, accs = evaluation.evaluate(model, th, data.x_test, data.y_test)
         mean_model = th.mean(axis=1)
         result.eval_steps.append(step)
         result.test_loss.append(losses.mean(axis=1))
         result.test_loss_of_mean.append(
-            model.loss(mean_model, data.x_test[None], data.y_test[None])
+            evaluation.evaluate(model, mean_model, data.x_test, data.y_test)[0]
         )
-        if model.kind == "logistic":
-            result.test_accuracy.append(
-                model.accuracy(th, data.x_test[None, None], data.y_test[None, None]).mean(axis=1)
-            )
+        if accs is not None:
+            result.test_accuracy.append(accs.mean(axis=1))
         result.consensus_distance.append(
             np.mean(np.sum((th - mean_model[:, None]) ** 2, axis=-1), axis=1)
         )

@@ -1,9 +1,19 @@
-"""Datasets available offline and their partition across nodes.
+"""Datasets available offline, their partition across nodes, and per-node shard files.
 
-``digits-parity`` is scikit-learn's bundled 8×8 handwritten digits (1,797 images, shipped
-inside the package, no download) with the label "digit is odd"; ``breast-cancer`` is the
-bundled Wisconsin diagnostic set; ``synthetic-logistic`` and ``synthetic-linear`` are drawn
-from a known model. Features are standardised with training-set statistics.
+Real sets ship inside scikit-learn's package files (no download at run time):
+``digits-parity`` (the 8×8 handwritten digits, 1,797 images, label "digit is odd"),
+``digits`` (the same images, the 10 digit classes), ``breast-cancer`` (Wisconsin
+diagnostic, binary) and ``diabetes`` (442 patients, 10 features, regression of disease
+progression). Synthetic sets are drawn from a known model: ``synthetic-logistic``,
+``synthetic-linear`` and ``synthetic-regression`` (linear plus a sine of a second direction:
+a target an MLP can fit better than a line), each with optional ``:FEATURES[:EXAMPLES]``.
+Features are standardised with training-set statistics; regression targets of
+``diabetes`` and ``synthetic-regression`` too. Classification labels are class indices
+held as float64 (shards and the wire are float); model backends convert.
+
+Partition schemes (:func:`partition`): ``iid`` and ``dirichlet:ALPHA`` (label-skewed,
+non-IID). Every node gets the same number of examples m = ⌊N / nodes⌋ (the engines stack
+local sets as ``(nodes, m, f)``), and every training example is used at most once.
 """
 
 from __future__ import annotations
@@ -12,7 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DATASETS", "Dataset", "FederatedData", "load", "partition"]
+from edgedp import _validate
+
+__all__ = ["DATASETS", "Dataset", "FederatedData", "load", "partition", "write_shards"]
+
+#: Dataset.task values whose labels are class indices.
+CLASSIFICATION = ("logistic", "softmax")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -22,7 +37,14 @@ class Dataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
-    task: str  # "logistic" or "linear"
+    task: str  # "logistic" (binary), "softmax" (multi-class) or "linear" (regression)
+
+    @property
+    def classes(self) -> int:
+        """Number of classes (0 for regression)."""
+        if self.task not in CLASSIFICATION:
+            return 0
+        return int(max(self.y_train.max(), self.y_test.max())) + 1
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -48,7 +70,7 @@ class FederatedData:
         return int(self.x.shape[2])
 
 
-def _split(name, x, y, task, rng, test_fraction=0.2) -> Dataset:
+def _split(name, x, y, task, rng, test_fraction=0.2, scale_y=False) -> Dataset:
     order = rng.permutation(len(y))
     n_test = int(round(test_fraction * len(y)))
     test, train = order[:n_test], order[n_test:]
@@ -56,7 +78,10 @@ def _split(name, x, y, task, rng, test_fraction=0.2) -> Dataset:
     std = x[train].std(axis=0)
     std[std == 0] = 1.0
     xs = (x - mean) / std
-    return Dataset(name, xs[train], y[train].astype(float), xs[test], y[test].astype(float), task)
+    y = y.astype(float)
+    if scale_y:
+        y = (y - y[train].mean()) / y[train].std()
+    return Dataset(name, xs[train], y[train], xs[test], y[test], task)
 
 
 def _digits(rng):
@@ -64,6 +89,20 @@ def _digits(rng):
 
     x, y = load_digits(return_X_y=True)
     return _split("digits-parity", x.astype(float), (y % 2 == 1), "logistic", rng)
+
+
+def _digits10(rng):
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return _split("digits", x.astype(float), y, "softmax", rng)
+
+
+def _diabetes(rng):
+    from sklearn.datasets import load_diabetes
+
+    x, y = load_diabetes(return_X_y=True, scaled=False)
+    return _split("diabetes", x.astype(float), y, "linear", rng, scale_y=True)
 
 
 def _breast_cancer(rng):
@@ -74,6 +113,11 @@ def _breast_cancer(rng):
 
 
 def _synthetic(task: str, rng, n=4000, f=20):
+    if task == "regression":
+        x = rng.standard_normal((n, f))
+        w, v = rng.standard_normal((2, f)) / np.sqrt(f)
+        y = x @ w + np.sin(2.0 * (x @ v)) + 0.1 * rng.standard_normal(n)
+        return _split(f"synthetic-regression:{f}:{n}", x, y, "linear", rng, scale_y=True)
     x = rng.standard_normal((n, f))
     w = rng.standard_normal(f) / np.sqrt(f) * 3.0
     m = x @ w
@@ -86,9 +130,12 @@ def _synthetic(task: str, rng, n=4000, f=20):
 
 DATASETS = {
     "digits-parity": _digits,
+    "digits": _digits10,
     "breast-cancer": _breast_cancer,
+    "diabetes": _diabetes,
     "synthetic-logistic": lambda rng: _synthetic("logistic", rng),
     "synthetic-linear": lambda rng: _synthetic("linear", rng),
+    "synthetic-regression": lambda rng: _synthetic("regression", rng),
 }
 
 
@@ -107,25 +154,128 @@ def load(name: str, *, seed: int = 0) -> Dataset:
             raise ValueError(msg) from None
         if f < 1 or n < 10:
             raise ValueError(f"Expected FEATURES >= 1 and EXAMPLES >= 10 in {name!r}.")
-        return _synthetic(base.removeprefix("synthetic-"), np.random.default_rng(seed), n=n, f=f)
+        kind = base.removeprefix("synthetic-")
+        return _synthetic(kind, np.random.default_rng(seed), n=n, f=f)
     if name not in DATASETS:
         raise ValueError(f"Unknown dataset={name!r}; expected one of {sorted(DATASETS)}.")
     return DATASETS[name](np.random.default_rng(seed))
 
 
 def partition(data: Dataset, nodes: int, *, scheme: str = "iid", seed: int = 0) -> FederatedData:
-    """Split the training set into ``nodes`` equal local datasets (the remainder is dropped)."""
-    if scheme != "iid":
-        raise NotImplementedError(
-            f"partition scheme {scheme!r}: only 'iid' exists so far; non-IID (Dirichlet) "
-            "partitions come with the models-and-datasets work."
-        )
+    """Split the training set into ``nodes`` equal local datasets (the remainder is dropped).
+
+    Args:
+      data: a loaded :class:`Dataset`.
+      nodes: the number of nodes n.
+      scheme: ``iid`` (a seeded random split) or ``dirichlet:ALPHA`` (see
+        :func:`dirichlet_indices`; classification datasets only).
+      seed: the partition's seed.
+
+    >>> data = load("digits", seed=0)
+    >>> fed = partition(data, 8, scheme="dirichlet:0.1", seed=0)
+    >>> fed.x.shape, fed.y.shape
+    ((8, 179, 64), (8, 179))
+    """
+    _validate.integer(minimum=1, nodes=nodes)
     m = len(data.y_train) // nodes
     if m < 1:
         raise ValueError(
             f"Expected at most {len(data.y_train)} nodes for {data.name}, got {nodes}."
         )
-    order = np.random.default_rng(seed).permutation(len(data.y_train))[: nodes * m]
+    if scheme == "iid":
+        order = np.random.default_rng(seed).permutation(len(data.y_train))[: nodes * m]
+    elif scheme.startswith("dirichlet:"):
+        try:
+            alpha = float(scheme.removeprefix("dirichlet:"))
+        except ValueError:
+            alpha = -1.0
+        if not alpha > 0:
+            raise ValueError(f"Bad partition {scheme!r}; use dirichlet:ALPHA with ALPHA > 0.")
+        if data.task not in CLASSIFICATION:
+            raise ValueError(
+                f"partition {scheme!r} skews labels; {data.name} is a regression dataset (use iid)."
+            )
+        labels = data.y_train.astype(np.int64)
+        order = dirichlet_indices(labels, nodes, m, alpha=alpha, seed=seed).reshape(-1)
+    else:
+        raise ValueError(f"Unknown partition scheme={scheme!r}; expected iid or dirichlet:ALPHA.")
     x = data.x_train[order].reshape(nodes, m, -1)
     y = data.y_train[order].reshape(nodes, m)
     return FederatedData(x, y, data.x_test, data.y_test, data.task)
+
+
+def _nearest_available(label: int, left: np.ndarray) -> int:
+    """The label closest to ``label`` that still has examples (ties: the smaller one)."""
+    avail = np.flatnonzero(left > 0)
+    return int(avail[np.argmin(np.abs(avail - label))])
+
+
+def dirichlet_indices(
+    labels: np.ndarray, nodes: int, m: int, *, alpha: float, seed: int = 0
+) -> np.ndarray:
+    """Indices ``(nodes, m)`` of a Dirichlet(α) label-skewed partition, no example twice.
+
+    Node by node: draw label proportions p ~ Dirichlet(α · q), where q is the training
+    set's label distribution (so α → ∞ gives every node the global mix, i.e. IID, and
+    ``alpha=inf`` uses q exactly; small α gives each node few labels), then label counts
+    ~ Multinomial(m, p), then take that many examples of each label without replacement
+    from a shuffled pool shared by all nodes. When a label's pool runs out, the remaining
+    draws of that label come from the nearest label (by index) that still has examples; the
+    total n·m ≤ N always fits. Later nodes therefore see more fallback when α is small.
+
+    >>> idx = dirichlet_indices(np.repeat([0, 1, 2], 10), 3, 10, alpha=0.01, seed=1)
+    >>> sorted(np.unique(idx).tolist()) == list(range(30))
+    True
+    """
+    _validate.integer(minimum=1, nodes=nodes, m=m)
+    if not alpha > 0:
+        raise ValueError(f"Expected alpha={alpha!r} > 0.")
+    labels = np.asarray(labels, dtype=np.int64)
+    if nodes * m > len(labels):
+        raise ValueError(f"Expected nodes*m={nodes * m} <= {len(labels)} examples.")
+    rng = np.random.default_rng(seed)
+    classes = int(labels.max()) + 1
+    counts = np.bincount(labels, minlength=classes)
+    prior = counts / counts.sum()
+    present = prior > 0
+    pools = [rng.permutation(np.flatnonzero(labels == c)) for c in range(classes)]
+    left = counts.copy()
+    out = np.empty((nodes, m), dtype=np.int64)
+    for u in range(nodes):
+        p = np.zeros(classes)
+        if np.isinf(alpha):
+            p = prior
+        else:
+            p[present] = rng.dirichlet(alpha * prior[present])
+            if not (np.all(np.isfinite(p)) and p.sum() > 0):  # all-underflow at tiny α
+                p = np.eye(classes)[rng.choice(classes, p=prior)]
+        want = rng.multinomial(m, p / p.sum())
+        taken = []
+        for c in range(classes):
+            need = int(want[c])
+            while need > 0:
+                src = c if left[c] > 0 else _nearest_available(c, left)
+                k = min(need, int(left[src]))
+                start = counts[src] - left[src]
+                taken.append(pools[src][start : start + k])
+                left[src] -= k
+                need -= k
+        out[u] = rng.permutation(np.concatenate(taken))
+    return out
+
+
+def write_shards(data: FederatedData, out) -> list:
+    """Write node u's local set to ``out/node-U.npz`` (arrays ``x`` (m, f) and ``y`` (m,)).
+
+    The format ``edgedp-agent`` reads (``data.shard`` in node.toml). Returns the paths.
+    """
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for u in range(data.nodes):
+        p = out / f"node-{u}.npz"
+        np.savez(p, x=data.x[u], y=data.y[u])
+        paths.append(p)
+    return paths

@@ -25,6 +25,7 @@ from edgedp import models, rng
 from edgedp.agent import Agent
 from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan
+from sim import evaluation
 from sim.churn import Crash, Faults
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
@@ -217,7 +218,8 @@ class _Sim:
                 break
             events += 1
         res = self.result
-        res.events, res.simulated_seconds = events, float(self.env.now)
+        res.events = events
+        res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
         res.models = np.stack([a.theta for a in self.agents])
         res.rejected = sum(sum(a.metrics.rejected.values()) for a in self.agents)
         ends = np.nanmax(self.round_end, axis=0)
@@ -225,12 +227,11 @@ class _Sim:
         x, y = self.data.x_test, self.data.y_test
         for r in sorted(self.evals):
             thetas = np.stack(list(self.evals[r].values()))
+            losses, accs = evaluation.evaluate(self.model, thetas, x, y)
             res.eval_rounds.append(r)
-            res.test_loss.append(float(np.mean(self.model.loss(thetas, x[None], y[None]))))
-            if hasattr(self.model, "accuracy") and self.model.kind == "logistic":
-                res.test_accuracy.append(
-                    float(np.mean(self.model.accuracy(thetas, x[None], y[None])))
-                )
+            res.test_loss.append(float(np.mean(losses)))
+            if accs is not None:
+                res.test_accuracy.append(float(np.mean(accs)))
             mean = thetas.mean(axis=0)
             res.consensus_distance.append(float(np.mean(np.sum((thetas - mean) ** 2, axis=1))))
         return res

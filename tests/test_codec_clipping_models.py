@@ -4,8 +4,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from edgedp import _codec, clipping
+from edgedp import _codec, clipping, models
 from edgedp.models.linear import LinearModel
+from edgedp.plan import TaskSpec
 
 floats = st.floats(-1e6, 1e6, allow_nan=False)
 arrays = hnp.arrays(np.float64, hnp.array_shapes(max_dims=3, max_side=5), elements=floats)
@@ -94,11 +95,31 @@ def test_model_gradients_match_finite_differences(kind, rng):
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)  # float64 central differences
 
 
-def test_models_broadcast_over_leading_axes(rng):
-    model = LinearModel("logistic", 3)
+@pytest.mark.parametrize(
+    "name,loss",
+    [
+        ("logistic", ""),
+        ("linear", ""),
+        ("softmax:3", ""),
+        ("mlp:3-8-3:relu", ""),
+        ("mlp:3-8-6-4:tanh", ""),
+        ("mlp:3-5-4-3:sigmoid,identity", ""),
+        ("mlp:3-8-1:tanh", "bce"),
+        ("mlp:3-8-1:relu", "mse"),
+    ],
+)
+def test_models_broadcast_over_leading_axes(name, loss, rng):
+    model = models.for_task(TaskSpec(model=name, loss=loss), 3)
     theta = rng.standard_normal((2, 4, model.dim))
     x = rng.standard_normal((2, 4, 5, 3))
     y = (rng.random((2, 4, 5)) > 0.5).astype(float)
     batched = model.per_example_gradients(theta, x, y)
     single = model.per_example_gradients(theta[1, 2], x[1, 2], y[1, 2])
     assert batched[1, 2].tobytes() == single.tobytes()  # same bits alone or batched
+    shared = model.per_example_gradients(theta, x[0, 0], y[0, 0])  # broadcast data
+    assert (
+        shared[1, 3].tobytes()
+        == model.per_example_gradients(theta[1, 3], x[0, 0], y[0, 0]).tobytes()
+    )
+    losses = model.loss(theta, x, y)
+    assert losses.shape == (2, 4) and losses[1, 2] == model.loss(theta[1, 2], x[1, 2], y[1, 2])

@@ -20,10 +20,25 @@ DEVICE_MODULES = [
     "edgedp.accounting.rdp",
     "edgedp.accounting.sensitivity",
     "edgedp.accounting.mf",
+    "edgedp.models",
     "edgedp.models.linear",
+    "edgedp.models.spec",
+    "edgedp.models.dense",
+    "edgedp.models.onnx_backend",
     "edgedp._codec",
 ]
-FORBIDDEN = ["scipy", "networkx", "simpy", "matplotlib", "sklearn", "sim", "firmware_py", "tqdm"]
+FORBIDDEN = [
+    "scipy",
+    "networkx",
+    "simpy",
+    "matplotlib",
+    "sklearn",
+    "sim",
+    "firmware_py",
+    "tqdm",
+    "onnx",  # graph building is offline tooling (edgedp.models.graph / importer)
+    "onnxruntime",  # imported lazily, only when an ONNX model is loaded
+]
 
 
 def test_device_path_imports_no_heavy_or_simulation_modules():

@@ -1,4 +1,22 @@
-"""Model backends (numpy; ONNX later) and the model digest every engine reports."""
+"""Model backends and the model digest every engine reports.
+
+A backend exposes ``dim`` (the flat parameter count d), ``init_params() -> (d,)``,
+``per_example_gradients(θ, x, y) -> (..., B, d)``, ``loss(θ, x, y) -> (...)`` (mean over the
+batch), ``classifier`` and, for classifiers, ``accuracy``; all broadcast over leading axes.
+:func:`for_task` is the one factory every engine (batch, event, device) builds its model
+with, so they all run the same one:
+
+==================================  ========================================  ==============
+``task.model``                      backend                                   default loss
+==================================  ========================================  ==============
+``logistic`` / ``linear``           :class:`linear.LinearModel` (numpy)       bce / mse
+``softmax:C``                       :class:`dense.DenseModel` (numpy)         ce
+``mlp:IN-H1-..-OUT[:relu|tanh]``    :class:`dense.DenseModel` (numpy)         ce if OUT ≥ 2
+``onnx:PATH``                       :class:`onnx_backend.OnnxModel`           the file's
+==================================  ========================================  ==============
+
+``task.loss`` empty means the default; otherwise it must be one the model supports.
+"""
 
 import hashlib
 
@@ -16,13 +34,44 @@ def model_digest(models: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(models, dtype="<f8").tobytes()).hexdigest()
 
 
+_LINEAR_LOSS = {"logistic": "bce", "linear": "mse"}
+
+
 def for_task(task, features: int):
     """The model backend a plan's task names, for ``features`` input features.
 
-    Every engine (batch, event, device) builds its model here, so they all run the same one.
+    Raises:
+      ValueError: the model name, its loss or its input size does not fit (the message names
+        the value and the accepted forms).
+
+    >>> from edgedp.plan import TaskSpec
+    >>> for_task(TaskSpec(model="mlp:8-16-10:tanh"), 8).dim
+    314
     """
     from edgedp.models.linear import KINDS, LinearModel
 
-    if task.model in KINDS:
-        return LinearModel(task.model, features)
-    raise ValueError(f"Unknown model {task.model!r}; expected one of {sorted(KINDS)}.")
+    loss = getattr(task, "loss", "")
+    model = task.model
+    if model in KINDS:
+        if loss not in ("", _LINEAR_LOSS[model]):
+            raise ValueError(
+                f"Model {model!r} is trained with loss {_LINEAR_LOSS[model]!r}, not {loss!r}; "
+                "use softmax:C or mlp:... for other losses."
+            )
+        return LinearModel(model, features)
+    if model.startswith("onnx:"):
+        from edgedp.models.onnx_backend import OnnxModel
+
+        path = model.removeprefix("onnx:")
+        if not path:
+            raise ValueError("Expected onnx:PATH with the path of a training graph.")
+        m = OnnxModel(path)
+        if loss not in ("", m.loss_name):
+            raise ValueError(f"{path} is a training graph for loss {m.loss_name!r}, not {loss!r}.")
+        if m.features != features:
+            raise ValueError(f"{path} takes {m.features} features but the data has {features}.")
+        return m
+    from edgedp.models.dense import DenseModel
+    from edgedp.models.spec import parse
+
+    return DenseModel(parse(model, features=features, loss=loss))

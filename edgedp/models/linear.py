@@ -50,6 +50,11 @@ class LinearModel:
     def dim(self) -> int:
         return self.features + 1
 
+    @property
+    def classifier(self) -> bool:
+        """True for 'logistic' (engines report accuracy for classifiers)."""
+        return self.kind == "logistic"
+
     def init_params(self) -> np.ndarray:
         return np.zeros(self.dim)
 

@@ -5,6 +5,8 @@ the importer share: layer sizes ``(IN, H1, …, OUT)``, one activation per hidde
 loss. Names a plan's task can use:
 
 =====================================  =====================================================
+``logistic`` / ``linear``              one output, bce / mse, zero init (the layout of
+                                       ``LinearModel``; engines use that numpy class)
 ``softmax:C``                          multinomial logistic regression, C ≥ 2 classes, ce
 ``mlp:IN-H1-…-OUT[:ACT]``              ACT = relu (default), tanh, sigmoid or identity, for
                                        every hidden layer, or ``ACT1,ACT2,…`` one per layer
@@ -20,10 +22,12 @@ shape ``(out, in)`` (row-major; torch's ``Linear`` and ONNX ``Gemm(transB=1)`` c
 the bias ``dense{l}.bias`` of shape ``(out,)``. ``mlp:F-1`` therefore has the layout of
 ``LinearModel`` (weights, then the bias last).
 
-Initialization: ``softmax`` starts at zero (convex, like the linear models). ``mlp`` draws
-every weight and bias uniformly from ±1/√fan_in (torch's default ``Linear`` range) from the
-keyed stream ``rng.derive_key(b"edgedp.models.init.v1", canonical_name)`` at step 0, so the
-same architecture has the same initial θ, bit for bit, on every device and in every engine.
+Initialization: ``logistic``, ``linear`` and ``softmax`` start at zero (convex problems).
+``mlp`` draws every weight and bias uniformly from ±1/√fan_in (torch's default ``Linear``
+range) from the keyed stream ``rng.derive_key(b"edgedp.models.init.v1", name)`` at step 0,
+``name`` the canonical model name (e.g. ``mlp:64-128-10:relu``; the loss is not part of
+it), so the same architecture has the same initial θ, bit for bit, on every device and in
+every engine.
 
 >>> spec = parse("mlp:4-3-2:tanh", features=4)
 >>> spec.name, spec.loss, spec.dim
@@ -46,6 +50,7 @@ __all__ = ["ACTIVATIONS", "LOSSES", "DenseSpec", "init_params", "parse"]
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "identity")
 LOSSES = ("ce", "bce", "mse")
+_GLM_LOSS = {"logistic": "bce", "linear": "mse"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +65,7 @@ class DenseSpec:
 
     def __post_init__(self) -> None:
         if len(self.sizes) < 2 or any(
-            isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1
-            for s in self.sizes
+            isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in self.sizes
         ):
             raise ValueError(f"Expected sizes={self.sizes!r}: at least two integers >= 1.")
         if len(self.activations) != len(self.sizes) - 2:
@@ -102,6 +106,8 @@ class DenseSpec:
         """The canonical model name (what ``parse`` reads back)."""
         if self.family == "softmax":
             return f"softmax:{self.outputs}"
+        if self.family in _GLM_LOSS:
+            return self.family
         text = "mlp:" + "-".join(str(s) for s in self.sizes)
         if self.activations:
             acts = set(self.activations)
@@ -149,7 +155,7 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
     """The :class:`DenseSpec` a model name describes, for ``features`` inputs.
 
     Args:
-      model: ``softmax:C`` or ``mlp:IN-H1-..-OUT[:ACT]``.
+      model: ``logistic``, ``linear``, ``softmax:C`` or ``mlp:IN-H1-..-OUT[:ACT]``.
       features: the number of input features of the data (IN must equal it).
       loss: ``""`` for the default (``ce``), or one of :data:`LOSSES`.
 
@@ -162,6 +168,10 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
     'mlp:3-1'
     """
     family, _, rest = model.partition(":")
+    if model in _GLM_LOSS:  # the layout of LinearModel: weights, then the bias
+        if loss not in ("", _GLM_LOSS[model]):
+            raise ValueError(f"Model {model!r} is trained with loss {_GLM_LOSS[model]!r}.")
+        return DenseSpec((int(features), 1), (), _GLM_LOSS[model], init="zeros", family=model)
     if family == "softmax":
         try:
             classes = int(rest)
@@ -207,7 +217,7 @@ def init_params(spec: DenseSpec) -> np.ndarray:
     >>> spec = parse("mlp:2-2-2", features=2)
     >>> bool(np.array_equal(init_params(spec), init_params(spec)))
     True
-    >>> float(np.abs(init_params(spec)).max()) <= 1 / np.sqrt(2)
+    >>> bool(np.abs(init_params(spec)).max() <= 1 / np.sqrt(2))
     True
     """
     if spec.init == "zeros":

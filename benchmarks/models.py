@@ -1,0 +1,115 @@
+"""Per-step time of an MLP 64-128-10 on onnxruntime vs the numpy backend, and session memory.
+
+A step here is what an agent does with its model each round: per-example gradients of a
+batch of 32 examples (d = 9,610) and the per-example clipped sum. Backends: the numpy
+``DenseModel`` (elementwise products reduced over the last axis — bit-reproducible, no
+BLAS) and ``OnnxModel`` on the float32 and float64 training graphs (one thread, IOBinding
+with preallocated outputs). For reference, the same float32 graph through a plain
+``session.run`` (fresh output arrays each call). Resident memory is measured in a fresh
+subprocess: RSS after importing numpy, after importing onnxruntime, after creating the
+session and after 100 steps. ``peak_bytes`` counts Python/numpy allocations only, not
+onnxruntime's own arena.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from _timing import median_seconds, peak_bytes
+
+from edgedp import clipping
+from edgedp.models import graph
+from edgedp.models.dense import DenseModel
+from edgedp.models.onnx_backend import OnnxModel
+from edgedp.models.spec import parse
+
+ARCH, BATCH, REPEATS = "mlp:64-128-10:relu", 32, 200
+
+CHILD = r"""
+import json, sys
+
+def rss_kb():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+import numpy as np
+out = {"numpy": rss_kb()}
+import onnxruntime
+out["onnxruntime"] = rss_kb()
+from edgedp.models.onnx_backend import OnnxModel
+m = OnnxModel(sys.argv[1])
+out["session"] = rss_kb()
+rng = np.random.default_rng(0)
+theta = m.init_params()
+x, y = rng.standard_normal((32, m.features)), rng.integers(0, 10, 32).astype(float)
+for _ in range(100):
+    m.per_example_gradients(theta, x, y)
+out["after_steps"] = rss_kb()
+print(json.dumps(out))
+"""
+
+
+def main() -> None:
+    spec = parse(ARCH, features=64)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, 64))
+    y = rng.integers(0, 10, BATCH).astype(float)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {dt: Path(tmp) / f"mlp-{dt}.onnx" for dt in ("float32", "float64")}
+        for dt, p in paths.items():
+            graph.write(spec, p, dtype=dt)
+        backends = {
+            "numpy (float64)": DenseModel(spec),
+            "onnxruntime float32": OnnxModel(paths["float32"]),
+            "onnxruntime float64": OnnxModel(paths["float64"]),
+        }
+        theta = backends["numpy (float64)"].init_params()
+        print(f"{ARCH}, d = {spec.dim:,}, batch {BATCH}; median of {REPEATS} steps")
+        cols = ("backend", "grads ms", "step ms", "vs numpy", "py peak KB")
+        print(f"{cols[0]:<24}{cols[1]:>10}{cols[2]:>10}{cols[3]:>10}{cols[4]:>12}")
+        base = None
+        for name, m in backends.items():
+
+            def grads(m=m):
+                return m.per_example_gradients(theta, x, y)
+
+            def step(m=m):
+                return clipping.clipped_sum(m.per_example_gradients(theta, x, y), 1.0)
+
+            grads()
+            g = median_seconds(grads, REPEATS)
+            s = median_seconds(step, REPEATS)
+            base = base or s
+            peak = peak_bytes(step) / 1024
+            print(f"{name:<24}{g * 1e3:>10.3f}{s * 1e3:>10.3f}{base / s:>9.1f}x{peak:>12.0f}")
+        sess = backends["onnxruntime float32"]._session
+        feed = {
+            p: v.astype(np.float32)
+            for (p, _, _), v in zip(spec.layout(), spec.unflatten(theta), strict=True)
+        }
+        feed.update(x=x.astype(np.float32), y=y.astype(np.float32))
+        raw = median_seconds(lambda: sess.run(None, feed), REPEATS)
+        note = "(plain session.run of the same graph, no copy-out)"
+        print(f"{'  session.run, float32':<24}{raw * 1e3:>10.3f}   {note}")
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(paths["float32"])],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        r = {k: v / 1024 for k, v in json.loads(out.stdout).items()}
+        print("RSS MB (float32 graph, fresh process):")
+        print(f"  numpy imported          {r['numpy']:>7.1f}")
+        print(f"  + onnxruntime imported  {r['onnxruntime'] - r['numpy']:>7.1f}")
+        print(f"  + session created       {r['session'] - r['onnxruntime']:>7.1f}")
+        print(f"  + 100 steps             {r['after_steps'] - r['session']:>7.1f}")
+        print(f"  total                   {r['after_steps']:>7.1f}")
+
+
+if __name__ == "__main__":
+    main()
