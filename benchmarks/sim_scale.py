@@ -75,7 +75,8 @@ def main() -> None:
         f"lognormal latency (median 30 ms), 5% dropouts, one core"
     )
     print(
-        f"event engine: {wall:.1f} s wall, {ev.events:,} events ({ev.events / wall:,.0f} events/s), "
+        f"event engine: {wall:.1f} s wall, {ev.events:,} events "
+        f"({ev.events / wall:,.0f} events/s), "
         f"{ev.messages:,} messages, {ev.simulated_seconds:.1f} simulated s"
     )
     print(f"peak memory (ru_maxrss): {peak:.0f} MB")
