@@ -321,6 +321,13 @@ def make_plan(
                 strategy, participation=participation, noise_multiplier=noise_multiplier
             )
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
+    task = task or TaskSpec()
+    if task.model.startswith("onnx:"):
+        from edgedp import models
+
+        task = TaskSpec(
+            models.pin_onnx(task.model), task.dataset, task.partition, task.batch_size, task.loss
+        )
     plan = NoisePlan(
         mechanism=mechanism,
         topology=topology_name or graph.name or f"graph:{graph.n}",
@@ -337,7 +344,7 @@ def make_plan(
         sensitivity_exact=exact,
         clip_norm=float(clip_norm),
         learning_rate=float(learning_rate),
-        task=task or TaskSpec(),
+        task=task,
         seed=seed,
     )
     _certify(plan)

@@ -15,6 +15,7 @@ shard = "shards/node-3.npz"                # arrays x (m, f) and y (m,)
 
 [model]
 kind = "logistic"                          # must match the plan's task model
+# file = "model.onnx"                      # for onnx:... models: this device's copy (hash-checked)
 
 [run]
 checkpoint_dir = "state/node-3"
@@ -72,6 +73,7 @@ class NodeConfig:
     plan_file: Path
     shard: Path
     model_kind: str
+    model_file: Path | None
     checkpoint_dir: Path
     metrics: Path
     final_model: Path
@@ -180,6 +182,7 @@ def load(path: str | Path) -> NodeConfig:
         plan_file=rel(_get(raw, "plan", "file", str)),
         shard=rel(_get(raw, "data", "shard", str)),
         model_kind=_get(raw, "model", "kind", str, ""),
+        model_file=rel(raw["model"]["file"]) if "file" in raw.get("model", {}) else None,
         checkpoint_dir=rel(state),
         metrics=rel(_get(raw, "run", "metrics", str, str(Path(state) / "metrics.jsonl"))),
         final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),

@@ -53,7 +53,7 @@ def _load_inputs(cfg: config.NodeConfig):
         raise RefusedError(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
     if cfg.id >= plan.n:
         raise config.ConfigError(f"node.id = {cfg.id} but the plan has only {plan.n} nodes")
-    if cfg.model_kind and cfg.model_kind != plan.task.model:
+    if cfg.model_kind and cfg.model_kind != plan.task.model.partition("@")[0]:
         raise config.ConfigError(
             f"model.kind = {cfg.model_kind!r} but the plan was made for {plan.task.model!r}"
         )
@@ -100,7 +100,12 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
         log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
-    model = models.for_task(plan.task, x.shape[1])
+    try:
+        model = models.for_task(
+            plan.task, x.shape[1], model_file=str(cfg.model_file) if cfg.model_file else None
+        )
+    except ValueError as exc:
+        raise config.ConfigError(f"model: {exc}") from None
     agent = Agent(
         share,
         model=model,

@@ -131,7 +131,7 @@ def write_configs(
             f"shard = {_toml_str(shards[u])}",
             "",
             "[model]",
-            f"kind = {_toml_str(plan.task.model)}",
+            f"kind = {_toml_str(plan.task.model.partition('@')[0])}",
             "",
             "[run]",
             f"checkpoint_dir = {_toml_str(f'state/node-{u}')}",

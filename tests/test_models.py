@@ -395,3 +395,51 @@ def test_cli_model_build_and_import(tmp_path, capsys):
         assert cli(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_plans_pin_the_onnx_file_they_were_made_for(tmp_path):
+    import shutil
+
+    from edgedp import models
+    from edgedp.accounting.participation import Participation
+    from edgedp.plan import TaskSpec, make_plan
+
+    path = tmp_path / "m.onnx"
+    subprocess_build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgedp_cli",
+            "model",
+            "build",
+            "--arch",
+            "logistic",
+            "--loss",
+            "bce",
+            "--features",
+            "20",
+            "--out",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert subprocess_build.returncode == 0, subprocess_build.stderr
+    p = make_plan(
+        "dp-dsgd",
+        topologies.parse("ring:4"),
+        steps=3,
+        participation=Participation(3, 1),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=1.0,
+        task=TaskSpec(model=f"onnx:{path}", dataset="synthetic-logistic"),
+    )
+    assert p.task.model.startswith(f"onnx:{path}@") and len(p.task.model.split("@")[1]) == 64
+    assert models.for_task(p.task, 20).dim == 21
+    copy = tmp_path / "device-copy.onnx"
+    shutil.copy(path, copy)
+    assert models.for_task(p.task, 20, model_file=str(copy)).dim == 21  # a device's own copy
+    copy.write_bytes(copy.read_bytes() + b"\x00")
+    with pytest.raises(ValueError, match="not the model the plan was made for"):
+        models.for_task(p.task, 20, model_file=str(copy))

@@ -22,7 +22,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["for_task", "model_digest"]
+__all__ = ["for_task", "model_digest", "pin_onnx"]
 
 
 def model_digest(models: np.ndarray) -> str:
@@ -37,7 +37,29 @@ def model_digest(models: np.ndarray) -> str:
 _LINEAR_LOSS = {"logistic": "bce", "linear": "mse"}
 
 
-def for_task(task, features: int):
+def pin_onnx(model: str) -> str:
+    """``onnx:PATH`` -> ``onnx:PATH@SHA256`` (the file's hash), so a plan certifies its model.
+
+    Other model names are returned unchanged; an already pinned name is checked.
+    """
+    if not model.startswith("onnx:"):
+        return model
+    path, _, want = model.removeprefix("onnx:").partition("@")
+    digest = _file_sha256(path)
+    if want and want != digest:
+        raise ValueError(f"{path} has sha256 {digest[:12]}…, the model name pins {want[:12]}…")
+    return f"onnx:{path}@{digest}"
+
+
+def _file_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError as exc:
+        raise ValueError(f"Cannot read model file {path}: {exc.strerror}") from None
+
+
+def for_task(task, features: int, *, model_file: str | None = None):
     """The model backend a plan's task names, for ``features`` input features.
 
     Raises:
@@ -62,9 +84,12 @@ def for_task(task, features: int):
     if model.startswith("onnx:"):
         from edgedp.models.onnx_backend import OnnxModel
 
-        path = model.removeprefix("onnx:")
+        path, _, pinned = model.removeprefix("onnx:").partition("@")
+        path = model_file or path
         if not path:
             raise ValueError("Expected onnx:PATH with the path of a training graph.")
+        if pinned and _file_sha256(path) != pinned:
+            raise ValueError(f"{path} is not the model the plan was made for (sha256 differs).")
         m = OnnxModel(path)
         if loss not in ("", m.loss_name):
             raise ValueError(f"{path} is a training graph for loss {m.loss_name!r}, not {loss!r}.")

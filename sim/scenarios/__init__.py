@@ -147,7 +147,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         raise ScenarioError("steps is required when the scenario builds its own plan")
     topo, task_t, priv = _table(raw, "topology"), _table(raw, "task"), _table(raw, "privacy")
     _only(topo, "topology", {"spec", "weighting"})
-    _only(task_t, "task", {"model", "dataset", "partition", "batch_size"})
+    _only(task_t, "task", {"model", "dataset", "partition", "batch_size", "loss"})
     _only(
         priv,
         "privacy",
@@ -173,6 +173,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         dataset=str(task_t.get("dataset", "digits-parity")),
         partition=str(task_t.get("partition", "iid")),
         batch_size=int(task_t.get("batch_size", 0)),
+        loss=str(task_t.get("loss", "")),
     )
     mech = str(priv.get("mechanism", "dp-dsgd"))
     if "participation" in priv:
