@@ -3,63 +3,56 @@
 """Optimal temporal factorizations under (k, b)-participation, with a duality certificate.
 
 Paper 003 (Choquette-Choo et al., ICML 2023), Eq. 5-6: for a workload Gram matrix H = AᵀA
-(T × T, positive definite) find X = CᵀC ≻ 0 minimizing tr(H X⁻¹) subject to sens(C) <= 1.
-The loss of any factorization A = (A C⁻¹) C is sens(C)²·‖A C⁻¹‖²_F = sens²·tr(H X⁻¹),
-invariant to scaling C. Three versions of the constraint, for patterns π (``Participation``
-windows over the steps, DESIGN §4):
+(T × T, positive definite) minimize tr(H X⁻¹) over X = CᵀC ≻ 0 with sens(C) <= 1; the loss
+sens(C)²·‖A C⁻¹‖²_F = sens²·tr(H X⁻¹) is scale invariant. Windows π are the maximal
+``Participation.patterns``; "co-participating" pairs (s, t) lie in a common window. Programs:
 
-* (P)   003 §3 / Eq. 35: X >= 0 entrywise and 1ᵀX[π,π]1 <= 1 (exact sensitivity, Eq. 3).
-* (P')  paper 000 Thm 7: Σ_{s,t∈π} |X[s,t]| <= 1, valid for any X and any dimension d.
-* (P_Z) X[s,t] = 0 for s ≠ t co-participating (in one window) and Σ_{s∈π} X[s,s] <= 1.
-  The columns of C[:, π] are then orthogonal, so ‖C[:,π] G‖²_F = Σ X[s,s]‖g_s‖² and the
-  sensitivity is exact for every d (no sign condition needed elsewhere).
+* (P)   003 Eq. 35: X >= 0 everywhere and 1ᵀX[π,π]1 <= 1 (exact sensitivity, 003 Eq. 3).
+* (P36) 003 Eq. 36: the same with X >= 0 only on co-participating pairs (P ⊆ P36).
+* (P')  paper 000 Thm 7: Σ_{s,t∈π} |X[s,t]| <= 1, no sign condition.
+* (P_Z) X[s,t] = 0 for co-participating s ≠ t, Σ_{s∈π} X[s,s] <= 1. C[:, π] then has
+  orthogonal columns, ‖C[:,π] G‖²_F = Σ_s X[s,s]‖g_s‖², so sens is exact for every d.
 
-P_Z ⊆ P' and P ⊆ P', so OPT(P') <= OPT(P_Z), OPT(P). We return a P_Z point; when it is also
->= 0 entrywise (prefix sums: always observed, 003 §3) it is feasible for P as well.
+Certificate (derived here from 003 Thm 3.1). Let S be symmetric, zero off the co-participating
+pairs, and v >= 0 (one per window) with S[s,t] <= U(v)[s,t] := Σ_{π∋s,t} v_π. If Y is feasible
+for P36 then tr(SY) <= Σ U[s,t]·Y[s,t] = Σ_π v_π 1ᵀY[π,π]1 <= Σv, and by 003 Thm 3.1 (Eq. 7)
+inf_{Y≻0} tr(HY⁻¹) + tr(SY) = 2h(S), h(S) = tr((S^½HS^½)^½), attained at
+X(S) = S^-½(S^½HS^½)^½S^-½. So tr(HY⁻¹) >= 2h(S) − Σv; rescaling (S, v) by t and maximizing
+2√t·h − tΣv gives
 
-Dual certificate (derived here; it is Thm 3.1 / Cor 3.1 of 003 with the |X| constraint).
-Let S be symmetric, supported on co-participating pairs (s, t) (s = t included), and v >= 0
-one multiplier per window with |S[s,t]| <= U(v)[s,t] := Σ_{π ∋ s,t} v_π. For Y feasible for
-P': tr(S Y) <= Σ_{s,t} |S[s,t]||Y[s,t]| <= Σ_π v_π Σ_{s,t∈π}|Y[s,t]| <= Σ_π v_π, and by
-003 Thm 3.1 (Eq. 7), for S ≻ 0, inf_{Y≻0} tr(H Y⁻¹) + tr(S Y) = 2h(S) with
-h(S) = tr((S^½ H S^½)^½), attained at Y = X(S) = S^-½ (S^½ H S^½)^½ S^-½. Hence
-tr(H Y⁻¹) >= 2h(S) − Σv for every feasible Y. (S, v) → (tS, tv) keeps feasibility, and
-max_t 2√t·h − tΣv = h²/Σv, so
+    OPT(P) >= OPT(P36) >= dual_bound := h(S)² / Σ_π v_π.
 
-    OPT(P) >= OPT(P') >= dual_bound := h(S)² / Σ_π v_π.
+When the windows partition the steps (steps <= k·b: epochs) each block S[π,π] ≻ 0 has
+constant diagonal v_π, so |S[s,t]| <= v_π and the same chain with |Y[s,t]| bounds OPT(P')
+too; stationarity then forces X[s,t] = 0 on co-participating pairs (003 Fig. 2), hence
+OPT(P_Z) = OPT(P') = OPT(P36) <= OPT(P), with equality when that optimum is >= 0 (prefix
+sums, 003 §3; not momentum, Table 6). We return a P_Z point there, and one with X >= 0 when
+that costs less than the tolerance. For overlapping windows (steps > k·b) we solve P36: S =
+U(v) − M with M >= 0, and primal points either zero or clip the co-participating entries.
 
-At the optimum of P_Z (Lagrangian stationarity: S = X⁻¹HX⁻¹ lives on the co-participation
-pattern with S[s,s] = U(v)[s,s]) the bound is tight. When the windows partition the steps
-(steps <= k·b, every epoch-style schedule) each block S[π,π] is positive definite with constant
-diagonal v_π, so |S[s,t]| <= v_π holds automatically and OPT(P_Z) = OPT(P') exactly. With
-overlapping windows (steps > k·b) the multipliers are repaired per class (scaling, then a
-small LP at the end), the bound stays valid, and the gap says how far P_Z is from P'.
-
-Method: L-BFGS ascent on the concave dual g(S) = 2h(S) − Σv over the free entries of S (one
-v per window, the off-diagonal co-participating entries): b·k(k+1)/2 ≈ 21,000 variables for
-T = 2000, (k, b) = (20, 100), instead of T²/2 primal ones. After permuting the steps by residue
-mod b, S is block diagonal (k × k blocks), so S = LLᵀ, K = LᵀHL and X(S) = L⁻ᵀK^½L⁻¹ cost one
-symmetric eigendecomposition plus O(T²k) work; ∂g/∂v_π = Σ_{s∈π} X[s,s] − 1 and
-∂g/∂S[s,t] = 2X[s,t] (003 Cor 3.1). Each iteration also turns X(S) into a primal point:
-zero its co-participating off-diagonals, rescale each step by 1/√(largest window sum through
-it), and price it with one Cholesky (loss = sens²·tr(HX⁻¹) exactly). Its error is second
-order in the dual error, so loss and bound close together. The L-BFGS initial inverse
-Hessian is the diagonal of -½tr(E X E X) (AM-GM upper bound of the exact Daleckii-Krein
-curvature). Why not the alternatives: the primal has T²/2 ill-conditioned variables and the
-dense reference optimizer needs thousands of Cholesky steps (~26 min at T = 2000), and 003's
-fixed point (Eq. 8) has no line search. Measured on 2 cores: T = 2000, (20, 100) reaches a
-1e-3 gap in ~30 iterations (about a minute), see benchmarks/mf_optimal.py.
+Method: projected L-BFGS ascent on the concave dual g = 2h(S) − Σv over the free entries of
+S: b·k(k+1)/2 ≈ 21,000 variables for T = 2000, (k, b) = (20, 100), instead of T²/2 primal
+ones. Grouping the steps by residue mod b makes S block diagonal (k × k blocks), so with
+S = LLᵀ, K = LᵀHL and X(S) = L⁻ᵀK^½L⁻¹ an iteration costs one T × T symmetric eigensolve plus
+O(T²k); ∂g/∂v_π = Σ_{s∈π} X[s,s] − 1 and ∂g/∂S[s,t] = 2X[s,t] (003 Cor 3.1). Each iterate
+also yields a primal point (co-participating entries of X(S) zeroed, step s rescaled by
+1/√(largest window sum through s)) priced exactly with one Cholesky; its error is second
+order in the dual error, so loss and bound close together. The initial inverse Hessian is
+the diagonal of ½tr(EXEX) (an AM-GM upper bound of the Daleckii-Krein curvature). Not chosen:
+primal descent (T²/2 ill-conditioned variables: the dense reference optimizer needs ~26 min
+at T = 2000 on 2 cores) and 003's fixed point Eq. 8 (no line search). Here T = 2000,
+(20, 100) reaches a 1e-3 gap in ~30 iterations (benchmarks/mf_optimal.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
-import scipy.optimize as sopt
 
 from edgedp._validate import finite_array, integer, positive
 from edgedp.accounting import sensitivity as sens_mod
@@ -152,8 +145,8 @@ def loss(strategy, workload_gram, participation: Participation) -> float:
         TypeError: If participation is not a Participation.
 
     >>> T = 4
-    >>> loss(np.eye(T), prefix_sum_gram(T), Participation(2, 2))  # k·tr(H) = 2·10
-    20.0
+    >>> print(f"{loss(np.eye(T), prefix_sum_gram(T), Participation(2, 2)):.6f}")  # k·tr(H)
+    20.000000
     """
     if not isinstance(participation, Participation):
         raise TypeError(f"Expected participation to be a Participation, got {participation!r}.")
@@ -193,7 +186,9 @@ def _layout(part: Participation, T: int):
         for w, (s, length) in enumerate(windows):
             member[w, s : s + length] = 1.0
         pi, pj = np.nonzero(np.triu(member.T @ member, 1))
-        groups.append(_Group(offset, len(classes), m, member, pi, pj, member[:, pi] * member[:, pj]))
+        groups.append(
+            _Group(offset, len(classes), m, member, pi, pj, member[:, pi] * member[:, pj])
+        )
         perm += [np.arange(r, T, part.b) for r in classes]
         offset += len(classes) * m
     return np.concatenate(perm), groups
@@ -205,130 +200,144 @@ def _window_sums(blocks: np.ndarray, member: np.ndarray) -> np.ndarray:
 
 
 class _Dual:
-    """Evaluates the dual g(S), its gradient, the certificate and a primal point."""
+    """The dual g(S) = 2h(S) − Σv in block coordinates, its certificate and primal points.
+
+    Per class block (steps r, r + b, … after the permutation), S has diagonal U(v) and, on the
+    co-participating pairs, free entries when one window covers the class (partition case),
+    else S = U(v) − M with M >= 0 (so that S <= U(v) holds by construction).
+    """
 
     def __init__(self, H: np.ndarray, part: Participation):
         self.T = H.shape[0]
         self.perm, self.groups = _layout(part, self.T)
+        self.overlap = any(g.member.shape[0] > 1 for g in self.groups)
         self.Hp = H[np.ix_(self.perm, self.perm)]
         self.Hp_chol = np.linalg.cholesky(self.Hp)
-        sizes = [(g.n * g.member.shape[0], g.n * g.pi.size) for g in self.groups]
-        self.slices, start = [], 0
-        for nv, nb in sizes:
+        self.slices, lower, start = [], [], 0
+        for g in self.groups:
+            nv, nb = g.n * g.member.shape[0], g.n * g.pi.size
             self.slices.append((slice(start, start + nv), slice(start + nv, start + nv + nb)))
+            lower += [np.zeros(nv), np.full(nb, 0.0 if g.member.shape[0] > 1 else -np.inf)]
             start += nv + nb
-        self.size = start
-        rows = [g.offset + c * g.m + g.pi for g in self.groups for c in range(g.n)]
-        cols = [g.offset + c * g.m + g.pj for g in self.groups for c in range(g.n)]
-        self.band_rows, self.band_cols = np.concatenate(rows), np.concatenate(cols)
+        self.lower = np.concatenate(lower)
+        self.blocks = [
+            g.offset + g.m * np.arange(g.n)[:, None] + np.arange(g.m) for g in self.groups
+        ]
+        rows = [
+            (i[:, g.pi].ravel(), i[:, g.pj].ravel())
+            for g, i in zip(self.groups, self.blocks, strict=True)
+        ]
+        self.band_rows = np.concatenate([r for r, _ in rows])
+        self.band_cols = np.concatenate([c for _, c in rows])
 
     def start(self) -> np.ndarray:
+        """v = 1 per window and S zero off the diagonal."""
         theta = np.zeros(self.size)
-        for sv, _ in self.slices:
+        for g, (sv, sb) in zip(self.groups, self.slices, strict=True):
             theta[sv] = 1.0
+            if g.member.shape[0] > 1:
+                theta[sb] = np.tile(g.pair_member.sum(axis=0), g.n)  # M = U(v)
         return theta
 
-    def evaluate(self, theta: np.ndarray) -> dict | None:
-        T, out = self.T, {}
-        parts = []
+    @property
+    def size(self) -> int:
+        return self.lower.size
+
+    def _blocks(self, theta: np.ndarray):
         for g, (sv, sb) in zip(self.groups, self.slices, strict=True):
             v = theta[sv].reshape(g.n, -1)
             band = theta[sb].reshape(g.n, -1)
+            if g.member.shape[0] > 1:
+                band = v @ g.pair_member - band
             S = np.zeros((g.n, g.m, g.m))
             idx = np.arange(g.m)
             S[:, idx, idx] = v @ g.member
             S[:, g.pi, g.pj] = band
             S[:, g.pj, g.pi] = band
+            yield g, v, S
+
+    def evaluate(self, theta: np.ndarray) -> dict | None:
+        """Dual value, gradient, preconditioner, certificate and primal candidates at θ."""
+        T, parts = self.T, []
+        for g, v, S in self._blocks(theta):
             try:
-                L = np.linalg.cholesky(S)
+                parts.append((g, v, np.linalg.cholesky(S)))
             except np.linalg.LinAlgError:
                 return None  # outside the domain S ≻ 0
-            parts.append((g, v, band, L))
-        HL = np.empty_like(self.Hp)
         K = np.empty_like(self.Hp)
-        for g, _, _, L in parts:
-            cols = slice(g.offset, g.offset + g.n * g.m)
-            HL[:, cols] = np.einsum("tcm,cmk->tck", self.Hp[:, cols].reshape(T, g.n, g.m), L)
-        for g, _, _, L in parts:
-            rows = slice(g.offset, g.offset + g.n * g.m)
-            K[rows] = np.einsum("cmk,cmt->ckt", L, HL[rows].reshape(g.n, g.m, T)).reshape(-1, T)
-        K = (K + K.T) / 2
-        w, Q = sla.eigh(K, overwrite_a=True, check_finite=False, driver="evd")
+        for (g, _, L), idx in zip(parts, self.blocks, strict=True):  # K = Lᵀ Hp L, blockwise
+            cols = slice(idx[0, 0], idx[-1, -1] + 1)
+            HL = self.Hp[:, cols].reshape(T, g.n, g.m).transpose(1, 0, 2) @ L
+            K[:, cols] = HL.transpose(1, 0, 2).reshape(T, -1)
+        for (g, _, L), idx in zip(parts, self.blocks, strict=True):
+            rows = slice(idx[0, 0], idx[-1, -1] + 1)
+            K[rows] = (L.transpose(0, 2, 1) @ K[rows].reshape(g.n, g.m, T)).reshape(-1, T)
+        w, Q = sla.eigh(K, overwrite_a=True, check_finite=False, driver="evd")  # lower half
         w = np.maximum(w, 0.0)
         h = float(np.sqrt(w).sum())
-        Z = Q * w**0.25  # K^½ = Z Zᵀ; X(S) = L⁻ᵀ Z Zᵀ L⁻¹
-        grads, pre, v_total, v_fixed, sens_abs = [], [], 0.0, 0.0, 0.0
-        for g, v, band, L in parts:
-            rows = slice(g.offset, g.offset + g.n * g.m)
-            Linv = np.linalg.inv(L)
-            Z[rows] = np.einsum("ckm,ckt->cmt", Linv, Z[rows].reshape(g.n, g.m, T)).reshape(-1, T)
-            Zb = Z[rows].reshape(g.n, g.m, T)
+        Z = Q * w**0.25  # K^½ = Z Zᵀ, X(S) = L⁻ᵀ Z Zᵀ L⁻¹
+        grads, pre, v_total, sens_abs = [], [], 0.0, 0.0
+        for (g, v, L), idx in zip(parts, self.blocks, strict=True):
+            rows = slice(idx[0, 0], idx[-1, -1] + 1)
+            Zb = np.linalg.inv(L).transpose(0, 2, 1) @ Z[rows].reshape(g.n, g.m, T)
+            Z[rows] = Zb.reshape(-1, T)
             Xb = Zb @ Zb.transpose(0, 2, 1)
-            dX = np.einsum("cmm->cm", Xb)
-            grads += [(dX @ g.member.T - 1.0).ravel(), 2.0 * Xb[:, g.pi, g.pj].ravel()]
-            pre += [
-                (2.0 / _window_sums(Xb**2, g.member)).ravel(),
-                (1.0 / (dX[:, g.pi] * dX[:, g.pj] + Xb[:, g.pi, g.pj] ** 2)).ravel(),
-            ]
+            dX, Xp = np.einsum("cmm->cm", Xb), Xb[:, g.pi, g.pj]
+            if g.member.shape[0] > 1:  # ∂g/∂v_w = 1ᵀX[w,w]1 − 1, ∂g/∂M = −2X
+                sums = _window_sums(Xb, g.member)
+                grads += [(sums - 1.0).ravel(), -2.0 * Xp.ravel()]
+                pre_v = 2.0 / sums**2
+            else:  # ∂g/∂v_π = Σ_{s∈π} X[s,s] − 1, ∂g/∂S[s,t] = 2X[s,t]  (003 Cor 3.1)
+                grads += [(dX @ g.member.T - 1.0).ravel(), 2.0 * Xp.ravel()]
+                pre_v = 2.0 / _window_sums(Xb**2, g.member)
+            pre += [pre_v.ravel(), (1.0 / (dX[:, g.pi] * dX[:, g.pj] + Xp**2)).ravel()]
             sens_abs = max(sens_abs, float(_window_sums(np.abs(Xb), g.member).max()))
-            # Certificate: scale each class's multipliers until |S| <= U(v) on its pairs.
-            need = np.ones(g.n)
-            if g.pi.size:
-                U = v @ g.pair_member
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ratio = np.where(band == 0, 0.0, np.abs(band) / U)
-                need = np.maximum(need, ratio.max(axis=1))
             v_total += float(v.sum())
-            v_fixed += float((need * v.sum(axis=1)).sum())
-        out.update(h=h, g=2 * h - v_total, grad=np.concatenate(grads), pre=np.concatenate(pre))
-        out["bound"] = h * h / v_fixed if np.isfinite(v_fixed) and v_fixed > 0 else 0.0
         X = Z @ Z.T
-        out["candidates"] = [(h * sens_abs, X / sens_abs)]  # X(S) itself (Thm 7, |X| sums)
-        projected = self._project(X)
-        if projected is not None:
-            out["candidates"].append(projected)
-        out["theta"] = theta
-        return out
+        del Z, Q
+        modes = ("zero", "clip") if self.overlap else ("zero",)
+        candidates = [(True, *c) for c in (self._project(X.copy(), m) for m in modes) if c]
+        if not candidates:  # X(S) itself, priced with Thm 7 (|X| sums): valid, maybe not exact
+            candidates.append((False, h * sens_abs, X / sens_abs))
+        return {
+            "theta": theta,
+            "h": h,
+            "g": 2 * h - v_total,
+            "v_total": v_total,
+            "grad": np.concatenate(grads),
+            "pre": np.concatenate(pre),
+            "bound": h * h / v_total,
+            "candidates": candidates,
+        }
 
-    def _project(self, X: np.ndarray):
-        """Zero co-participating off-diagonals, rescale steps, price exactly; None if not PD."""
-        X[self.band_rows, self.band_cols] = 0.0
-        X[self.band_cols, self.band_rows] = 0.0
-        d = np.diag(X).copy()
+    def _project(self, X: np.ndarray, mode: str):
+        """Primal point from X(S): co-participating off-diagonals set to 0 ("zero") or
+        clipped at 0 ("clip"), then priced (see ``price``)."""
+        band = X[self.band_rows, self.band_cols]
+        X[self.band_rows, self.band_cols] = 0.0 if mode == "zero" else np.maximum(band, 0.0)
+        X[self.band_cols, self.band_rows] = X[self.band_rows, self.band_cols]
+        return self.price(X)
+
+    def price(self, X: np.ndarray):
+        """Rescale step s by 1/√(largest window sum through s) so every window sums to <= 1,
+        then return (sens²·tr(Hp X⁻¹), X / sens²) — exact when no co-participating entry is
+        negative — or None if X is not positive definite. Overwrites X."""
         scale = np.empty(self.T)
-        for g in self.groups:
-            rows = slice(g.offset, g.offset + g.n * g.m)
-            sums = d[rows].reshape(g.n, g.m) @ g.member.T  # (classes, windows)
-            through = np.max(sums[:, :, None] * g.member[None], axis=1)
-            scale[rows] = (1.0 / np.sqrt(through)).ravel()
-        X *= np.outer(scale, scale)
+        for g, idx in zip(self.groups, self.blocks, strict=True):
+            sums = _window_sums(X[idx[:, :, None], idx[:, None, :]], g.member)
+            scale[idx] = 1.0 / np.sqrt(np.max(sums[:, :, None] * g.member[None], axis=1))
+        X *= scale[:, None]
+        X *= scale
         try:
             Lx = sla.cholesky(X, lower=True, check_finite=False)
         except np.linalg.LinAlgError:
             return None
         W = sla.solve_triangular(Lx, self.Hp_chol, lower=True, check_finite=False)
-        d = np.diag(X)
-        sens2 = max(float((d[g.offset : g.offset + g.n * g.m].reshape(g.n, g.m) @ g.member.T).max())
-                    for g in self.groups)
+        sens2 = max(
+            float(_window_sums(X[idx[:, :, None], idx[:, None, :]], g.member).max())
+            for g, idx in zip(self.groups, self.blocks, strict=True)
+        )
         return sens2 * float(np.einsum("ij,ij->", W, W)), X / sens2
-
-    def lp_bound(self, theta: np.ndarray, h: float) -> float:
-        """Certificate with the smallest Σv for S (per-class LP, then an exact repair)."""
-        total = 0.0
-        for g, (sv, sb) in zip(self.groups, self.slices, strict=True):
-            v = theta[sv].reshape(g.n, -1)
-            band = np.abs(theta[sb].reshape(g.n, -1))
-            A_ub = -np.hstack([g.member, g.pair_member]).T
-            for c in range(g.n):
-                need = np.concatenate([v[c] @ g.member, band[c]])
-                res = sopt.linprog(np.ones(A_ub.shape[1]), A_ub=A_ub, b_ub=-need,
-                                   bounds=(0, None), method="highs")
-                x = res.x if res.status == 0 else v[c]
-                have = -A_ub @ x
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    fix = np.max(np.where(need > 0, need / have, 0.0))
-                total += float(x.sum()) * max(fix, 1.0) if np.isfinite(fix) else np.inf
-        return h * h / total if 0 < total < np.inf else 0.0
 
 
 def _direction(grad: np.ndarray, pre: np.ndarray, pairs: list) -> np.ndarray:
@@ -348,6 +357,74 @@ def _direction(grad: np.ndarray, pre: np.ndarray, pairs: list) -> np.ndarray:
     return -q
 
 
+def _blas_limit(threads: int | None):
+    if threads is None:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: the limit is only a speed hint
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=threads, user_api="blas")
+
+
+def _solve(dual: _Dual, max_iterations: int, tolerance: float, progress) -> tuple[dict, int]:
+    """Projected L-BFGS ascent on g over θ >= lower; keeps the best primal and bound."""
+    state = dual.evaluate(dual.start())
+    scale = (state["h"] / state["v_total"]) ** 2  # g(tS) = 2√t·h − tΣv is largest here
+    state = dual.evaluate(dual.start() * scale)
+    best = {"key": (True, np.inf), "loss": np.inf, "X": None, "bound": 0.0}
+
+    def record(st) -> None:  # a point with exact sensitivity beats any point without
+        for exact, value, X in st.pop("candidates"):
+            if (not exact, value) < best["key"]:
+                best.update(key=(not exact, value), loss=value, X=X)
+        best["bound"] = max(best["bound"], st["bound"])
+
+    def done() -> bool:
+        """Gap within tolerance; prefers X >= 0 (feasible for 003 Eq. 35 too): a point
+        whose clipped copy misses the tolerance by less than 10× is refined further."""
+        if best["loss"] > (1 + tolerance) * best["bound"]:
+            return False
+        if best["key"][0] or best["X"].min() >= 0:
+            return True
+        clipped = dual.price(np.maximum(best["X"], 0.0))
+        if clipped is not None and clipped[0] <= (1 + tolerance) * best["bound"]:
+            best.update(key=(False, clipped[0]), loss=clipped[0], X=clipped[1])
+            return True
+        return clipped is None or clipped[0] > (1 + 10 * tolerance) * best["bound"]
+
+    record(state)
+    pairs, iteration = [], 0
+    if progress is not None:
+        progress(0, best["loss"], best["bound"])
+    while iteration < max_iterations and not done():
+        iteration += 1
+        theta, f, grad = state["theta"], -state["g"], -state["grad"]
+        free = (theta > dual.lower) | (grad < 0)  # bounds bind only for overlapping windows
+        d = _direction(grad * free, state["pre"], pairs) * free
+        if grad @ d >= 0:  # not a descent direction: restart from the preconditioned gradient
+            pairs.clear()
+            d = -state["pre"] * grad * free
+        step, trial = 1.0, None
+        for _ in range(_MAX_BACKTRACKS):
+            candidate = np.maximum(theta + step * d, dual.lower)
+            trial = dual.evaluate(candidate)
+            if trial is not None and -trial["g"] <= f + _ARMIJO * (grad @ (candidate - theta)):
+                break
+            step *= 0.5 if trial is not None else 0.25
+            trial = None
+        if trial is None:
+            break  # no progress possible at floating-point resolution
+        s, y = trial["theta"] - theta, state["grad"] - trial["grad"]
+        if s @ y > 1e-12 * np.sqrt((s @ s) * (y @ y)):
+            pairs = (pairs + [(s, y)])[-_MEMORY:]
+        state = trial
+        record(state)
+        if progress is not None:
+            progress(iteration, best["loss"], best["bound"])
+    return best, iteration
+
+
 def optimize(
     workload_gram,
     *,
@@ -356,12 +433,14 @@ def optimize(
     max_iterations: int = 1000,
     tolerance: float = 1e-4,
     progress: Callable[[int, float, float], None] | None = None,
+    blas_threads: int | None = 1,
 ) -> Factorization:
     """Optimal strategy C for the workload Gram H under (k, b)-participation (003, Eq. 5-6).
 
-    Solves the dual of Thm 3.1 / Cor 3.1 (with Thm 7 sensitivity) by L-BFGS and returns the
-    best primal point found, which has orthogonal columns within every participation window
-    (exact sensitivity), with a certified lower bound on the optimal loss (module docstring).
+    Solves the dual of 003 Thm 3.1 / Cor 3.1 (with paper 000 Thm 7 sensitivity) by L-BFGS
+    and returns the best primal point found — columns orthogonal within every participation
+    window, so the sensitivity is exact — with a certified lower bound on the optimal loss
+    (module docstring). Among equally good points one with X >= 0 is preferred.
 
     Args:
         workload_gram: H = AᵀA, T × T symmetric positive definite (prefix sums, MAFALDA, …).
@@ -371,6 +450,9 @@ def optimize(
         tolerance: Stop when (loss − dual_bound)/dual_bound <= tolerance (> 0).
         progress: Called as progress(iteration, loss, dual_bound) with the best values so far
             after the start point (iteration 0) and every iteration. Nothing is printed.
+        blas_threads: BLAS threads during the solve (via threadpoolctl when installed; None
+            keeps the process setting). OpenBLAS's threaded symmetric eigensolver was 50×
+            slower than one thread on the 2-core development machine under load.
 
     Returns:
         A :class:`Factorization` (X scaled to sensitivity 1, C lower triangular, CᵀC = X).
@@ -387,6 +469,8 @@ def optimize(
     if not isinstance(participation, Participation):
         raise TypeError(f"Expected participation to be a Participation, got {participation!r}.")
     integer(1, max_iterations=max_iterations)
+    if blas_threads is not None:
+        integer(1, blas_threads=blas_threads)
     positive(tolerance=tolerance)
     H = _gram("workload_gram", workload_gram)
     T = H.shape[0]
@@ -397,74 +481,32 @@ def optimize(
             raise ValueError(f"Expected workload with {T} columns, got shape {A.shape}.")
         if np.max(np.abs(A.T @ A - H)) > 1e-8 * np.max(np.abs(H)):
             raise ValueError("Expected workload A with AᵀA = workload_gram.")
-    try:
-        dual = _Dual(H, participation)
-    except np.linalg.LinAlgError:
-        raise ValueError(
-            "Expected workload_gram to be positive definite (Cholesky failed); "
-            "add a small ridge, e.g. H + 1e-9·tr(H)/T·I."
-        ) from None
-
-    state = dual.evaluate(dual.start())
-    scale = (state["h"] / (state["h"] - state["g"] / 2)) ** 2  # optimal t for S → tS
-    state = dual.evaluate(dual.start() * scale)
-    best = {"loss": np.inf, "X": None, "bound": 0.0, "theta": None, "h": 0.0}
-
-    def record(st):
-        for value, X in st["candidates"]:
-            if value < best["loss"]:
-                best["loss"], best["X"] = value, X
-        if st["bound"] > best["bound"]:
-            best.update(bound=st["bound"], theta=st["theta"], h=st["h"])
-
-    def gap() -> float:
-        return best["loss"] / best["bound"] - 1.0 if best["bound"] > 0 else np.inf
-
-    record(state)
-    if progress is not None:
-        progress(0, best["loss"], best["bound"])
-    pairs: list = []
-    iteration = 0
-    while gap() > tolerance and iteration < max_iterations:
-        iteration += 1
-        theta, f, grad = state["theta"], -state["g"], -state["grad"]
-        d = _direction(grad, state["pre"], pairs)
-        slope = grad @ d
-        if slope >= 0:  # not a descent direction: restart from the preconditioned gradient
-            pairs.clear()
-            d = -state["pre"] * grad
-            slope = grad @ d
-        step, trial = 1.0, None
-        for _ in range(_MAX_BACKTRACKS):
-            trial = dual.evaluate(theta + step * d)
-            if trial is not None and -trial["g"] <= f + _ARMIJO * step * slope:
-                break
-            step *= 0.5 if trial is not None else 0.25
-            trial = None
-        if trial is None:
-            break  # no progress possible at floating-point resolution
-        s, y = trial["theta"] - theta, state["grad"] - trial["grad"]
-        if s @ y > 1e-12 * np.sqrt((s @ s) * (y @ y)):
-            pairs = (pairs + [(s, y)])[-_MEMORY:]
-        state = trial
-        record(state)
-        if progress is not None:
-            progress(iteration, best["loss"], best["bound"])
-
-    if gap() > tolerance and best["theta"] is not None:
-        best["bound"] = max(best["bound"], dual.lp_bound(best["theta"], best["h"]))
-    X = np.empty_like(H)
-    X[np.ix_(dual.perm, dual.perm)] = best["X"]
-    X = (X + X.T) / 2
-    C = np.linalg.cholesky(X[::-1, ::-1]).T[::-1, ::-1]  # lower triangular, CᵀC = X
-    sens2 = sens_mod.from_gram(X, participation.patterns(T)).value ** 2
-    trace = float(np.sum(sla.solve_triangular(C, dual.Hp_chol[np.argsort(dual.perm)][:, :],
-                                               trans="T", lower=True) ** 2))
-    final = sens2 * trace
-    B = None if A is None else sla.solve_triangular(C, A.T, trans="T", lower=True).T
-    bound = best["bound"]
-    final_gap = final / bound - 1.0 if bound > 0 else np.inf
+    with _blas_limit(blas_threads):
+        try:
+            dual = _Dual(H, participation)
+        except np.linalg.LinAlgError:
+            raise ValueError(
+                "Expected workload_gram to be positive definite (Cholesky failed); "
+                "add a small ridge, e.g. H + 1e-9·tr(H)/T·I."
+            ) from None
+        best, iterations = _solve(dual, max_iterations, tolerance, progress)
+        X = np.empty_like(H)
+        X[np.ix_(dual.perm, dual.perm)] = best["X"]
+        X = (X + X.T) / 2
+        C = np.linalg.cholesky(X[::-1, ::-1]).T[::-1, ::-1]  # lower triangular, CᵀC = X
+        sens2 = sens_mod.from_gram(X, participation.patterns(T)).value ** 2
+        factor = dual.Hp_chol[np.argsort(dual.perm)]  # H = factor·factorᵀ
+        final = sens2 * float(np.sum(sla.solve_triangular(C, factor, trans="T", lower=True) ** 2))
+        B = None if A is None else sla.solve_triangular(C, A.T, trans="T", lower=True).T
+    gap = final / best["bound"] - 1.0
     return Factorization(
-        X=X, C=C, B=B, loss=final, dual_bound=bound, gap=final_gap, iterations=iteration,
-        seconds=time.perf_counter() - t0, converged=bool(final_gap <= tolerance),
+        X=X,
+        C=C,
+        B=B,
+        loss=final,
+        dual_bound=best["bound"],
+        gap=gap,
+        iterations=iterations,
+        seconds=time.perf_counter() - t0,
+        converged=bool(gap <= tolerance),
     )
