@@ -95,6 +95,7 @@ class Agent:
       batch_key: the key of the node's data-order permutation.
       dropout_rule: one of :data:`DROPOUT_RULES`.
       round_window: how many rounds ahead a message may be and still be buffered.
+      memoize_noise: simulators only — see :class:`edgedp.noise.NoiseSource`.
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class Agent:
         batch_key: rng.StreamKey,
         dropout_rule: str = "renormalize",
         round_window: int = 8,
+        memoize_noise: bool = False,
     ) -> None:
         if dropout_rule not in DROPOUT_RULES:
             raise ValueError(
@@ -126,7 +128,11 @@ class Agent:
         self.dropout_rule = dropout_rule
         self.round_window = round_window
         self.noise = NoiseSource(
-            share.factor, np.array(noise_key, dtype=object), model.dim, share.noise_std
+            share.factor,
+            np.array(noise_key, dtype=object),
+            model.dim,
+            share.noise_std,
+            memoize=memoize_noise,
         )
         self.noise_state: StreamState = self.noise.init()
         self.theta = np.asarray(model.init_params(), dtype=np.float64)

@@ -11,7 +11,7 @@ way.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,12 +40,17 @@ class NoiseSource:
       keys: an object ndarray of :class:`edgedp.rng.StreamKey` (any shape, () for one node).
       dim: model dimension d.
       std: ν, the standard deviation of the normals before correlation (≥ 0).
+      memoize: keep every step's normals in memory (simulators only: a dense factor then
+        reads past draws instead of regenerating them; the bits are the same, the memory is
+        O(T·d) — never on a device).
     """
 
     factor: object
     keys: np.ndarray
     dim: int
     std: float
+    memoize: bool = False
+    _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         _validate.integer(minimum=1, dim=self.dim)
@@ -61,9 +66,14 @@ class NoiseSource:
 
     def draw(self, step: int) -> np.ndarray:
         """Standard normals of step ``step`` for every key, shape ``keys.shape + (d,)``."""
+        if self.memoize and step in self._memo:
+            return self._memo[step]
         out = np.empty(self.shape)
         for index in np.ndindex(self.keys.shape):
             out[index] = rng.gaussian(self.keys[index], step, (self.dim,))
+        if self.memoize:
+            out.setflags(write=False)
+            self._memo[step] = out
         return out
 
     def init(self) -> StreamState:

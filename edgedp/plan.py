@@ -36,6 +36,8 @@ _MECHANISMS: dict[str, tuple[Any, bool]] = {
     "antipgd": (factors.AntiPGD, True),
     "banded": (None, True),
     "dense": (None, True),
+    "dmf": (None, True),
+    "mafalda": (None, True),
 }
 
 

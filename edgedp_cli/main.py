@@ -26,7 +26,11 @@ from edgedp_cli._common import (
 __all__ = ["main"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
-COMMAND_MODULES: tuple[str, ...] = ("edgedp_cli.sim_cmd", "edgedp_cli.model_cmd")
+COMMAND_MODULES: tuple[str, ...] = (
+    "edgedp_cli.mf_cmd",
+    "edgedp_cli.sim_cmd",
+    "edgedp_cli.model_cmd",
+)
 
 
 # ---------------------------------------------------------------- commands
@@ -90,12 +94,18 @@ def cmd_plan(args) -> None:
         batch_size=args.batch_size,
         loss=args.loss or "",
     )
+    participation = parse_participation(args.participation)
+    _check_task(task)
+    factor, planned = None, None
+    if args.mechanism in PLANNED_MECHANISMS:
+        factor, planned = _planned_factor(args, g, participation)
     try:
         p = plan_mod.make_plan(
             args.mechanism,
             g,
             steps=args.steps,
-            participation=parse_participation(args.participation),
+            participation=participation,
+            factor=factor,
             clip_norm=args.clip_norm,
             learning_rate=args.learning_rate,
             weighting=args.weighting,
@@ -110,8 +120,62 @@ def cmd_plan(args) -> None:
         raise UsageError(str(exc)) from None
     Path(args.out).write_bytes(p.to_bytes())
     payload = _plan_report(p, args.delta if args.delta is not None else 1e-6)
+    if p.noise_multiplier > 0:
+        from edgedp.planning import factorization
+
+        payload["loss_ratio_to_dp_dsgd"] = factorization.relative_loss(
+            p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
+        )
+    if planned is not None:
+        payload.update(
+            factorization_loss=planned.loss,
+            dual_bound=planned.dual_bound,
+            gap=planned.gap,
+            planner_seconds=planned.seconds,
+        )
     payload["out"] = args.out
     emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+
+
+def _check_task(task) -> None:
+    """Build the task's model once on its dataset, so a bad model/loss fails at plan time."""
+    from edgedp import models
+    from sim import datasets
+
+    try:
+        data = datasets.load(task.dataset, seed=0)
+        models.for_task(task, data.x_train.shape[1])
+    except ValueError as exc:
+        raise UsageError(f"task: {exc}") from None
+
+
+#: Mechanisms whose temporal factor the offline planner computes for the topology.
+PLANNED_MECHANISMS = ("dmf", "mafalda")
+
+
+def _planned_factor(args, graph, participation):
+    from edgedp import topology
+    from edgedp.planning import factorization
+
+    W = topology.WEIGHTINGS[args.weighting](graph)  # noqa: N806
+
+    def progress(iteration, loss, bound):
+        if not args.json:
+            sys.stderr.write(
+                f"\r  planning {args.mechanism}: iteration {iteration}, "
+                f"gap {(loss - bound) / bound:.2e}   "
+            )
+            sys.stderr.flush()
+
+    try:
+        planned = factorization.plan_factor(
+            args.mechanism, W, steps=args.steps, participation=participation, progress=progress
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.json:
+        sys.stderr.write("\n")
+    return planned.factor, planned
 
 
 def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
@@ -382,7 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--participation", required=True, help="k,b: at most k participations b steps apart"
     )
-    p.add_argument("--mechanism", required=True, choices=["dsgd", "dp-dsgd", "antipgd"])
+    p.add_argument(
+        "--mechanism", required=True, choices=["dsgd", "dp-dsgd", "antipgd", "dmf", "mafalda"]
+    )
     p.add_argument("--target-eps", type=float)
     p.add_argument("--noise-multiplier", type=float)
     p.add_argument("--delta", type=float)

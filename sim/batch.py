@@ -64,7 +64,7 @@ def run(
         for u in range(plan.n):
             keys[i, u] = node_noise_key(secret, u, trial=tr)
             orders[i, u] = rng.permutation(rng.derive_key(secret, "batch", tr, u), data.local_size)
-    source = NoiseSource(plan.factor, keys, d, plan.noise_std)
+    source = NoiseSource(plan.factor, keys, d, plan.noise_std, memoize=plan.factor.kind == "dense")
     state = source.init()
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
     node_idx = np.arange(plan.n)[None, :, None]

@@ -104,6 +104,7 @@ class _Sim:
             noise_key=node_noise_key(self.secret, u),
             batch_key=rng.derive_key(self.secret, "batch", 0, u),
             dropout_rule=self.faults.dropout_rule,
+            memoize_noise=self.plan.factor.kind == "dense",
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:

@@ -22,6 +22,8 @@ BY_MECHANISM: Mapping[str, object] = MappingProxyType(
         "antipgd": mf_dsgd,
         "banded": mf_dsgd,
         "dense": mf_dsgd,
+        "dmf": mf_dsgd,
+        "mafalda": mf_dsgd,
     }
 )
 

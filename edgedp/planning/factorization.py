@@ -1,0 +1,80 @@
+"""Temporal factors for the MF-D-SGD family, planned for a topology (offline; scipy).
+
+| mechanism | C_local                                       | optimal for       |
+|-----------|-----------------------------------------------|-------------------|
+| dp-dsgd   | I                                             | —                 |
+| antipgd   | lower-triangular ones (paper 000 App. A.3)    | —                 |
+| dmf       | 003 Eq. 5–6 optimum for the prefix sum        | centralized SGD   |
+|           | (used locally, paper 000 App. C)              |                   |
+| mafalda   | optimum for H = Σᵢ AᵢᵀAᵢ (paper 000 Lemma 10) | this gossip W     |
+
+:func:`relative_loss` scores any C_local on the MAFALDA objective of the topology,
+sens(C)²·tr(H (CᵀC)⁻¹), as a ratio to DP-D-SGD's (C = I): below 1 means less error on the
+decentralized workload at the same privacy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgedp import factors
+from edgedp.accounting.participation import Participation
+from edgedp.planning import mafalda, mf_optimal
+
+__all__ = ["PLANNED", "PlannedFactor", "plan_factor", "relative_loss"]
+
+#: Mechanisms whose factor is computed here.
+PLANNED = ("dmf", "mafalda")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PlannedFactor:
+    factor: object
+    loss: float | None
+    dual_bound: float | None
+    gap: float | None
+    iterations: int
+    seconds: float
+
+
+def plan_factor(
+    mechanism: str,
+    mixing_matrix: np.ndarray,
+    *,
+    steps: int,
+    participation: Participation,
+    tolerance: float = 1e-4,
+    progress: Callable[[int, float, float], None] | None = None,
+) -> PlannedFactor:
+    """The optimal temporal factor for ``mechanism`` (``dmf`` or ``mafalda``)."""
+    if mechanism == "dmf":
+        H = mf_optimal.prefix_sum_gram(steps)  # noqa: N806
+    elif mechanism == "mafalda":
+        H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
+    else:
+        raise ValueError(f"mechanism={mechanism!r} is not planned here; expected one of {PLANNED}.")
+    res = mf_optimal.optimize(
+        H, participation=participation, tolerance=tolerance, progress=progress
+    )
+    return PlannedFactor(
+        factors.Dense(np.tril(res.C)),
+        res.loss,
+        res.dual_bound,
+        res.gap,
+        res.iterations,
+        res.seconds,
+    )
+
+
+def relative_loss(
+    strategy: np.ndarray, mixing_matrix: np.ndarray, *, participation: Participation
+) -> float:
+    """MAFALDA objective of ``strategy`` divided by that of C = I (DP-D-SGD)."""
+    steps = strategy.shape[0]
+    H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
+    ours = mf_optimal.loss(strategy, H, participation)
+    base = mf_optimal.loss(np.eye(steps), H, participation)
+    return float(ours / base)

@@ -1,0 +1,78 @@
+"""``edgedp mf optimize``: the optimal factorization of a workload, with its certificate."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from edgedp_cli._common import UsageError, emit, parse_graph, parse_participation
+
+__all__ = ["register"]
+
+
+def cmd_optimize(args) -> None:
+    from edgedp import topology
+    from edgedp.planning import mafalda, mf_optimal
+
+    part = parse_participation(args.participation)
+    if args.workload == "prefix":
+        H = mf_optimal.prefix_sum_gram(args.steps)  # noqa: N806
+    else:
+        if not args.topology:
+            raise UsageError("--workload mafalda needs --topology (e.g. er:100:0.1:1)")
+        W = topology.WEIGHTINGS[args.weighting](parse_graph(args.topology))  # noqa: N806
+        H = mafalda.workload_gram(W, steps=args.steps)  # noqa: N806
+
+    def progress(iteration: int, loss: float, bound: float) -> None:
+        if not args.json:
+            sys.stderr.write(
+                f"\r  iteration {iteration:4d}  loss {loss:.6e}  dual bound "
+                f"{bound:.6e}  gap {(loss - bound) / bound:.2e}   "
+            )
+            sys.stderr.flush()
+
+    try:
+        res = mf_optimal.optimize(
+            H,
+            participation=part,
+            tolerance=args.tolerance,
+            max_iterations=args.max_iterations,
+            progress=progress,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.json:
+        sys.stderr.write("\n")
+    payload = {
+        "workload": args.workload,
+        "steps": args.steps,
+        "participation": f"{part.k},{part.b}",
+        "loss": res.loss,
+        "dual_bound": res.dual_bound,
+        "gap": res.gap,
+        "iterations": res.iterations,
+        "seconds": res.seconds,
+        "converged": res.converged,
+        "identity_loss_ratio": mf_optimal.loss(np.eye(args.steps), H, part) / res.loss,
+    }
+    emit(args, payload, "\n".join(f"{k:<22}{v}" for k, v in payload.items()))
+
+
+def register(sub, add) -> None:
+    from edgedp import topology
+
+    mf = sub.add_parser("mf", help="matrix-factorization planning")
+    mfsub = mf.add_subparsers(dest="mf_command", required=True)
+    p = mfsub.add_parser("optimize", help="optimal factorization of a workload under (k,b)")
+    p.add_argument("--workload", default="prefix", choices=["prefix", "mafalda"])
+    p.add_argument("--topology", help="for --workload mafalda")
+    p.add_argument(
+        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
+    )
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--participation", required=True, help="k,b")
+    p.add_argument("--tolerance", type=float, default=1e-4, help="relative duality gap to stop at")
+    p.add_argument("--max-iterations", type=int, default=1000)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_optimize)
