@@ -12,6 +12,7 @@ DEVICE_MODULES = [
     "edgedp.clipping",
     "edgedp.factors",
     "edgedp.noise",
+    "edgedp.accounting.pndp",
     "edgedp.plan",
     "edgedp.topology",
     "edgedp.algorithms",

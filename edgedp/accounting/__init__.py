@@ -7,14 +7,16 @@ Modules (import the module, then call its functions):
 - :mod:`~edgedp.accounting.participation` — (k, b)-participation patterns.
 - :mod:`~edgedp.accounting.sensitivity` — sens_Π(C; B) (paper 000, Thm 7).
 - :mod:`~edgedp.accounting.mf` — LDP guarantee of MF-D-SGD (paper 000, §5–6).
+- :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim (000 App. A).
 """
 
-from edgedp.accounting import gdp, mf, participation, rdp, sensitivity
+from edgedp.accounting import gdp, mf, participation, pndp, rdp, sensitivity
 
 __all__ = [
     "gdp",
     "mf",
     "participation",
+    "pndp",
     "rdp",
     "sensitivity",
 ]
