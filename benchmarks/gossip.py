@@ -65,7 +65,7 @@ def main() -> None:
             t = time.perf_counter()
             agent.begin_round()
             for v in agent.neighbours:
-                agent.inbox.setdefault(r, {})[v] = agent.half
+                agent.inbox.setdefault(r, {})[v] = agent.message
             agent.end_round()
             times.append(time.perf_counter() - t)
         compute = statistics.median(times)

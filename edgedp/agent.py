@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from edgedp import algorithms, clipping, rng, wire
+from edgedp.algorithms import StepContext
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.factors import StreamState
 from edgedp.noise import NoiseSource, noise_digest
@@ -135,13 +136,15 @@ class Agent:
             memoize=memoize_noise,
         )
         self.noise_state: StreamState = self.noise.init()
-        self.theta = np.asarray(model.init_params(), dtype=np.float64)
-        if self.theta.shape != (model.dim,):
+        theta0 = np.asarray(model.init_params(), dtype=np.float64)
+        if theta0.shape != (model.dim,):
             raise ValueError(
-                f"Model init_params has shape {self.theta.shape}, expected ({model.dim},)."
+                f"Model init_params has shape {theta0.shape}, expected ({model.dim},)."
             )
+        self.state: dict[str, np.ndarray] = self.algo.init_state(theta0)
         self.round = 0
-        self.half: np.ndarray | None = None
+        self.message: np.ndarray | None = None  # this round's outgoing vector, once begun
+        self._ctx = None
         self.neighbours = tuple(sorted(set(share.neighbours) - {self.node}))
         self.inbox: dict[int, dict[int, np.ndarray]] = {}
         self.last_seen: dict[int, np.ndarray] = {}
@@ -157,18 +160,27 @@ class Agent:
 
     # ------------------------------------------------------------------ state
     @property
+    def theta(self) -> np.ndarray:
+        """The node's current model (the algorithm's ``model(state)``)."""
+        return self.algo.model(self.state)
+
+    @theta.setter
+    def theta(self, value: np.ndarray) -> None:
+        self.state = self.algo.init_state(np.asarray(value, dtype=np.float64))
+
+    @property
     def done(self) -> bool:
         return self.round >= self.share.steps
 
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to resume at the start of the current round (no secrets)."""
-        if self.half is not None:
+        if self.message is not None:
             raise RuntimeError("snapshot() must be taken between rounds, not inside one.")
         return {
             "plan_hash": self.share.plan_hash,
             "node": self.node,
             "round": self.round,
-            "theta": self.theta,
+            "state": dict(self.state),
             "noise_step": self.noise_state.step,
             "noise_buffers": list(self.noise_state.buffers),
             "last_seen": {str(k): v for k, v in self.last_seen.items()},
@@ -179,9 +191,12 @@ class Agent:
         """Resume from :meth:`snapshot` output; checks it belongs to this plan and node."""
         if snap.get("plan_hash") != self.share.plan_hash or snap.get("node") != self.node:
             raise PlanError("Checkpoint belongs to another plan or node; refusing to resume.")
-        theta = np.asarray(snap["theta"], dtype=np.float64)
-        if theta.shape != self.theta.shape or not np.all(np.isfinite(theta)):
-            raise PlanError("Checkpoint model has the wrong shape or non-finite values.")
+        state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+        want = self.algo.init_state(self.theta)
+        if set(state) != set(want) or any(
+            state[k].shape != want[k].shape or not np.all(np.isfinite(state[k])) for k in want
+        ):
+            raise PlanError("Checkpoint model state has the wrong fields, shapes or values.")
         r = int(snap["round"])
         if not 0 <= r <= self.share.steps or int(snap["noise_step"]) != r:
             raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
@@ -191,7 +206,7 @@ class Agent:
             b.shape != e.shape for b, e in zip(buffers, expected, strict=True)
         ):
             raise PlanError("Checkpoint noise state does not match the plan's temporal factor.")
-        self.theta, self.round = theta, r
+        self.state, self.round = state, r
         self.noise_state = StreamState(r, buffers)
         self.last_seen = {
             int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
@@ -215,26 +230,35 @@ class Agent:
             raise BudgetExhaustedError(
                 f"node {self.node}: the plan's {self.share.steps} rounds are done."
             )
-        if self.half is not None:
+        if self.message is not None:
             raise RuntimeError(f"round {self.round} already begun")
         slot = self.round % self.per_epoch
         sel = self.order[slot * self.batch : (slot + 1) * self.batch]
-        grads = self.model.per_example_gradients(self.theta, self.x[sel], self.y[sel])
-        gsum, hit = clipping.clipped_sum(grads, self.share.clip_norm)
-        self._clipped = int(hit)
-        noise = None
-        digest = ""
-        if self.share.noise_std > 0:
+        self._clipped = 0
+        self._noise_digest = ""
+
+        def gradient(point: np.ndarray) -> np.ndarray:
+            grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
+            gsum, hit = clipping.clipped_sum(grads, self.share.clip_norm)
+            self._clipped += int(hit)
+            return gsum
+
+        def noise() -> np.ndarray | None:
+            if self.share.noise_std == 0:
+                return None
             if self.noise_state.step != self.round:
                 raise RuntimeError("noise stream out of step with the round counter")
-            noise, self.noise_state = self.noise.next(self.noise_state)
-            digest = noise_digest(noise)
-        self.half = self.algo.local_step(
-            self.theta, gsum, noise, learning_rate=self.share.learning_rate, batch_size=self.batch
+            out, self.noise_state = self.noise.next(self.noise_state)
+            self._noise_digest = noise_digest(out)
+            return out
+
+        self._ctx = StepContext(
+            self.round, self.share.learning_rate, self.share.clip_norm, self.batch, gradient, noise
         )
-        msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.half,))
+        self.state, self.message = self.algo.send(self.state, self._ctx)
+        msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.message,))
         self.metrics.sent += len(self.neighbours)
-        return Outgoing(self.round, self.neighbours, wire.encode(msg), digest)
+        return Outgoing(self.round, self.neighbours, wire.encode(msg), self._noise_digest)
 
     def skip_round(self) -> None:
         """Sit out the current round (the node is offline): no step, no messages.
@@ -247,7 +271,7 @@ class Agent:
             raise BudgetExhaustedError(
                 f"node {self.node}: the plan's {self.share.steps} rounds are done."
             )
-        if self.half is not None:
+        if self.message is not None:
             raise RuntimeError(f"round {self.round} already begun; end it instead")
         if self.share.noise_std > 0:
             _, self.noise_state = self.noise.next(self.noise_state)
@@ -299,18 +323,20 @@ class Agent:
         return all(self.announced.get(v, 0) >= limit for v in self.neighbours)
 
     def ready(self) -> bool:
-        return self.half is not None and not self.missing()
+        return self.message is not None and not self.missing()
 
     def end_round(self) -> RoundReport:
         """Mix (fixed order; dropout rule for missing neighbours) and advance the round."""
-        if self.half is None:
+        if self.message is None:
             raise RuntimeError("end_round() before begin_round()")
         got = self.inbox.pop(self.round, {})
         missing = tuple(v for v in self.neighbours if v not in got)
         weights, vectors = self._mixing_terms(got, set(missing))
-        new = self.algo.combine_node(weights, vectors)
-        update_norm = float(np.sqrt(np.sum((new - self.theta) ** 2)))
-        self.theta = new
+        before = self.theta
+        self.state = self.algo.receive(
+            self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
+        )
+        update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
         for v, vec in got.items():
             self.last_seen[v] = vec
         report = RoundReport(self.round, missing, self._clipped, update_norm)
@@ -318,13 +344,14 @@ class Agent:
         self.metrics.missing += len(missing)
         self.metrics.clipped += self._clipped
         self.round += 1
-        self.half = None
+        self.message = None
+        self._ctx = None
         self.inbox = {k: v for k, v in self.inbox.items() if k >= self.round}
         return report
 
     def _mixing_terms(self, got: dict[int, np.ndarray], missing: set[int]):
         row_ids, row_w = self.share.neighbours, self.share.weights
-        vecs = [self.half if v == self.node else got.get(v) for v in row_ids]
+        vecs = [self.message if v == self.node else got.get(v) for v in row_ids]
         if not missing:
             return row_w, vecs
         weights = list(row_w)
@@ -334,9 +361,9 @@ class Agent:
             if self.dropout_rule == "reuse-last" and v in self.last_seen:
                 vecs[j] = self.last_seen[v]
             elif self.dropout_rule == "self":
-                vecs[j] = self.half
+                vecs[j] = self.message
             else:
-                vecs[j], weights[j] = self.half, 0.0
+                vecs[j], weights[j] = self.message, 0.0
         total = sum(weights)
         if self.dropout_rule in ("renormalize", "reuse-last") and total != 1.0:
             weights = [w / total for w in weights]

@@ -185,7 +185,6 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
             if stop["signal"]:
                 return 128 + stop["signal"]
             report = agent.end_round()
-            checkpoint.save(ckpt_path, agent.snapshot())
             metrics.write(
                 json.dumps(
                     {
@@ -204,6 +203,8 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                 )
                 + "\n"
             )
+            # metrics first: a crash in between repeats a line instead of losing one
+            checkpoint.save(ckpt_path, agent.snapshot())
         buf = io.BytesIO()
         np.save(buf, agent.theta)
         checkpoint.atomic_write(cfg.final_model, buf.getvalue())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgedp import algorithms, clipping, models, rng
+from edgedp.algorithms._gossip import StepContext
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource, node_noise_key
 from edgedp.plan import NoisePlan, batch_schedule
@@ -69,7 +70,6 @@ def run(
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
     node_idx = np.arange(plan.n)[None, :, None]
     result = BatchResult(models=theta)
-    clipped = 0
     degree_sum = int(
         np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None]))
     )
@@ -89,22 +89,34 @@ def run(
         )
 
     evaluate(0, theta)
+    alg_state = algo.init_state(theta)
+    counters = {"clipped": 0}
     for t in range(plan.steps):
         slot = t % per_epoch
         sel = orders[:, :, slot * batch : (slot + 1) * batch]
         xb = data.x[node_idx, sel]
         yb = data.y[node_idx, sel]
-        grads = model.per_example_gradients(theta, xb, yb)
-        gsum, hit = clipping.clipped_sum(grads, plan.clip_norm)
-        clipped += int(hit.sum())
-        if plan.noise_std > 0:
-            noise, state = source.next(state)
-        else:
-            noise = None
-        half = algo.local_step(
-            theta, gsum, noise, learning_rate=plan.learning_rate, batch_size=batch
+
+        def gradient(point, xb=xb, yb=yb):
+            gsum, hit = clipping.clipped_sum(
+                model.per_example_gradients(point, xb, yb), plan.clip_norm
+            )
+            counters["clipped"] += int(hit.sum())
+            return gsum
+
+        def noise():
+            nonlocal state
+            if plan.noise_std == 0:
+                return None
+            out, state = source.next(state)
+            return out
+
+        ctx = StepContext(t, plan.learning_rate, plan.clip_norm, batch, gradient, noise)
+        alg_state, message = algo.send(alg_state, ctx)
+        alg_state = algo.receive(
+            alg_state, plan.mixing_weight, message[..., plan.mixing_index, :], ctx
         )
-        theta = algo.combine(plan.mixing_index, plan.mixing_weight, half)
+        theta = algo.model(alg_state)
         if not np.all(np.isfinite(theta)):
             raise FloatingPointError(
                 f"Model diverged (non-finite) at step {t}; lower the learning rate."
@@ -113,6 +125,7 @@ def run(
             evaluate(t + 1, theta)
         if progress is not None:
             progress(t + 1)
+    clipped = counters["clipped"]
     result.models = theta
     result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
     result.messages = degree_sum * plan.steps * trials

@@ -11,8 +11,16 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from edgedp.algorithms import dp_dsgd, dsgd, mf_dsgd
+from edgedp.algorithms._gossip import StepContext
 
-__all__ = ["BY_MECHANISM", "dp_dsgd", "dsgd", "for_mechanism", "mf_dsgd"]
+__all__ = [
+    "BY_MECHANISM",
+    "StepContext",
+    "dp_dsgd",
+    "dsgd",
+    "for_mechanism",
+    "mf_dsgd",
+]
 
 #: Static, read-only mapping from mechanism name (as in a NoisePlan) to algorithm module.
 BY_MECHANISM: Mapping[str, object] = MappingProxyType(

@@ -1,19 +1,55 @@
-"""Shared gossip primitives: the local noisy step and fixed-order neighbour mixing.
+"""The algorithm protocol every engine drives, and the shared D-SGD-family rules.
 
-Mixing sums neighbours in increasing node id (self included at its sorted position), one
-multiply-add at a time, never through a BLAS product whose summation order varies. The
-batch engine runs the same elementwise operations over ``(trials, nodes, d)`` arrays with a
-padded table from :func:`edgedp.topology.mixing_table`, so every engine produces the same
-bits (DESIGN §2).
+An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
+``ACCOUNTANT`` and ``check_plan(plan)``:
+
+* ``init_state(theta0) -> state`` — a dict of arrays shaped like ``theta0``, i.e. ``(d,)`` on a
+  device or ``(trials, nodes, d)`` in the batch engine;
+* ``send(state, ctx) -> (state, message)`` — the local computation of a round and the vector
+  every neighbour receives;
+* ``receive(state, weights, gathered, ctx) -> state`` — ``gathered[..., j, :]`` is the message
+  of the j-th entry of the node's padded mixing row (its own message at its own position and
+  at padding, whose weight is 0), ``weights[..., j]`` its weight;
+* ``model(state) -> theta`` — the parameters the node would deploy.
+
+``ctx`` is a :class:`StepContext`: the round, the hyper-parameters and two callables,
+``gradient(point)`` (sum of per-example clipped gradients on the round's batch) and
+``noise()`` (the round's correlated Gaussian noise of std ν, None when the plan has none).
+Everything is elementwise or summed in a fixed order, never through BLAS, so one node's
+numbers have the same bits on a device, in the event engine and in the batch engine
+(DESIGN §2).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["local_step", "mix", "mix_node"]
+__all__ = [
+    "StepContext",
+    "init_state",
+    "local_step",
+    "mix",
+    "mix_gathered",
+    "mix_node",
+    "model",
+    "receive",
+    "send",
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StepContext:
+    """What ``send`` and ``receive`` may use in one round (built by the engine)."""
+
+    round: int
+    learning_rate: float
+    clip_norm: float
+    batch_size: int
+    gradient: Callable[[np.ndarray], np.ndarray]
+    noise: Callable[[], np.ndarray | None]
 
 
 def local_step(
@@ -34,30 +70,51 @@ def local_step(
     return theta - learning_rate * (total / batch_size)
 
 
-def mix(index: np.ndarray, weight: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """θ_{t+1}[u] = Σ_j weight[u, j] · values[..., index[u, j], :] for every node u at once.
-
-    Args:
-      index, weight: the padded ``(n, m)`` mixing table (padding has weight 0).
-      values: half-step models, shape ``(..., n, d)``.
-    """
-    out = np.zeros(values.shape)
-    for j in range(index.shape[1]):
-        out = out + weight[:, j, None] * values[..., index[:, j], :]
+def mix_gathered(weights: np.ndarray, gathered: np.ndarray) -> np.ndarray:
+    """Σ_j weights[..., j] · gathered[..., j, :], accumulated in j order (one multiply-add each)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    out = np.zeros(gathered.shape[:-2] + gathered.shape[-1:])
+    for j in range(gathered.shape[-2]):
+        out = out + weights[..., j, None] * gathered[..., j, :]
     return out
 
 
-def mix_node(weights: Sequence[float], vectors: Sequence[np.ndarray]) -> np.ndarray:
-    """One node's mixing: Σ_j weights[j] · vectors[j], accumulated in the given order.
+def mix(index: np.ndarray, weight: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """θ[u] = Σ_j weight[u, j] · values[..., index[u, j], :] for every node u at once."""
+    return mix_gathered(weight, values[..., index, :])
 
-    The caller passes its padded row of the mixing table and, for each entry, the matching
-    neighbour's (or its own) half-step model — the same sequence :func:`mix` uses.
-    """
+
+def mix_node(weights: Sequence[float], vectors: Sequence[np.ndarray]) -> np.ndarray:
+    """One node's mixing of ``vectors`` (its padded row's messages) with ``weights``."""
     if len(weights) != len(vectors) or not vectors:
         raise ValueError(
             f"Expected as many vectors as weights, got {len(vectors)} and {len(weights)}."
         )
-    out = np.zeros(np.shape(vectors[0]))
-    for w, v in zip(weights, vectors, strict=True):
-        out = out + w * v
-    return out
+    return mix_gathered(np.asarray(weights, dtype=np.float64), np.stack(vectors))
+
+
+# ---------------------------------------------------------------- the D-SGD family
+def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
+    return {"theta": theta0}
+
+
+def send(state: dict[str, np.ndarray], ctx: StepContext):
+    """Noisy local step; the half-step model is the message (paper 000 Alg. 1)."""
+    gsum = ctx.gradient(state["theta"])
+    half = local_step(
+        state["theta"],
+        gsum,
+        ctx.noise(),
+        learning_rate=ctx.learning_rate,
+        batch_size=ctx.batch_size,
+    )
+    return {"theta": state["theta"]}, half
+
+
+def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]:
+    """θ_{t+1} = Σ_v W[u, v] θ_{t+½}^v in fixed order."""
+    return {"theta": mix_gathered(weights, gathered)}
+
+
+def model(state: dict[str, np.ndarray]) -> np.ndarray:
+    return state["theta"]

@@ -7,7 +7,15 @@ guarantee is certified by :func:`edgedp.accounting.mf.ldp_guarantee` with C_loca
 
 from __future__ import annotations
 
-from edgedp.algorithms._gossip import local_step, mix, mix_node
+from edgedp.algorithms._gossip import (
+    init_state,
+    local_step,
+    mix,
+    mix_node,
+    model,
+    receive,
+    send,
+)
 
 __all__ = [
     "ACCOUNTANT",
@@ -16,7 +24,11 @@ __all__ = [
     "check_plan",
     "combine",
     "combine_node",
+    "init_state",
     "local_step",
+    "model",
+    "receive",
+    "send",
 ]
 
 NAME = "dp-dsgd"

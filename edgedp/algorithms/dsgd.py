@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from edgedp.algorithms._gossip import local_step, mix, mix_node
+from edgedp.algorithms._gossip import (
+    init_state,
+    local_step,
+    mix,
+    mix_node,
+    model,
+    receive,
+    send,
+)
 
 __all__ = [
     "ACCOUNTANT",
@@ -11,7 +19,11 @@ __all__ = [
     "check_plan",
     "combine",
     "combine_node",
+    "init_state",
     "local_step",
+    "model",
+    "receive",
+    "send",
 ]
 
 NAME = "dsgd"

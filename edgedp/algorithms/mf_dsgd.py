@@ -11,7 +11,15 @@ under the plan's (k, b) participation (paper 000 Thm 7, Lemma 10).
 
 from __future__ import annotations
 
-from edgedp.algorithms._gossip import local_step, mix, mix_node
+from edgedp.algorithms._gossip import (
+    init_state,
+    local_step,
+    mix,
+    mix_node,
+    model,
+    receive,
+    send,
+)
 
 __all__ = [
     "ACCOUNTANT",
@@ -20,7 +28,11 @@ __all__ = [
     "check_plan",
     "combine",
     "combine_node",
+    "init_state",
     "local_step",
+    "model",
+    "receive",
+    "send",
 ]
 
 NAME = "mf-dsgd"
