@@ -1,0 +1,311 @@
+"""Adversary probes: what honest-but-curious nodes and eavesdroppers observe, in both engines.
+
+Attackers (paper 004 §6.3, Fig. 11; paper 000 §4.2 and App. A):
+
+* **honest-but-curious** colluding set 𝒜 (PNDP): sees every message its members send or
+  receive, and its members' own gradients, noise and states;
+* **eavesdropper** tapping one or more links, every link of a node, or all links: sees the
+  messages crossing them (the LDP attacker when it taps all links);
+* **encrypted transport** (CURVE): the eavesdropper sees only sizes and timing — nothing that
+  depends on the data, so whatever it computes carries no information (MI 0).
+
+A :class:`Probe` turns an :class:`Attacker` into an :class:`ObservationLog` with arrays shaped
+``(trials, rounds, ...)``. It listens to either engine through one of two small interfaces:
+
+* :class:`RoundObserver` — the batch engine calls ``observe(view)`` once per round with a
+  :class:`RoundView` of every node and trial (messages, gradients, noise, state);
+* :class:`LinkObserver` — the event engine calls ``on_message(...)`` for every message put
+  on a link, with its wire frames and the simulated time (:func:`run_event` wires it in by
+  subclassing the engine's simulator; one trial).
+
+:class:`GroundTruth` records the victims' private values (the mean clipped gradient) for
+leakage and reconstruction metrics (:mod:`sim.leakage`, :mod:`sim.attacks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+
+from edgedp import wire
+from edgedp.plan import NoisePlan
+from sim import engine
+from sim.churn import Faults
+from sim.links import Network
+from sim.observers import LinkObserver, RoundObserver, RoundView
+
+__all__ = [
+    "Attacker",
+    "GroundTruth",
+    "LinkObserver",
+    "ObservationLog",
+    "Probe",
+    "RoundObserver",
+    "RoundView",
+    "honest_but_curious",
+    "parse_attacker",
+    "run_event",
+    "tap_all",
+    "tap_links",
+    "tap_node",
+]
+
+_KINDS = ("hbc", "links", "node", "all")
+
+
+@dataclass(frozen=True, slots=True)
+class Attacker:
+    """Who attacks: ``kind`` in {"hbc", "links", "node", "all"}; build with the helpers below."""
+
+    kind: str
+    nodes: tuple[int, ...] = ()
+    links: tuple[tuple[int, int], ...] = ()
+    encrypted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"Unknown attacker kind={self.kind!r}; expected one of {_KINDS}.")
+        if self.kind == "hbc" and self.encrypted:
+            raise ValueError(
+                "An honest-but-curious node decrypts what it receives; drop encrypted."
+            )
+
+    @property
+    def label(self) -> str:
+        body = {
+            "hbc": "hbc:" + ",".join(map(str, self.nodes)),
+            "links": "eavesdropper:" + ",".join(f"{u}-{v}" for u, v in self.links),
+            "node": f"eavesdropper:node:{self.nodes[0] if self.nodes else '?'}",
+            "all": "eavesdropper:all",
+        }[self.kind]
+        return body + (":encrypted" if self.encrypted else "")
+
+    def resolve(self, edges: np.ndarray, n: int):
+        """``(directed links seen, senders whose messages are visible, members)``."""
+        directed = sorted(
+            {(int(u), int(v)) for u, v in edges} | {(int(v), int(u)) for u, v in edges}
+        )
+        nodes = set(self.nodes)
+        if any(not 0 <= u < n for u in nodes | {x for link in self.links for x in link}):
+            raise ValueError(f"Attacker {self.label} names a node outside 0..{n - 1}.")
+        if self.kind == "all":
+            seen = directed
+        elif self.kind == "links":
+            want = {(u, v) for u, v in self.links} | {(v, u) for u, v in self.links}
+            missing = sorted(want - set(directed))
+            if missing:
+                raise ValueError(f"Attacker {self.label}: {missing} are not links of the graph.")
+            seen = sorted(want)
+        else:  # hbc and node: every link touching the nodes
+            seen = [(u, v) for u, v in directed if u in nodes or v in nodes]
+        senders = () if self.encrypted else tuple(sorted({u for u, _ in seen} | nodes))
+        members = tuple(sorted(nodes)) if self.kind == "hbc" else ()
+        return tuple(seen), senders, members
+
+
+def honest_but_curious(*nodes: int) -> Attacker:
+    """A colluding set of curious nodes (PNDP attacker)."""
+    if not nodes:
+        raise ValueError("Expected at least one honest-but-curious node.")
+    return Attacker("hbc", nodes=tuple(sorted(set(int(u) for u in nodes))))
+
+
+def tap_links(*links: tuple[int, int], encrypted: bool = False) -> Attacker:
+    """An eavesdropper on the given (undirected) links."""
+    if not links:
+        raise ValueError("Expected at least one link to tap.")
+    return Attacker("links", links=tuple((int(u), int(v)) for u, v in links), encrypted=encrypted)
+
+
+def tap_node(node: int, *, encrypted: bool = False) -> Attacker:
+    """An eavesdropper on every link of ``node``."""
+    return Attacker("node", nodes=(int(node),), encrypted=encrypted)
+
+
+def tap_all(*, encrypted: bool = False) -> Attacker:
+    """An eavesdropper on every link (the LDP attacker when links are in the clear)."""
+    return Attacker("all", encrypted=encrypted)
+
+
+def parse_attacker(text: str) -> Attacker:
+    """``hbc:1,2`` | ``eavesdropper:0-1,1-2`` | ``eavesdropper:node:3`` | ``eavesdropper:all``,
+    each eavesdropper optionally followed by ``:encrypted``.
+
+    >>> parse_attacker("eavesdropper:node:3:encrypted")
+    Attacker(kind='node', nodes=(3,), links=(), encrypted=True)
+    """
+    parts = text.strip().split(":")
+    encrypted = parts[-1] == "encrypted"
+    parts = parts[:-1] if encrypted else parts
+    try:
+        if parts[0] == "hbc" and len(parts) == 2 and not encrypted:
+            return honest_but_curious(*(int(u) for u in parts[1].split(",")))
+        if parts[0] == "eavesdropper" and len(parts) == 2 and parts[1] == "all":
+            return tap_all(encrypted=encrypted)
+        if parts[0] == "eavesdropper" and len(parts) == 3 and parts[1] == "node":
+            return tap_node(int(parts[2]), encrypted=encrypted)
+        if parts[0] == "eavesdropper" and len(parts) == 2:
+            pairs = [tuple(int(u) for u in p.split("-")) for p in parts[1].split(",")]
+            if all(len(p) == 2 for p in pairs):
+                return tap_links(*pairs, encrypted=encrypted)
+    except ValueError:
+        pass
+    raise ValueError(
+        f"Cannot parse attacker {text!r}; expected hbc:NODES, eavesdropper:U-V[,U-V...], "
+        "eavesdropper:node:N or eavesdropper:all (eavesdroppers may end in :encrypted)."
+    )
+
+
+@dataclass(slots=True, eq=False)
+class ObservationLog:
+    """What one attacker observed, per trial and round.
+
+    ``messages[:, t, i]`` is the message of ``senders[i]`` in round t (NaN when not seen;
+    None when the links are encrypted); ``sizes``/``times`` are per tapped directed link
+    (bytes on the wire, 0 when not seen; simulated send time in the event engine, the round
+    index in the batch engine); ``own`` holds the members' own ``gradient`` (Σ clip(g) / B,
+    the private value), ``noise`` (as drawn) and state entries at the start of each round,
+    ``(trials, rounds, members, d)`` — batch engine only; ``batch_size`` is B.
+    """
+
+    attacker: Attacker
+    links: tuple[tuple[int, int], ...]
+    senders: tuple[int, ...]
+    members: tuple[int, ...]
+    messages: np.ndarray | None
+    sizes: np.ndarray
+    times: np.ndarray
+    own: dict[str, np.ndarray] = field(default_factory=dict)
+    batch_size: int = 1
+
+    def sent_by(self, node: int) -> np.ndarray:
+        """``(trials, rounds, d)``: the messages of ``node`` (ValueError when not visible)."""
+        if self.messages is None or node not in self.senders:
+            raise ValueError(f"Attacker {self.attacker.label} does not see node {node}'s messages.")
+        return self.messages[:, :, self.senders.index(node)]
+
+
+def _wire_size(round_: int, sender: int, dim: int) -> int:
+    """Bytes of a model message on the wire (header size varies with round and sender ids)."""
+    header = wire.encode(wire.Message(bytes(32), round_, sender, "model", (np.zeros(1),)))[0]
+    return len(header) - len(msgpack.packb(1)) + len(msgpack.packb(dim)) + 8 * dim
+
+
+class Probe:
+    """Records one attacker's observations; a :class:`RoundObserver` and a :class:`LinkObserver`.
+
+    Args:
+      attacker: who attacks.
+      plan: the run's plan (graph, rounds).
+      trials: trials of the batch run (1 for the event engine).
+      dim: model dimension d.
+    """
+
+    def __init__(self, attacker: Attacker, plan: NoisePlan, *, trials: int, dim: int) -> None:
+        links, senders, members = attacker.resolve(plan.edges, plan.n)
+        T = plan.steps  # noqa: N806 (paper letter)
+        messages = None if attacker.encrypted else np.full((trials, T, len(senders), dim), np.nan)
+        self.log = ObservationLog(
+            attacker,
+            links,
+            senders,
+            members,
+            messages,
+            np.zeros((trials, T, len(links))),
+            np.full((trials, T, len(links)), np.nan),
+        )
+        self._link_index = {link: i for i, link in enumerate(links)}
+        self._dim = dim
+
+    def observe(self, view: RoundView) -> None:
+        log, t = self.log, view.round
+        if log.messages is not None:
+            log.messages[:, t] = view.messages[:, list(log.senders)]
+        sizes = {u: _wire_size(t, u, self._dim) for u in {u for u, _ in log.links}}
+        log.sizes[:, t] = [sizes[u] for u, _ in log.links]
+        log.times[:, t] = t
+        if not log.members:
+            return
+        own = list(log.members)
+        log.batch_size = view.batch_size
+        grad = None if view.gradients is None else view.gradients / view.batch_size
+        for name, value in [("gradient", grad), ("noise", view.noise), *view.state.items()]:
+            if value is None:
+                continue
+            if name not in log.own:
+                shape = (log.sizes.shape[0], log.sizes.shape[1], len(own), value.shape[-1])
+                log.own[name] = np.full(shape, np.nan)
+            log.own[name][:, t] = value[:, own]
+
+    def on_message(
+        self, *, sender: int, recipient: int, round: int, frames: Sequence[bytes], time: float
+    ) -> None:
+        log = self.log
+        i = self._link_index.get((sender, recipient))
+        if i is None:
+            return
+        log.sizes[0, round, i] = sum(len(f) for f in frames)
+        log.times[0, round, i] = time
+        if log.messages is not None:
+            log.messages[0, round, log.senders.index(sender)] = wire.decode(frames).arrays[0]
+
+
+class GroundTruth:
+    """Records the private values of ``nodes``: ``gradient`` (Σ clip(g) / B) and ``noise`` (as
+    drawn), ``(trials, rounds, len(nodes), d)`` — a :class:`RoundObserver` for scoring attacks."""
+
+    def __init__(self, nodes: Sequence[int], *, trials: int, steps: int, dim: int) -> None:
+        self.nodes = tuple(int(u) for u in nodes)
+        shape = (trials, steps, len(self.nodes), dim)
+        self.gradient = np.full(shape, np.nan)
+        self.noise = np.zeros(shape)
+
+    def observe(self, view: RoundView) -> None:
+        nodes = list(self.nodes)
+        self.gradient[:, view.round] = view.gradients[:, nodes] / view.batch_size
+        if view.noise is not None:
+            self.noise[:, view.round] = view.noise[:, nodes]
+
+    def of(self, node: int) -> np.ndarray:
+        """``(trials, rounds, d)`` private gradients of ``node``."""
+        return self.gradient[:, :, self.nodes.index(node)]
+
+
+# ---------------------------------------------------------------- event engine
+class _TappedSim(engine._Sim):
+    """The event engine with link observers: ``deliver`` starts when a message enters a link."""
+
+    def __init__(self, *args, observers: Sequence[LinkObserver]) -> None:
+        super().__init__(*args)
+        self.observers = tuple(observers)
+
+    def deliver(self, u, v, frames, round_, latency):
+        for obs in self.observers:
+            obs.on_message(sender=u, recipient=v, round=round_, frames=frames, time=self.env.now)
+        return super().deliver(u, v, frames, round_, latency)
+
+
+def run_event(
+    plan: NoisePlan,
+    data,
+    observers: Sequence[LinkObserver],
+    *,
+    network: Network | None = None,
+    faults: Faults | None = None,
+    seed: int = 0,
+    eval_every: int = 10,
+) -> engine.EventResult:
+    """:func:`sim.engine.run` with ``observers`` on every link (lost messages are not seen).
+
+    Temporary: replace by an ``observers=`` argument of :func:`sim.engine.run`.
+    """
+    if data.nodes != plan.n:
+        raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
+    net = network or Network(latency=Network().latency)
+    sim = _TappedSim(
+        plan, data, net, faults or Faults(), seed, eval_every, None, observers=observers
+    )
+    return sim.run()

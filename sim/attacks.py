@@ -1,0 +1,327 @@
+"""Attacker estimators of a victim's private gradients, and reconstruction metrics.
+
+Notation (docs/NOTATION.md): n nodes, T rounds, W the mixing matrix, η the learning rate,
+B the batch size, ν the noise std, C⁻¹ the temporal noise factor (``factor.materialize``).
+In the D-SGD family (D-SGD, DP-D-SGD, MF-D-SGD; paper 000 Alg. 1) node u sends
+
+    m_t^u = θ_t^u − η (g_t^u + n_t^u / B),   θ_0^u = θ₀ (public),   θ_{t+1}^u = Σ_v W[u,v] m_t^v,
+
+with g_t^u = Σ clip(∇ℓ) / B the private value and n^u = ν (C⁻¹ z^u) its noise. Stacked over
+rounds (time-major rows t·n + u; paper 000 Eq. 5–6): m = M θ₀ − η W_T (G + N/B) with
+M's block t = W^t and W_T's block (t, τ) = W^{t−τ} for τ ≤ t.
+
+* :func:`dsgd_inversion` — the algorithm-specific attack. A node that knows W and sees the
+  victim's message m_t^u and its mixing row's messages of round t − 1 rebuilds θ_t^u and
+  reads off (θ_t^u − m_t^u)/η = g_t^u + n_t^u/B exactly: the victim's gradient plus its own
+  noise and nothing else (whatever the temporal factor).
+* :func:`dsgd_linear_view` + :func:`solve` — the generic linear-Gaussian attack on
+  O_A = A G + B Z (paper 000 Def. 4, App. A; the reconstruction attacks of El Mrini et al.,
+  ICML 2024): the attacker subtracts what it knows (θ₀ terms, its members' own gradients
+  and noise — Lemma 11) and solves the linear system of everything it received by least
+  squares, generalized least squares (BLUE under the known noise covariance) or MMSE
+  under a Gaussian prior on the gradients.
+* Slots for paper 004's Eq. 44 (sr-gt), Whisper and DECOR raise NotImplementedError.
+"""
+
+# Paper letters (W, T, A, B, G, N, M) inside; see docs/NOTATION.md.
+# ruff: noqa: N803, N806
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.adversary import ObservationLog
+
+__all__ = [
+    "LinearView",
+    "Reconstruction",
+    "decor_estimate",
+    "dsgd_inversion",
+    "dsgd_linear_observations",
+    "dsgd_linear_view",
+    "linear_estimator",
+    "reconstruction_error",
+    "solve",
+    "sr_gt_estimate",
+    "traffic_features",
+    "whisper_estimate",
+]
+
+
+# ---------------------------------------------------------------- algorithm-specific
+def dsgd_inversion(
+    log: ObservationLog,
+    *,
+    victim: int,
+    mixing_index: np.ndarray,
+    mixing_weight: np.ndarray,
+    theta0: np.ndarray,
+    learning_rate: float,
+) -> np.ndarray:
+    """The victim's noisy gradients g_t + n_t/B recovered from messages, ``(trials, T, d)``.
+
+    θ_t = Σ_j w[u, j] m_{t−1}^{index[u, j]} (θ₀ at t = 0) in the padded row's order — the
+    engine's own summation, so θ_t has the engine's bits — then (θ_t − m_t)/η.
+
+    Raises:
+      ValueError: the attacker does not see the victim's or a neighbour's messages (use the
+        generic :func:`solve` then).
+    """
+    row = [int(v) for v, w in zip(mixing_index[victim], mixing_weight[victim], strict=True)]
+    weights = np.asarray(mixing_weight[victim], dtype=np.float64)
+    missing = sorted({victim, *row} - set(log.senders))
+    if log.messages is None or missing:
+        raise ValueError(
+            f"Attacker {log.attacker.label} does not see the messages of nodes {missing or 'any'}"
+            f" needed to invert node {victim}'s update; use the linear estimator (solve)."
+        )
+    m = log.messages
+    cols = [log.senders.index(v) for v in row]
+    theta = np.empty(m.shape[:2] + m.shape[3:])
+    theta[:, 0] = theta0
+    prev = m[:, :-1][:, :, cols]  # (trials, T-1, width, d)
+    acc = np.zeros(prev.shape[:2] + prev.shape[3:])
+    for j in range(len(cols)):
+        acc = acc + weights[j] * prev[:, :, j]
+    theta[:, 1:] = acc
+    return (theta - m[:, :, log.senders.index(victim)]) / learning_rate
+
+
+def sr_gt_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
+    """Paper 004 Eq. 44: ℐ₂(k) = {z₁(k), y₁(k), (z̄₁(k) − z₁(k))/α_k − y₁(k)} for Alg. 1.
+
+    Colluders see z₁(k) and every z_j(k) of agent 1's row, form z̄₁(k) = Σ_j W₁ⱼ z_j(k),
+    run (4b) y₁(k) = y₁(k−1) + β (z₁(k) − z̄₁(k)) from y₁(0) = 0 with the public β, and
+    invert (4c) with the public α_k. Returns ``(trials, T, 3·d)`` (the three parts).
+    """
+    raise NotImplementedError(
+        "The Eq. 44 estimator of paper 004 Alg. 1 needs sr-gt from issue 5 (its message and "
+        "schedule conventions); it plugs in here."
+    )
+
+
+def whisper_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
+    """Whisper (paper 001): noise correlated across agents from a shared seed and R^{1/2}."""
+    raise NotImplementedError(
+        "The Whisper estimator needs the whisper algorithm (cross-agent noise, not built yet)."
+    )
+
+
+def decor_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
+    """DECOR (paper 000 App. A.5): pairwise secrets v_ij = −v_ji cancel in sums over a pair."""
+    raise NotImplementedError(
+        "The DECOR estimator needs the decor algorithm (pairwise secrets, not built yet)."
+    )
+
+
+def traffic_features(log: ObservationLog) -> np.ndarray:
+    """What an encrypted-link eavesdropper has per round: sizes and send times of every tapped
+    link, ``(trials, T, 2 · links)`` — independent of the data, hence MI 0 with any gradient."""
+    return np.concatenate([log.sizes, np.nan_to_num(log.times, nan=-1.0)], axis=-1)
+
+
+# ---------------------------------------------------------------- generic linear-Gaussian
+@dataclass(frozen=True, slots=True, eq=False)
+class LinearView:
+    """y = A g + B z for one coordinate (the same for every coordinate of d).
+
+    ``columns`` name g's entries (round, node) — the gradients the attacker does not know;
+    ``rows`` name y's entries (round, sender) — the messages it saw; z ~ N(0, I).
+    ``known_gain`` multiplies what the members know of their own updates (g + n/B at
+    ``known_columns``); :func:`dsgd_linear_observations` moves it to the left-hand side.
+    """
+
+    gain: np.ndarray
+    noise_gain: np.ndarray
+    columns: tuple[tuple[int, int], ...]
+    rows: tuple[tuple[int, int], ...]
+    known_gain: np.ndarray
+    known_columns: tuple[tuple[int, int], ...]
+
+    def of(self, estimate: np.ndarray, node: int) -> np.ndarray:
+        """``(trials, T, d)``: the rows of ``solve``'s estimate that belong to ``node``."""
+        idx = [i for i, (_, u) in enumerate(self.columns) if u == node]
+        if not idx:
+            raise ValueError(f"Node {node} is not among the unknowns (is it a member?).")
+        return estimate[:, idx]
+
+
+def _powers(W: np.ndarray, T: int) -> np.ndarray:
+    P = np.empty((T, *W.shape))
+    P[0] = np.eye(len(W))
+    for k in range(1, T):
+        P[k] = P[k - 1] @ W
+    return P
+
+
+def _stacked(P: np.ndarray, rows, cols) -> np.ndarray:
+    """W_T[rows, cols]: block (t, τ) = W^{t−τ} for τ ≤ t, entries (t, u), (τ, v)."""
+    if not rows or not cols:
+        return np.zeros((len(rows), len(cols)))
+    rt, ru = np.array(rows).T
+    ct, cu = np.array(cols).T
+    lag = rt[:, None] - ct[None, :]
+    return np.where(lag >= 0, P[np.maximum(lag, 0), ru[:, None], cu[None, :]], 0.0)
+
+
+def dsgd_linear_view(
+    log: ObservationLog,
+    *,
+    mixing_matrix: np.ndarray,
+    learning_rate: float,
+    noise_std: float,
+    batch_size: int,
+    noise_factor: np.ndarray,
+) -> LinearView:
+    """A and B of the attacker's reduced view of a D-SGD-family run (paper 000 App. A.2–A.3).
+
+    A = −η W_T[seen, unknown], B = A (C⁻¹ ⊗ I)[unknown, unknown] ν/B: every unknown node's
+    noise is its own temporal factor applied to its own normals.
+
+    Args:
+      log: the attacker's observations (which senders it sees; its members).
+      mixing_matrix: W (n × n).
+      learning_rate: η.
+      noise_std: ν (0 for D-SGD).
+      batch_size: B.
+      noise_factor: C⁻¹ (T × T or larger), the plan factor's ``materialize(T)``.
+    """
+    if log.messages is None:
+        raise ValueError("An encrypted-link eavesdropper sees no message; nothing to solve.")
+    W = np.asarray(mixing_matrix, dtype=np.float64)
+    n, T = len(W), log.messages.shape[1]
+    P = _powers(W, T)
+    rows = tuple((t, u) for t in range(T) for u in log.senders)
+    cols = tuple((t, u) for t in range(T) for u in range(n) if u not in log.members)
+    known = tuple((t, u) for t in range(T) for u in log.members)
+    A = -learning_rate * _stacked(P, rows, cols)
+    ct, cu = np.array(cols).T
+    Cinv = np.asarray(noise_factor, dtype=np.float64)[:T, :T]
+    noise_map = Cinv[ct[:, None], ct[None, :]] * (cu[:, None] == cu[None, :])
+    B = A @ noise_map * (noise_std / batch_size)
+    return LinearView(A, B, cols, rows, -learning_rate * _stacked(P, rows, known), known)
+
+
+def dsgd_linear_observations(
+    log: ObservationLog,
+    view: LinearView,
+    *,
+    mixing_matrix: np.ndarray,
+    theta0: np.ndarray,
+) -> np.ndarray:
+    """y = m[seen] − (M θ₀)[seen] − A_known (g + n/B)_members, ``(trials, rows, d)``.
+
+    The members' own gradients and noise come from ``log.own`` (paper 000 Lemma 11).
+    """
+    W = np.asarray(mixing_matrix, dtype=np.float64)
+    trials, T, _, d = log.messages.shape
+    P = _powers(W, T)
+    theta0 = np.broadcast_to(np.asarray(theta0, dtype=np.float64), (len(W), d))
+    y = log.messages.reshape(trials, -1, d).copy()
+    rt, ru = np.array(view.rows).T
+    y -= np.einsum("rv,vd->rd", P[rt, ru], theta0)[None]
+    if view.known_columns:
+        own = log.own["gradient"]
+        if "noise" in log.own:
+            own = own + log.own["noise"] / log.batch_size
+        y -= np.einsum("rk,nkd->nrd", view.known_gain, own.reshape(trials, -1, d))
+    return y
+
+
+def linear_estimator(
+    gain: np.ndarray,
+    noise_gain: np.ndarray | None = None,
+    *,
+    method: str = "gls",
+    prior_var: float | None = None,
+) -> np.ndarray:
+    """L with ĝ = L y: ``"ls"`` = A⁺; ``"gls"`` = BLUE under Σ = BBᵀ (Rao's unified least
+    squares, T = Σ + λAAᵀ, L = (AᵀT⁺A)⁺AᵀT⁺ — also for singular Σ, e.g. no noise); ``"mmse"``
+    = s²Aᵀ(s²AAᵀ + Σ)⁺ for a prior g ~ N(0, s² I) (``prior_var`` = s²; subtract the prior
+    mean from y first).
+
+    >>> A = np.array([[1.0], [1.0]]); B = np.diag([1.0, 3.0])  # two looks, noise std 1 and 3
+    >>> linear_estimator(A, B, method="gls").round(3).tolist()  # weights ∝ 1/variance
+    [[0.9, 0.1]]
+    """
+    A = np.asarray(gain, dtype=np.float64)
+    S = np.zeros((len(A), len(A))) if noise_gain is None else noise_gain @ noise_gain.T
+    if method == "ls":
+        return np.linalg.pinv(A, rcond=1e-12)
+    if method == "gls":
+        AA = A @ A.T
+        lam = np.trace(S) / np.trace(AA) if np.trace(S) > 0 and np.trace(AA) > 0 else 1.0
+        Tp = np.linalg.pinv(S + lam * AA, rcond=1e-12, hermitian=True)
+        return np.linalg.pinv(A.T @ Tp @ A, rcond=1e-12, hermitian=True) @ A.T @ Tp
+    if method == "mmse":
+        if prior_var is None or not prior_var > 0:
+            raise ValueError(f"Expected prior_var={prior_var!r} > 0 for method='mmse'.")
+        K = np.linalg.pinv(prior_var * (A @ A.T) + S, rcond=1e-12, hermitian=True)
+        return prior_var * A.T @ K
+    raise ValueError(f"Unknown method={method!r}; expected 'ls', 'gls' or 'mmse'.")
+
+
+def solve(
+    view: LinearView,
+    observations: np.ndarray,
+    *,
+    method: str = "gls",
+    prior_mean: float = 0.0,
+    prior_var: float | None = None,
+) -> np.ndarray:
+    """Estimates of every unknown gradient, ``(trials, len(view.columns), d)``."""
+    L = linear_estimator(view.gain, view.noise_gain, method=method, prior_var=prior_var)
+    y = observations
+    if method == "mmse" and prior_mean:
+        y = y - (view.gain.sum(axis=1) * prior_mean)[None, :, None]
+    est = np.einsum("cr,nrd->ncd", L, y)
+    return est + prior_mean if method == "mmse" else est
+
+
+# ---------------------------------------------------------------- metrics
+@dataclass(frozen=True, slots=True, eq=False)
+class Reconstruction:
+    """Per-round MSE (mean over trials and coordinates) and mean cosine similarity."""
+
+    mse: np.ndarray
+    cosine: np.ndarray
+
+    @property
+    def mse_mean(self) -> float:
+        return float(np.mean(self.mse))
+
+    @property
+    def cosine_mean(self) -> float:
+        return float(np.nanmean(self.cosine)) if np.any(np.isfinite(self.cosine)) else np.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mse_mean": self.mse_mean,
+            "cosine_mean": self.cosine_mean,
+            "mse": self.mse.tolist(),
+            "cosine": [None if not np.isfinite(c) else float(c) for c in self.cosine],
+        }
+
+
+def reconstruction_error(estimate, truth) -> Reconstruction:
+    """MSE and cosine similarity of estimated vs true gradients, both ``(trials, T, d)``.
+
+    >>> r = reconstruction_error(np.ones((2, 1, 2)), np.array([[[1.0, 1.0]], [[1.0, -1.0]]]))
+    >>> r.mse.tolist(), r.cosine.round(12).tolist()  # errors 0 and 2 per coordinate; cos 1, 0
+    ([1.0], [0.5])
+    """
+    est = np.asarray(estimate, dtype=np.float64)
+    true = np.asarray(truth, dtype=np.float64)
+    if est.shape != true.shape or est.ndim != 3:
+        raise ValueError(f"Expected two (trials, T, d) arrays, got {est.shape} and {true.shape}.")
+    mse = np.mean((est - true) ** 2, axis=(0, 2))
+    norms = np.linalg.norm(est, axis=-1) * np.linalg.norm(true, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cos = np.where(norms > 0, np.sum(est * true, axis=-1) / norms, np.nan)
+    ok = np.isfinite(cos).any(axis=0)
+    cosine = np.full(cos.shape[1], np.nan)
+    cosine[ok] = np.nanmean(cos[:, ok], axis=0)
+    return Reconstruction(mse, cosine)

@@ -1,0 +1,328 @@
+"""Empirical leakage: the KSG mutual-information estimator, M-NMI and exact Gaussian MI.
+
+Paper 004 §6.3 measures what attacker j learns about agent i's private value 𝒱ᵢ(k) (its
+gradient at iteration k) from what it can compute, ℐⱼ(k), by the Maximum Normalized Mutual
+Information over Monte Carlo trials (Eq. 43)::
+
+    M-NMI = max_k I(𝒱ᵢ(k); ℐⱼ(k)) / I(𝒱ᵢ(k); 𝒱ᵢ(k))
+
+with both mutual informations estimated by NPEET's ``mi`` (Ver Steeg's toolbox, the
+reference [38] of 004). :func:`ksg_mi` reproduces that estimator exactly — Kraskov,
+Stögbauer & Grassberger (2004) estimator 1 with k = 3, Chebyshev (max) norm in the joint
+space, marginal counts within the k-th-neighbour distance minus 1e-15 (so, for values of
+moderate scale, *strictly* inside it; the count includes the point itself), tie-breaking
+noise ``1e-10 · U[0, 1)`` added to x and then to y, base 2::
+
+    I = ψ(k) + ψ(N) − ⟨ψ(n_x)⟩ − ⟨ψ(n_y)⟩   (in nats, then / ln 2)
+
+— but draws the noise from a passed-in :class:`numpy.random.Generator` (no global RNG) and
+takes arrays of many estimation problems at once, shaped ``(..., N, d)`` (e.g. one problem
+per iteration). The k-NN search in the joint space runs one ``scipy.spatial.cKDTree`` per
+problem; marginal counts of scalar variables use sorted arrays (``searchsorted`` plus an
+exact boundary fix-up, so the counts equal the tree's), other marginals ``cKDTree``
+ball counts.
+
+The normalizer I(V; V) is finite only because of the tie noise: for V of moderate scale
+(typical k-NN distances well above 1e-10 and below ~8, where 1e-15 still subtracts) the
+k-th joint neighbour is the k-th V-neighbour, it sits on the radius in exactly one
+marginal, and the estimate is (ψ(N) − ψ(k+1))/ln 2 whatever V's distribution
+(:func:`self_mi_reference`; 10.4754 bits at N = 5,000, k = 3) — up to rare points where the
+two copies' noises tie to 1e-15, each moving it by (ψ(k+1) − ψ(k))/(N ln 2) (1e-4 bits).
+:func:`leakage_curve` flags iterations whose estimated I(V; V) departs from that value (V
+constant or nearly so across trials, discrete, or of extreme scale): the ratio means
+nothing there and they are left out of the maximum.
+
+For jointly Gaussian variables the MI is known in closed form (:func:`gaussian_mi`): the
+cross-check of the estimator (tests, experiments/ksg_vs_gaussian.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.spatial import cKDTree
+from scipy.special import digamma
+
+__all__ = [
+    "DEFAULT_NEIGHBORS",
+    "TIE_NOISE",
+    "LeakageCurve",
+    "add_tie_noise",
+    "gaussian_mi",
+    "ksg_mi",
+    "leakage_curve",
+    "self_mi_reference",
+]
+
+#: k of the KSG estimator, as in NPEET's ``mi`` default and paper 004 §6.3.
+DEFAULT_NEIGHBORS = 3
+#: Scale of NPEET's tie-breaking noise (``add_noise(x, intens=1e-10)``: x + 1e-10 · U[0, 1)).
+TIE_NOISE = 1e-10
+_RADIUS_SHRINK = 1e-15  # NPEET's avgdigamma: dvec - 1e-15
+
+
+def add_tie_noise(x: np.ndarray, rng: np.random.Generator, *, intensity: float = TIE_NOISE):
+    """``x + intensity · U[0, 1)``, NPEET's ``add_noise`` with an explicit generator.
+
+    >>> add_tie_noise(np.zeros(2), np.random.default_rng(0)) < 1e-10
+    array([ True,  True])
+    """
+    x = np.asarray(x, dtype=np.float64)
+    return x + intensity * rng.random(x.shape)
+
+
+def _samples(name: str, a) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:
+        raise ValueError(f"Expected {name} with a samples axis, got a scalar.")
+    if a.ndim == 1:
+        a = a[:, None]
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"Expected finite {name}; found NaN or Inf.")
+    return a
+
+
+def _counts_sorted(s: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """#{j : |s_j − s_i| ≤ r_i} for each i of an ascending array s — a tree's ball count.
+
+    ``fl(s_j − s_i)`` is monotone in s_j, so the set is a contiguous run of s;
+    ``searchsorted`` finds it up to rounding of ``s_i ± r_i`` and a few exact steps settle it.
+    """
+    n = s.size
+    hi = np.searchsorted(s, s + r, side="right")
+    lo = np.searchsorted(s, s - r, side="left")
+
+    def inside(j):
+        return np.abs(s[np.clip(j, 0, n - 1)] - s) <= r
+
+    while True:
+        step_hi = ((hi < n) & inside(hi)).astype(np.int64) - ((hi > 0) & ~inside(hi - 1))
+        step_lo = ((lo > 0) & inside(lo - 1)).astype(np.int64) - ((lo < n) & ~inside(lo))
+        if not (step_hi.any() or step_lo.any()):
+            break
+        hi, lo = hi + step_hi, lo - step_lo
+    return np.where(r >= 0, hi - lo, 0)
+
+
+def _marginal_counts(m: np.ndarray, r: np.ndarray, workers: int, *, ascending: bool = False):
+    """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i."""
+    if m.shape[1] == 1:
+        if ascending:
+            return _counts_sorted(m[:, 0], r)
+        order = np.argsort(m[:, 0], kind="stable")
+        counts = np.empty(len(m), dtype=np.int64)
+        counts[order] = _counts_sorted(m[order, 0], r[order])
+        return counts
+    counts = cKDTree(m).query_ball_point(
+        m, np.maximum(r, 0.0), p=np.inf, return_length=True, workers=workers
+    )
+    return np.where(r >= 0, counts, 0)
+
+
+def ksg_mi(
+    x,
+    y,
+    *,
+    k: int = DEFAULT_NEIGHBORS,
+    rng: np.random.Generator | None = None,
+    prenoised: bool = False,
+    base: float = 2.0,
+    workers: int = 1,
+) -> np.ndarray:
+    """KSG estimate of I(X; Y), NPEET's ``mi(x, y, k=k, base=base)`` for many problems at once.
+
+    Kraskov et al. (2004) estimator 1 as NPEET implements it (see the module docstring).
+
+    Args:
+      x: samples shaped ``(..., N, dx)``; a 1-D array is ``(N,)`` samples of a scalar.
+      y: samples shaped ``(..., N, dy)`` with the same leading axes and N.
+      k: neighbours (NPEET and paper 004: 3).
+      rng: generator for the tie-breaking noise (x's first, then y's); required unless
+        ``prenoised``.
+      prenoised: the samples already carry the noise (e.g. to compare with NPEET on the
+        same noised samples); no noise is added.
+      base: logarithm base (2: bits).
+      workers: threads for the joint k-NN query (the result does not depend on it).
+
+    Returns:
+      The estimates, shaped like the leading axes (a 0-d array for a single problem).
+
+    Raises:
+      ValueError: shapes disagree, N ≤ k, or non-finite samples.
+
+    >>> g = np.random.default_rng(0)
+    >>> v = g.standard_normal(2000)
+    >>> round(float(ksg_mi(v, v + g.standard_normal(2000), rng=g)), 2)  # exact: 0.5 bits
+    0.48
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"Expected an integer k={k!r} >= 1.")
+    x, y = _samples("x", x), _samples("y", y)
+    if x.shape[:-1] != y.shape[:-1]:
+        raise ValueError(
+            f"Expected x and y with the same leading axes and N, got {x.shape} and {y.shape}."
+        )
+    n = x.shape[-2]
+    if n <= k:
+        raise ValueError(f"Expected more than k={k} samples, got N={n}.")
+    if not prenoised:
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError("Expected rng=numpy.random.Generator for the tie-breaking noise.")
+        x = add_tie_noise(x, rng)
+        y = add_tie_noise(y, rng)
+    lead = x.shape[:-2]
+    xs = x.reshape(-1, n, x.shape[-1])
+    ys = y.reshape(-1, n, y.shape[-1])
+    c, d = digamma(k), digamma(n)
+    out = np.empty(xs.shape[0])
+    for i in range(xs.shape[0]):
+        # samples sorted by x's first coordinate: the tree and the queries walk memory in
+        # order (2x faster); counts go back to the input order so the means are NPEET's bits
+        order = np.argsort(xs[i][:, 0], kind="stable")
+        xo, yo = xs[i][order], ys[i][order]
+        joint = np.concatenate([xo, yo], axis=1)
+        dist = cKDTree(joint).query(joint, [k + 1], p=np.inf, workers=workers)[0][:, 0]
+        r = dist - _RADIUS_SHRINK
+        counts = np.empty((2, n), dtype=np.int64)
+        counts[0, order] = _marginal_counts(xo, r, workers, ascending=True)
+        counts[1, order] = _marginal_counts(yo, r, workers)
+        a, b = np.mean(digamma(counts), axis=1)
+        out[i] = (-a - b + c + d) / math.log(base)
+    return out.reshape(lead)
+
+
+def self_mi_reference(n_samples: int, k: int = DEFAULT_NEIGHBORS, *, base: float = 2.0) -> float:
+    """(ψ(N) − ψ(k+1)) / ln(base): the KSG estimate of I(V; V) for V of moderate scale.
+
+    >>> round(self_mi_reference(5000, 3), 4)
+    10.4754
+    """
+    return float((digamma(n_samples) - digamma(k + 1)) / math.log(base))
+
+
+def gaussian_mi(cov, dim_x: int, *, base: float = 2.0) -> float:
+    """Exact I(X; Y) of jointly Gaussian (X, Y) from the joint covariance ``cov``.
+
+    I = ½ log(det Σ_xx · det Σ_yy / det Σ), X the first ``dim_x`` coordinates. For a scalar
+    channel Y = X + E with signal-to-noise ratio SNR it is ½ log₂(1 + SNR).
+
+    >>> snr = 3.0
+    >>> round(gaussian_mi([[1.0, 1.0], [1.0, 1.0 + 1.0 / snr]], 1), 12)  # ½ log2(1 + 3) = 1 bit
+    1.0
+    """
+    cov = np.asarray(cov, dtype=np.float64)
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1] or not 0 < dim_x < cov.shape[0]:
+        raise ValueError(f"Expected a square joint covariance and 0 < dim_x < {len(cov)}.")
+    parts = [cov[:dim_x, :dim_x], cov[dim_x:, dim_x:], cov]
+    signs, logdets = zip(*(np.linalg.slogdet(p) for p in parts), strict=True)
+    if min(signs) <= 0:
+        raise ValueError("Expected a positive-definite covariance.")
+    return float((logdets[0] + logdets[1] - logdets[2]) / (2 * math.log(base)))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LeakageCurve:
+    """Per-iteration NMI of one attacker's estimate (paper 004 Eq. 43) and its maximum.
+
+    ``nmi[k] = mi[k] / self_mi[k]`` (NaN where ``degenerate[k]``); ``m_nmi`` is the max over
+    the other iterations. Always report ``n_trials`` (N) and ``k_neighbors`` with it: the
+    normalizer depends on both (:func:`self_mi_reference`).
+    """
+
+    nmi: np.ndarray
+    mi: np.ndarray
+    self_mi: np.ndarray
+    degenerate: np.ndarray
+    spread: np.ndarray
+    n_trials: int
+    k_neighbors: int
+
+    @property
+    def reference_self_mi(self) -> float:
+        return self_mi_reference(self.n_trials, self.k_neighbors)
+
+    @property
+    def m_nmi(self) -> float:
+        """max_k NMI over non-degenerate iterations (NaN when every iteration is flagged)."""
+        return float(np.nanmax(self.nmi)) if np.any(~self.degenerate) else math.nan
+
+    @property
+    def argmax_iteration(self) -> int | None:
+        return int(np.nanargmax(self.nmi)) if np.any(~self.degenerate) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        def floats(a):
+            return [None if not np.isfinite(v) else float(v) for v in a]
+
+        return {
+            "m_nmi": None if math.isnan(self.m_nmi) else self.m_nmi,
+            "argmax_iteration": self.argmax_iteration,
+            "n_trials": self.n_trials,
+            "k_neighbors": self.k_neighbors,
+            "reference_self_mi_bits": self.reference_self_mi,
+            "nmi": floats(self.nmi),
+            "mi_bits": floats(self.mi),
+            "self_mi_bits": floats(self.self_mi),
+            "degenerate_iterations": [int(i) for i in np.flatnonzero(self.degenerate)],
+        }
+
+
+def leakage_curve(
+    private,
+    inferred,
+    *,
+    rng: np.random.Generator,
+    k: int = DEFAULT_NEIGHBORS,
+    self_tolerance: float = 0.1,
+    min_spread: float = 0.0,
+    workers: int = 1,
+) -> LeakageCurve:
+    """NMI per iteration and M-NMI (paper 004 Eq. 43) of an attacker's view of a private value.
+
+    Args:
+      private: the victim's private value 𝒱ᵢ(k) over trials, ``(iterations, N, dv)``
+        (or ``(iterations, N)`` for a scalar).
+      inferred: what the attacker computes, ℐⱼ(k), ``(iterations, N, di)`` (or 2-D).
+      rng: generator for the tie-breaking noise (per iteration: V then ℐ for I(V; ℐ), then
+        two copies of V for I(V; V), as two NPEET calls would).
+      k: KSG neighbours.
+      self_tolerance: flag an iteration when its estimated I(V; V) is more than this many
+        bits from :func:`self_mi_reference` (V nearly constant, discrete or of extreme scale).
+      min_spread: also flag iterations where V's largest per-coordinate std over trials is
+        at most this.
+      workers: threads for the k-NN queries.
+
+    Returns:
+      A :class:`LeakageCurve`.
+
+    >>> g = np.random.default_rng(1)
+    >>> v = g.standard_normal((3, 1000))
+    >>> v[0] = 0.5  # the first iteration's V never varies: flagged, left out of the max
+    >>> c = leakage_curve(v, v + g.standard_normal((3, 1000)), rng=g)
+    >>> c.degenerate.tolist(), round(c.m_nmi, 2), c.n_trials, c.k_neighbors
+    ([True, False, False], 0.06, 1000, 3)
+    """
+    v = np.asarray(private, dtype=np.float64)
+    j = np.asarray(inferred, dtype=np.float64)
+    v = v[..., None] if v.ndim == 2 else v
+    j = j[..., None] if j.ndim == 2 else j
+    if v.ndim != 3 or j.ndim != 3 or v.shape[:2] != j.shape[:2]:
+        raise ValueError(
+            "Expected private and inferred shaped (iterations, trials[, dim]) with the same "
+            f"iterations and trials, got {np.shape(private)} and {np.shape(inferred)}."
+        )
+    iterations, n = v.shape[:2]
+    mi = np.empty(iterations)
+    self_mi = np.empty(iterations)
+    for i in range(iterations):  # noise in NPEET's call order, iteration by iteration
+        mi[i] = ksg_mi(v[i], j[i], k=k, rng=rng, workers=workers)
+        self_mi[i] = ksg_mi(v[i], v[i], k=k, rng=rng, workers=workers)
+    spread = v.std(axis=1).max(axis=-1)
+    ref = self_mi_reference(n, k)
+    degenerate = (np.abs(self_mi - ref) > self_tolerance) | (spread <= min_spread)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nmi = np.where(degenerate, np.nan, mi / self_mi)
+    return LeakageCurve(nmi, mi, self_mi, degenerate, spread, n, k)
