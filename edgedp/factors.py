@@ -22,10 +22,12 @@ Every factor exposes the same names (CONVENTIONS C3/C4):
 | identity    | I (DP-D-SGD)                   | none                  | 1            |
 | antipgd     | lower-triangular ones          | z_{t-1}               | 1            |
 | banded      | banded, bandwidth p            | last p-1 outputs      | 1            |
+| blt         | Toeplitz, c_t = Σ ω_j θ_j^(t-1) | one sum per buffer    | 1            |
 | dense       | any lower-triangular C         | none (regenerates)    | t+1          |
 
 ``dense`` regenerates past normals instead of storing them, so its memory is O(d) but its
-work is O(t·d) per step; ``banded`` is the bounded-work form for devices.
+work is O(t·d) per step; ``banded`` and ``blt`` are the bounded-work forms for devices
+(fitted to a workload by ``edgedp.planning.compact``).
 """
 
 # ruff: noqa: N803, N806  (paper letters C, Z, T: see docs/NOTATION.md)
@@ -42,6 +44,7 @@ from edgedp import _validate
 
 __all__ = [
     "AntiPGD",
+    "BLT",
     "Banded",
     "Dense",
     "FACTORS",
@@ -270,6 +273,104 @@ class Dense:
         return {"kind": self.kind, "matrix": self.matrix}
 
 
+@dataclass(frozen=True, slots=True)
+class BLT:
+    """Buffered linear Toeplitz C (Dvijotham, McMahan, Pillutla, Steinke, Thakurta 2024,
+    "Efficient and near-optimal noise generation for streaming differential privacy").
+
+    C is lower-triangular Toeplitz with ``c_0 = 1`` and ``c_t = Σ_j ω_j θ_j^(t−1)`` (t >= 1),
+    buffer decays θ_j ∈ (0, 1) (``decays``) and weights ω_j (``weights``). With the
+    buffers ``s_j(t) = Σ_{τ<t} θ_j^(t−1−τ) y_τ`` row t of ``C y = z`` reads
+    ``z_t = y_t + Σ_j ω_j s_j(t)``, so the noise ``y = C⁻¹ z`` streams as
+
+        y_t = z_t − Σ_j ω_j s_j,    then  s_j ← θ_j s_j + y_t,
+
+    with C's own parameters: ``buffers`` state vectors, one draw and 2·buffers
+    multiply-adds per step, any horizon. (C⁻¹ is again a BLT, with decays the
+    eigenvalues of diag(θ) − 1ωᵀ; streaming with C's parameters needs no such
+    eigen-decomposition.) With ω >= 0, C >= 0 elementwise, so X = CᵀC >= 0 and the
+    accountant's sensitivity is exact (paper 003, Eq. 3).
+
+    >>> f = BLT((0.5,), (0.25,))
+    >>> print(f.strategy(4))
+    [[1.     0.     0.     0.    ]
+     [0.25   1.     0.     0.    ]
+     [0.125  0.25   1.     0.    ]
+     [0.0625 0.125  0.25   1.    ]]
+    """
+
+    decays: tuple[float, ...]
+    weights: tuple[float, ...]
+    kind: str = field(default="blt", init=False)
+
+    def __post_init__(self) -> None:
+        theta = _validate.finite_array("decays", self.decays).astype(np.float64)
+        omega = _validate.finite_array("weights", self.weights).astype(np.float64)
+        if theta.ndim != 1 or theta.size < 1 or omega.shape != theta.shape:
+            raise ValueError(
+                f"Expected decays and weights to be 1-D of equal length >= 1, got shapes "
+                f"{theta.shape} and {omega.shape}."
+            )
+        for j, value in enumerate(theta):
+            if not 0.0 < value < 1.0:
+                raise ValueError(f"Expected 0 < decays[{j}]={value!r} < 1.")
+        object.__setattr__(self, "decays", tuple(float(v) for v in theta))
+        object.__setattr__(self, "weights", tuple(float(v) for v in omega))
+
+    @property
+    def buffers(self) -> int:
+        return len(self.decays)
+
+    def coefficients(self, steps: int) -> np.ndarray:
+        """``c_0, …, c_{steps−1}``: the first column of C."""
+        _check_steps(steps)
+        powers = np.power(np.asarray(self.decays)[None, :], np.arange(steps - 1)[:, None])
+        return np.concatenate([[1.0], powers @ np.asarray(self.weights)])
+
+    def inverse_coefficients(self, steps: int) -> np.ndarray:
+        """First column of C⁻¹: the streaming recursion applied to an impulse."""
+        _check_steps(steps)
+        theta, omega = np.asarray(self.decays), np.asarray(self.weights)
+        s, out = np.zeros(self.buffers), np.empty(steps)
+        for t in range(steps):
+            out[t] = float(t == 0) - omega @ s
+            s = theta * s + out[t]
+        return out
+
+    def init(self, shape: tuple[int, ...]) -> StreamState:
+        return StreamState(0, tuple(np.zeros(shape) for _ in range(self.buffers)))
+
+    def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        y = draw(state.step)
+        for omega, s in zip(self.weights, state.buffers, strict=True):
+            y = y - omega * s
+        buffers = tuple(theta * s + y for theta, s in zip(self.decays, state.buffers, strict=True))
+        return y, StreamState(state.step + 1, buffers)
+
+    def strategy(self, steps: int) -> np.ndarray:
+        return _lower_toeplitz(self.coefficients(steps))
+
+    def materialize(self, steps: int) -> np.ndarray:
+        return _lower_toeplitz(self.inverse_coefficients(steps))
+
+    def state_bytes(self, d: int) -> int:
+        return 8 * d * self.buffers
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "decays": np.array(self.decays),
+            "weights": np.array(self.weights),
+        }
+
+
+def _lower_toeplitz(column: np.ndarray) -> np.ndarray:
+    T = column.size
+    idx = np.arange(T)
+    lag = idx[:, None] - idx[None, :]
+    return np.where(lag >= 0, column[np.clip(lag, 0, T - 1)], 0.0)
+
+
 def _identity(d: Mapping[str, Any]) -> Identity:
     return Identity()
 
@@ -286,9 +387,13 @@ def _dense(d: Mapping[str, Any]) -> Dense:
     return Dense(np.asarray(d["matrix"], dtype=np.float64))
 
 
+def _blt(d: Mapping[str, Any]) -> BLT:
+    return BLT(tuple(np.asarray(d["decays"])), tuple(np.asarray(d["weights"])))
+
+
 #: Static, read-only mapping from a factor's ``kind`` to its decoder.
 FACTORS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = MappingProxyType(
-    {"identity": _identity, "antipgd": _antipgd, "banded": _banded, "dense": _dense}
+    {"identity": _identity, "antipgd": _antipgd, "banded": _banded, "blt": _blt, "dense": _dense}
 )
 
 

@@ -36,6 +36,9 @@ CASES = [
     Case("banded-4", _banded(T, 4, 1), T),
     Case("dense-random", factors.Dense(_random_lower(T, 2)), T),
     Case("dense-toeplitz", factors.Dense(np.tril(np.ones((T, T))) * 0.5 + np.eye(T)), T),
+    Case("blt-1", factors.BLT((0.9,), (0.4,)), T),
+    Case("blt-4", factors.BLT((0.99, 0.9, 0.6, 0.1), (0.05, 0.2, 0.3, 0.1)), T),
+    Case("blt-signed", factors.BLT((0.95, 0.7, 0.3), (0.8, -1.1, 0.5)), T),
 ]
 
 
