@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from edgedp import algorithms, clipping, rng, wire
+from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.factors import StreamState
-from edgedp.noise import NoiseSource, noise_digest
+from edgedp.noise import NoiseSource, laplace_draw, noise_digest
 from edgedp.plan import NodeShare, batch_schedule
 
 __all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
@@ -47,12 +48,23 @@ DROPOUT_RULES = MappingProxyType(
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """Frames for one round, to be sent to each recipient."""
+    """Frames for one round, to be sent to each recipient.
+
+    ``per_recipient`` is set when the algorithm sends each neighbour its own message
+    (Zip-DL): then use :meth:`frames_for`; ``frames`` holds the first recipient's.
+    """
 
     round: int
     recipients: tuple[int, ...]
     frames: list[Any]
     noise_digest: str
+    per_recipient: dict[int, list[Any]] | None = None
+
+    def frames_for(self, recipient: int) -> list[Any]:
+        """The frames to send to ``recipient``."""
+        if self.per_recipient is None:
+            return self.frames
+        return self.per_recipient[recipient]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,8 @@ class Agent:
       dropout_rule: one of :data:`DROPOUT_RULES`.
       round_window: how many rounds ahead a message may be and still be buffered.
       memoize_noise: simulators only — see :class:`edgedp.noise.NoiseSource`.
+      cross_keys: the shared-seed, per-edge and message stream keys a plan with a
+        ``cross_agent`` section needs (:class:`edgedp.cross_agent.CrossKeys`; secret).
     """
 
     def __init__(
@@ -111,6 +125,7 @@ class Agent:
         dropout_rule: str = "renormalize",
         round_window: int = 8,
         memoize_noise: bool = False,
+        cross_keys: cross_mod.CrossKeys | None = None,
     ) -> None:
         if dropout_rule not in DROPOUT_RULES:
             raise ValueError(
@@ -124,7 +139,7 @@ class Agent:
         self.model = model
         self.algo = algorithms.for_mechanism(share.mechanism)
         self.x, self.y = x, y
-        self.batch, self.per_epoch = batch_schedule(share, x.shape[0])
+        self.batch, self.per_epoch = batch_schedule(share, x.shape[0], dim=model.dim)
         self.order = rng.permutation(batch_key, x.shape[0])
         self.dropout_rule = dropout_rule
         self.round_window = round_window
@@ -136,6 +151,16 @@ class Agent:
             memoize=memoize_noise,
         )
         self.noise_state: StreamState = self.noise.init()
+        self.cross = None
+        if share.cross_agent is not None:
+            if cross_keys is None:
+                raise PlanError(
+                    f"node {share.node}: a {share.mechanism} plan needs cross_keys "
+                    "(shared seed / pairwise keys)."
+                )
+            self.cross = cross_mod.CrossNoise.for_node(
+                share.cross_agent, cross_keys, scale=share.noise_std
+            )
         theta0 = np.asarray(model.init_params(), dtype=np.float64)
         if theta0.shape != (model.dim,):
             raise ValueError(
@@ -198,7 +223,9 @@ class Agent:
         ):
             raise PlanError("Checkpoint model state has the wrong fields, shapes or values.")
         r = int(snap["round"])
-        if not 0 <= r <= self.share.steps or int(snap["noise_step"]) != r:
+        # without Gaussian noise (dsgd, Laplace plans) the Gaussian stream never advances
+        stream_ok = self.share.noise_std == 0 or int(snap["noise_step"]) == r
+        if not 0 <= r <= self.share.steps or not stream_ok:
             raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
         expected = self.noise.init().buffers
         buffers = tuple(np.asarray(b, dtype=np.float64) for b in snap["noise_buffers"])
@@ -249,16 +276,45 @@ class Agent:
             if self.noise_state.step != self.round:
                 raise RuntimeError("noise stream out of step with the round counter")
             out, self.noise_state = self.noise.next(self.noise_state)
+            if self.cross is not None:
+                out = self.cross.compose(out, self.round)
+            self._noise_digest = noise_digest(out)
+            return out
+
+        def laplace(scale: float) -> np.ndarray:
+            out = laplace_draw(self.noise.keys, self.round, self.model.dim, scale)
             self._noise_digest = noise_digest(out)
             return out
 
         self._ctx = StepContext(
-            self.round, self.share.learning_rate, self.share.clip_norm, self.batch, gradient, noise
+            self.round,
+            self.share.learning_rate,
+            self.share.clip_norm,
+            self.batch,
+            gradient,
+            noise,
+            laplace,
+            self.share.laplace,
+            cross_agent=self.share.cross_agent,
         )
         self.state, self.message = self.algo.send(self.state, self._ctx)
-        msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.message,))
         self.metrics.sent += len(self.neighbours)
+        if self.message.ndim == 2:  # one message per padded-row slot (Zip-DL)
+            return self._per_recipient(self.message)
+        msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.message,))
         return Outgoing(self.round, self.neighbours, wire.encode(msg), self._noise_digest)
+
+    def _per_recipient(self, slots: np.ndarray) -> Outgoing:
+        """Encode slot j's message for the j-th entry of the row; keep the own slot."""
+        row = self.share.neighbours
+        frames = {}
+        for j, v in enumerate(row):
+            if v != self.node and v not in frames:
+                msg = (self.context.plan_hash, self.round, self.node, "model", (slots[j],))
+                frames[v] = wire.encode(wire.Message(*msg))
+        self.message = slots[row.index(self.node)]
+        first = frames[self.neighbours[0]] if self.neighbours else []
+        return Outgoing(self.round, self.neighbours, first, self._noise_digest, frames)
 
     def skip_round(self) -> None:
         """Sit out the current round (the node is offline): no step, no messages.

@@ -28,7 +28,8 @@ def clip_l2(x: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np.ndarray]:
 
     Args:
       x: array whose last axis holds the vectors.
-      clip_norm: Δ, the L2 bound (> 0).
+      clip_norm: Δ, the L2 bound (> 0; ``inf`` leaves every vector unchanged — used by
+        Laplace plans with problem adjacency, whose gradients are analytic).
 
     Returns:
       ``(clipped, was_clipped)``: the clipped array (float64) and a boolean array over the
@@ -38,7 +39,8 @@ def clip_l2(x: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np.ndarray]:
     >>> clipped.round(3).tolist(), hit.tolist()
     ([[0.6, 0.8], [0.3, 0.4]], [True, False])
     """
-    _validate.positive(clip_norm=clip_norm)
+    if clip_norm != np.inf:
+        _validate.positive(clip_norm=clip_norm)
     x = np.asarray(x, dtype=np.float64)
     norms = l2_norms(x)
     was_clipped = norms > clip_norm

@@ -9,6 +9,22 @@ factor and must equal the stored one, so a tampered or stale plan is refused.
 
 Each device receives a :class:`NodeShare` — its own row of the gossip table and the noise
 parameters — and nothing else (no other node's neighbours, no secrets).
+
+Laplace mechanisms (``sr-gt``, ``dpop``; paper 004) carry an optional ``laplace`` section —
+a :class:`~edgedp.accounting.laplace.LaplaceSchedule` (γ, β, q₁, q₂, δ, ε, adjacency) —
+that is part of the encoding and hash only when present, so Gaussian plans keep their
+hashes. Their Gaussian fields are inert: identity factor, σ = 0, participation (T, 1)
+(every round is counted), and ``learning_rate`` holds γ = α₁ for display only — the
+schedule is authoritative.
+
+Cross-agent mechanisms (``whisper``, ``decor``, ``zipdl``, ``muffliato``; papers 001, 000
+App. A.4–A.6) carry an optional ``cross_agent`` section — a
+:class:`~edgedp.cross_agent.CrossAgentSpec` with the normalized covariance factors — likewise
+encoded and hashed only when present; build them with
+:func:`edgedp.planning.cross_agent.make_plan`. Their guarantee comes from
+:mod:`edgedp.accounting.cross_agent` (``sensitivity`` is the Mahalanobis one, so
+ν = σ·sens·Δ and μ = 1/σ as everywhere). Pairwise secrets and the shared seed are never in
+a plan.
 """
 
 from __future__ import annotations
@@ -21,6 +37,9 @@ from typing import Any
 import numpy as np
 
 from edgedp import _codec, _validate, factors, topology
+from edgedp import cross_agent as cross_mod
+from edgedp.accounting import cross_agent as cross_acc
+from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
@@ -35,10 +54,21 @@ _MECHANISMS: dict[str, tuple[Any, bool]] = {
     "dp-dsgd": (factors.Identity, True),
     "antipgd": (factors.AntiPGD, True),
     "banded": (None, True),
+    "blt": (None, True),
     "dense": (None, True),
     "dmf": (None, True),
     "mafalda": (None, True),
+    "sr-gt": (factors.Identity, False),  # Laplace noise from the plan's laplace section
+    "dpop": (factors.Identity, False),
 }
+
+#: Mechanisms whose noise is the Laplace schedule of paper 004 (Eq. 5), not a Gaussian factor.
+LAPLACE_MECHANISMS = ("sr-gt", "dpop")
+
+#: Mechanisms whose Gaussian noise is correlated across agents (a ``cross_agent`` section).
+CROSS_AGENT_MECHANISMS = cross_mod.KINDS
+for _name in CROSS_AGENT_MECHANISMS:
+    _MECHANISMS[_name] = (factors.Identity, True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +129,14 @@ class NoisePlan:
     task: TaskSpec = field(default_factory=TaskSpec)
     seed: int = 0
     version: int = PLAN_VERSION
+    laplace: laplace_acc.LaplaceSchedule | None = None
+    cross_agent: cross_mod.CrossAgentSpec | None = None
 
     @property
     def noise_std(self) -> float:
         """ν = σ · sens · Δ: the std of the normals each node feeds its temporal factor."""
+        if self.noise_multiplier == 0:  # also when Δ = inf (unclipped Laplace plans)
+            return 0.0
         return self.noise_multiplier * self.sensitivity * self.clip_norm
 
     @property
@@ -112,6 +146,8 @@ class NoisePlan:
 
     def guarantee(self, *, steps_done: int | None = None) -> mf.LDPGuarantee:
         """Re-derive the guarantee from the factor (never from stored numbers)."""
+        if self.cross_agent is not None:
+            return cross_acc.guarantee(self, steps_done=steps_done)
         return mf.ldp_guarantee(
             self.factor.strategy(self.steps),
             participation=self.participation,
@@ -146,6 +182,9 @@ class NoisePlan:
             "learning_rate": self.learning_rate,
             "task": self.task.to_dict(),
             "seed": self.seed,
+            # only when present, so plans without it keep their hashes
+            **({"laplace": self.laplace.to_dict()} if self.laplace is not None else {}),
+            **({"cross_agent": self.cross_agent.to_dict()} if self.cross_agent else {}),
         }
 
     @property
@@ -188,6 +227,14 @@ class NoisePlan:
                 learning_rate=float(d["learning_rate"]),
                 task=TaskSpec.from_dict(d["task"]),
                 seed=int(d["seed"]),
+                laplace=(
+                    laplace_acc.LaplaceSchedule.from_dict(d["laplace"]) if "laplace" in d else None
+                ),
+                cross_agent=(
+                    cross_mod.CrossAgentSpec.from_dict(d["cross_agent"])
+                    if "cross_agent" in d
+                    else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"Malformed NoisePlan field: {exc}") from None
@@ -215,6 +262,17 @@ class NoisePlan:
             neighbours=tuple(int(v) for v in self.mixing_index[node]),
             weights=tuple(float(w) for w in self.mixing_weight[node]),
             task=self.task,
+            laplace=self.laplace,
+            cross_agent=(
+                None
+                if self.cross_agent is None
+                else self.cross_agent.node(
+                    node,
+                    edges=self.edges,
+                    neighbours=self.mixing_index[node],
+                    weights=self.mixing_weight[node],
+                )
+            ),
         )
 
 
@@ -235,6 +293,8 @@ class NodeShare:
     neighbours: tuple[int, ...]
     weights: tuple[float, ...]
     task: TaskSpec
+    laplace: laplace_acc.LaplaceSchedule | None = None
+    cross_agent: cross_mod.NodeCrossAgent | None = None
 
 
 def _certify(plan: NoisePlan) -> None:
@@ -244,10 +304,24 @@ def _certify(plan: NoisePlan) -> None:
         )
     from edgedp import algorithms
 
+    if (plan.laplace is not None) != (plan.mechanism in LAPLACE_MECHANISMS):
+        raise PlanError(
+            f"A laplace section belongs exactly to mechanisms {LAPLACE_MECHANISMS}, "
+            f"not {plan.mechanism!r}."
+        )
+    _certify_cross_agent(plan)
     try:
         algorithms.for_mechanism(plan.mechanism).check_plan(plan)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
+    if plan.laplace is not None:
+        if plan.noise_multiplier != 0.0 or plan.factor.kind != "identity":
+            raise PlanError(f"{plan.mechanism} plans carry no Gaussian noise (sigma 0, identity).")
+        try:
+            laplace_acc.check_task(plan.laplace, clip_norm=plan.clip_norm)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        return
     if plan.noise_multiplier == 0.0:
         return
     g = plan.guarantee()
@@ -258,14 +332,37 @@ def _certify(plan: NoisePlan) -> None:
         )
 
 
+def _certify_cross_agent(plan: NoisePlan) -> None:
+    spec = plan.cross_agent
+    if (spec is not None) != (plan.mechanism in CROSS_AGENT_MECHANISMS):
+        raise PlanError(
+            f"A cross_agent section belongs exactly to mechanisms {CROSS_AGENT_MECHANISMS}, "
+            f"not {plan.mechanism!r}; build them with edgedp.planning.cross_agent.make_plan."
+        )
+    if spec is None:
+        return
+    if spec.kind != plan.mechanism or spec.n != plan.n or plan.factor.kind != "identity":
+        raise PlanError(
+            f"cross_agent section ({spec.kind}, n={spec.n}) does not fit the plan "
+            f"({plan.mechanism}, n={plan.n}, factor {plan.factor.kind})."
+        )
+    if spec.edge_variance.size not in (0, len(plan.edges)):
+        raise PlanError("cross_agent edge_variance must have one entry per plan edge.")
+    if plan.steps % spec.gossip_rounds:
+        raise PlanError(f"steps={plan.steps} is not a multiple of K={spec.gossip_rounds}.")
+    if not math.isfinite(plan.guarantee().sensitivity):
+        raise PlanError("cross_agent covariance is not positive definite; re-create the plan.")
+
+
 def make_plan(
     mechanism: str,
     graph: topology.Graph,
     *,
     steps: int,
-    participation: Participation,
+    participation: Participation | None = None,
     clip_norm: float,
-    learning_rate: float,
+    learning_rate: float | None = None,
+    laplace: laplace_acc.LaplaceSchedule | None = None,
     weighting: str = "metropolis-hastings",
     noise_multiplier: float | None = None,
     target_epsilon: float | None = None,
@@ -280,12 +377,43 @@ def make_plan(
     Exactly one of ``noise_multiplier`` (σ) or ``target_epsilon`` (with ``delta``) sets the
     noise, except for ``dsgd`` which has none. The sensitivity comes from the accountant
     (paper 000 Thm 7 under LDP), and the per-step noise std is ν = σ · sens · Δ.
+
+    Laplace mechanisms (``sr-gt``, ``dpop``; paper 004) take ``laplace=LaplaceSchedule(...)``
+    instead (it carries ε), no σ/ε/δ/participation; ``learning_rate`` defaults to γ and
+    must equal it; ``clip_norm`` may be ``inf`` (no clipping) with ``adjacency="problem"``.
     """
     if mechanism not in _MECHANISMS:
         raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {sorted(_MECHANISMS)}.")
+    if mechanism in CROSS_AGENT_MECHANISMS:
+        raise ValueError(
+            f"mechanism={mechanism!r} plans correlated noise across agents: build it with "
+            "edgedp.planning.cross_agent.make_plan (or `edgedp plan`)."
+        )
     builder, noisy = _MECHANISMS[mechanism]
     _validate.integer(minimum=1, steps=steps)
-    _validate.positive(clip_norm=clip_norm, learning_rate=learning_rate)
+    if mechanism in LAPLACE_MECHANISMS:
+        if laplace is None:
+            raise ValueError(f"mechanism={mechanism!r} needs laplace=LaplaceSchedule(...).")
+        if noise_multiplier is not None or target_epsilon is not None or delta is not None:
+            raise ValueError(
+                f"mechanism={mechanism!r} takes its epsilon from the Laplace schedule; "
+                "drop noise_multiplier/target_epsilon/delta."
+            )
+        if learning_rate is None:
+            learning_rate = laplace.gamma
+        if learning_rate != laplace.gamma:
+            raise ValueError(
+                f"Expected learning_rate={learning_rate!r} to equal gamma={laplace.gamma!r} "
+                "(the first stepsize) for Laplace plans."
+            )
+        participation = participation or Participation(steps, 1)
+        laplace_acc.check_task(laplace, clip_norm=clip_norm)
+    else:
+        if laplace is not None:
+            raise ValueError(f"mechanism={mechanism!r} is Gaussian; laplace=... is for sr-gt/dpop.")
+        if participation is None or learning_rate is None:
+            raise ValueError(f"mechanism={mechanism!r} needs participation and learning_rate.")
+        _validate.positive(clip_norm=clip_norm, learning_rate=learning_rate)
     if weighting not in topology.WEIGHTINGS:
         raise ValueError(
             f"Unknown weighting={weighting!r}; expected one of {sorted(topology.WEIGHTINGS)}."
@@ -302,7 +430,9 @@ def make_plan(
     topology.validate(W, graph)
     index, weight = topology.mixing_table(W)
     strategy = factor.strategy(steps)
-    if not noisy:
+    if mechanism in LAPLACE_MECHANISMS:
+        sigma, sens, exact = 0.0, 0.0, True
+    elif not noisy:
         if noise_multiplier not in (None, 0.0) or target_epsilon is not None:
             raise ValueError(
                 "mechanism='dsgd' adds no noise; drop --noise-multiplier/--target-eps."
@@ -348,17 +478,22 @@ def make_plan(
         learning_rate=float(learning_rate),
         task=task,
         seed=seed,
+        laplace=laplace,
     )
     _certify(plan)
     return plan
 
 
-def batch_schedule(plan: NoisePlan | NodeShare, local_size: int) -> tuple[int, int]:
+def batch_schedule(
+    plan: NoisePlan | NodeShare, local_size: int, *, dim: int | None = None
+) -> tuple[int, int]:
     """``(batch_size, batches_per_epoch)`` for a local dataset, checked against the plan.
 
     Step t uses batch ``t mod batches_per_epoch`` of a fixed keyed permutation, so every
     example participates exactly every ``batches_per_epoch`` steps. A noisy plan must certify
-    that participation: ``b`` equal to batches per epoch and ``k ≥ ⌈T / b⌉``.
+    that participation: ``b`` equal to batches per epoch and ``k ≥ ⌈T / b⌉``. A Laplace plan
+    with example adjacency must certify the task's gradient bound: δ ≥ 2Δ√d/B, which needs
+    the model dimension ``dim`` (engines always pass it).
     """
     _validate.integer(minimum=1, local_size=local_size)
     batch = plan.task.batch_size or local_size
@@ -369,6 +504,15 @@ def batch_schedule(plan: NoisePlan | NodeShare, local_size: int) -> tuple[int, i
     part = plan.participation
     noisy = getattr(plan, "noise_multiplier", None)
     noisy = (plan.noise_std > 0) if noisy is None else noisy > 0
+    if getattr(plan, "laplace", None) is not None:
+        if dim is None and plan.laplace.adjacency == "example":
+            raise PlanError("A Laplace plan with example adjacency needs the model dimension.")
+        try:
+            laplace_acc.check_task(
+                plan.laplace, clip_norm=plan.clip_norm, dim=dim, batch_size=batch
+            )
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
     if noisy and (part.b != per_epoch or part.k < needed_k):
         raise PlanError(
             f"The plan certifies participation (k,b)=({part.k},{part.b}) but this task runs "

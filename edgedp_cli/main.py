@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "edgedp_cli.mf_cmd",
     "edgedp_cli.sim_cmd",
     "edgedp_cli.model_cmd",
+    "edgedp_cli.tune_cmd",
 )
 
 
@@ -80,6 +81,18 @@ def cmd_topology(args) -> None:
 def cmd_plan(args) -> None:
     from edgedp import plan as plan_mod
 
+    if args.mechanism in plan_mod.LAPLACE_MECHANISMS:
+        from edgedp_cli import tune_cmd
+
+        return tune_cmd.cmd_plan_laplace(args)
+    if args.participation is None:
+        raise UsageError(f"--mechanism {args.mechanism} needs --participation k,b")
+    if args.learning_rate is None:
+        args.learning_rate = 0.5
+    if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
+        from edgedp_cli import cross_cmd
+
+        return cross_cmd.cmd_plan_cross(args)
     g = parse_graph(args.topology)
     if args.mechanism != "dsgd" and (args.target_eps is None) == (args.noise_multiplier is None):
         raise UsageError(
@@ -133,6 +146,9 @@ def cmd_plan(args) -> None:
             gap=planned.gap,
             planner_seconds=planned.seconds,
         )
+        if planned.loss_ratio_to_dense is not None:
+            payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
+            payload["device_state_floats_per_dim"] = p.factor.state_bytes(1) // 8
     payload["out"] = args.out
     emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
 
@@ -150,7 +166,7 @@ def _check_task(task) -> None:
 
 
 #: Mechanisms whose temporal factor the offline planner computes for the topology.
-PLANNED_MECHANISMS = ("dmf", "mafalda")
+PLANNED_MECHANISMS = ("dmf", "mafalda", "banded", "blt")
 
 
 def _planned_factor(args, graph, participation):
@@ -169,7 +185,13 @@ def _planned_factor(args, graph, participation):
 
     try:
         planned = factorization.plan_factor(
-            args.mechanism, W, steps=args.steps, participation=participation, progress=progress
+            args.mechanism,
+            W,
+            steps=args.steps,
+            participation=participation,
+            progress=progress,
+            bandwidth=args.bandwidth,
+            buffers=args.buffers,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -179,6 +201,10 @@ def _planned_factor(args, graph, participation):
 
 
 def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
+    if p.laplace is not None:
+        from edgedp_cli import tune_cmd
+
+        return tune_cmd.laplace_report(p, steps_done)
     if p.noise_multiplier > 0:
         g = p.guarantee(steps_done=steps_done)
         mu, eps, exact = g.mu, g.epsilon(delta), g.exact
@@ -228,6 +254,13 @@ def _account_pndp(p, args) -> None:
     from edgedp.accounting import pndp
     from edgedp_cli._common import json_value
 
+    if p.laplace is not None:
+        raise UsageError(f"--trust pndp is not available for Laplace plans ({p.mechanism})")
+    if p.cross_agent is not None:  # its noise is correlated across agents: not 000 App. A.2
+        raise UsageError(
+            f"--trust pndp is not available for {p.mechanism} plans; `edgedp plan` reports "
+            "their insider and colluding-neighbourhood guarantees"
+        )
     if args.steps_done is not None:
         raise UsageError("--steps-done is not supported with --trust pndp (full run only)")
     if p.noise_multiplier == 0:
@@ -444,16 +477,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument(
-        "--participation", required=True, help="k,b: at most k participations b steps apart"
+        "--participation", help="k,b: at most k participations b steps apart (Gaussian only)"
     )
     p.add_argument(
-        "--mechanism", required=True, choices=["dsgd", "dp-dsgd", "antipgd", "dmf", "mafalda"]
+        "--mechanism",
+        required=True,
+        choices=[
+            "dsgd",
+            "dp-dsgd",
+            "antipgd",
+            "dmf",
+            "mafalda",
+            "banded",
+            "blt",
+            "sr-gt",
+            "dpop",
+            "whisper",
+            "decor",
+            "zipdl",
+            "muffliato",
+        ],
     )
+    p.add_argument("--bandwidth", type=int, help="banded: number of diagonals of C")
+    p.add_argument("--buffers", type=int, help="blt: number of buffers")
     p.add_argument("--target-eps", type=float)
     p.add_argument("--noise-multiplier", type=float)
     p.add_argument("--delta", type=float)
     p.add_argument("--clip-norm", type=float, default=1.0)
-    p.add_argument("--learning-rate", type=float, default=0.5)
+    p.add_argument("--learning-rate", type=float, help="default 0.5 (sr-gt/dpop: gamma)")
     p.add_argument(
         "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
     )
@@ -468,6 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=0, help="0 = whole local dataset each step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
+    from edgedp_cli import tune_cmd
+
+    tune_cmd.add_plan_arguments(p)
+    from edgedp_cli import cross_cmd
+
+    cross_cmd.add_plan_arguments(p)
 
     p = add("account", cmd_account, "re-certify a plan and print its guarantee")
     p.add_argument("plan")

@@ -24,7 +24,7 @@ import time
 import numpy as np
 import zmq.auth
 
-from edgedp import models, rng
+from edgedp import cross_agent, keys, models, rng
 from edgedp.agent import Agent
 from edgedp.errors import PlanError
 from edgedp.noise import node_noise_key
@@ -95,6 +95,32 @@ def _load_inputs(cfg: config.NodeConfig):
     return plan, share, public, secret, noise_secret, x, y
 
 
+def _cross_keys(cfg, plan, share, secret, noise_secret):
+    """Keys for noise correlated across agents: per-edge keys by X25519 with each
+    neighbour's CURVE key (never in the plan); the plan seed's keys with noise_secret =
+    "plan-seed" (reproducible runs, equal to the simulators')."""
+    cross = share.cross_agent
+    if cross is None:
+        return None
+    if cfg.reproducible:
+        return cross_agent.simulation_keys(
+            rng.seed_secret(plan.seed), cfg.id, [v for v, _ in cross.edge_terms]
+        )
+    if cross.factor_row:
+        raise config.ConfigError(
+            "this plan's shared-seed noise (whisper --form lowrank/dense) needs a seed shared "
+            "by all devices, which node.toml cannot carry yet; plan with --form local"
+        )
+    public = {n.id: n.public_key for n in cfg.neighbours}
+    pairs = {
+        v: cross_agent.pair_key(keys.pairwise_secret(secret, public[v], me=cfg.id, peer=v))
+        for v, _ in cross.edge_terms
+    }
+    return cross_agent.CrossKeys(
+        pairs=pairs, messages=rng.derive_key(noise_secret, "cross-message", cfg.id)
+    )
+
+
 def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     """Run the node until its rounds are done; returns the exit status."""
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
@@ -114,6 +140,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
         noise_key=node_noise_key(noise_secret, cfg.id),
         batch_key=rng.derive_key(noise_secret, "batch", 0, cfg.id),
         dropout_rule=cfg.dropout_rule,
+        cross_keys=_cross_keys(cfg, plan, share, secret, noise_secret),
     )
     ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
     try:
@@ -162,7 +189,10 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
         while not agent.done:
             out = agent.begin_round()
             checkpoint.atomic_write(sent_path, str(out.round).encode())
-            transport.send(out.recipients, out.frames)
+            for v in out.recipients if out.per_recipient else ():
+                transport.send((v,), out.frames_for(v))  # one message per recipient (Zip-DL)
+            if not out.per_recipient:
+                transport.send(out.recipients, out.frames)
             started = time.monotonic()
             limit = cfg.startup_timeout if out.round == first_round else cfg.round_timeout
             while not agent.ready() and not stop["signal"]:

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgedp import algorithms, clipping, models, rng
+from edgedp import cross_agent as cross_mod
 from edgedp.algorithms._gossip import StepContext
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, node_noise_key
+from edgedp.noise import NoiseSource, laplace_draw, node_noise_key
 from edgedp.plan import NoisePlan, batch_schedule
 from sim import evaluation
 from sim.datasets import FederatedData
@@ -56,7 +57,7 @@ def run(
     algo = algorithms.for_mechanism(plan.mechanism)
     model = models.for_task(plan.task, data.features)
     d = model.dim
-    batch, per_epoch = batch_schedule(plan, data.local_size)
+    batch, per_epoch = batch_schedule(plan, data.local_size, dim=d)
     secret = rng.seed_secret(plan.seed)
     trial_ids = range(first_trial, first_trial + trials)
     keys = np.empty((trials, plan.n), dtype=object)
@@ -67,6 +68,11 @@ def run(
             orders[i, u] = rng.permutation(rng.derive_key(secret, "batch", tr, u), data.local_size)
     source = NoiseSource(plan.factor, keys, d, plan.noise_std, memoize=plan.factor.kind == "dense")
     state = source.init()
+    # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
+    cross = (
+        None if plan.cross_agent is None else cross_mod.CrossNoise.for_plan(plan, secret, trial_ids)
+    )
+    back = None if cross is None else cross_mod.reverse_slots(plan.mixing_index)
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
     node_idx = np.arange(plan.n)[None, :, None]
     result = BatchResult(models=theta)
@@ -104,18 +110,33 @@ def run(
             counters["clipped"] += int(hit.sum())
             return gsum
 
-        def noise():
+        def noise(t=t):
             nonlocal state
             if plan.noise_std == 0:
                 return None
             out, state = source.next(state)
-            return out
+            return out if cross is None else cross.compose(out, t)
 
-        ctx = StepContext(t, plan.learning_rate, plan.clip_norm, batch, gradient, noise)
-        alg_state, message = algo.send(alg_state, ctx)
-        alg_state = algo.receive(
-            alg_state, plan.mixing_weight, message[..., plan.mixing_index, :], ctx
+        def laplace(scale, t=t):
+            return laplace_draw(keys, t, d, scale)
+
+        ctx = StepContext(
+            t,
+            plan.learning_rate,
+            plan.clip_norm,
+            batch,
+            gradient,
+            noise,
+            laplace,
+            plan.laplace,
+            cross_agent=plan.cross_agent,
         )
+        alg_state, message = algo.send(alg_state, ctx)
+        if message.ndim == theta.ndim:
+            gathered = message[..., plan.mixing_index, :]
+        else:  # one message per padded-row slot (Zip-DL): slot of the recipient in its row
+            gathered = message[..., plan.mixing_index, back, :]
+        alg_state = algo.receive(alg_state, plan.mixing_weight, gathered, ctx)
         theta = algo.model(alg_state)
         if not np.all(np.isfinite(theta)):
             raise FloatingPointError(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from edgedp import models, rng
+from edgedp import cross_agent, models, rng
 from edgedp.agent import Agent
 from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan
@@ -105,6 +105,7 @@ class _Sim:
             batch_key=rng.derive_key(self.secret, "batch", 0, u),
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
+            cross_keys=cross_agent.simulation_keys(self.secret, u, self.plan.share(u).neighbours),
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:
@@ -157,10 +158,10 @@ class _Sim:
             first = False
 
     def transmit(self, u: int, out):
-        size = sum(len(f) for f in out.frames)
-        frames = [bytes(f) for f in out.frames]
-        delay = self.network.serialization_s(size)
         for v in out.recipients:
+            frames = [bytes(f) for f in out.frames_for(v)]  # per recipient (Zip-DL)
+            size = sum(len(f) for f in frames)
+            delay = self.network.serialization_s(size)
             if delay:
                 with self.uplink[u].request() as req:
                     yield req

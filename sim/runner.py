@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from edgedp.accounting import laplace
 from sim import batch, engine
 from sim.scenarios import Scenario, ScenarioError, parse
 
@@ -105,6 +106,12 @@ def run_scenario(
         "final_test_loss": metrics["test_loss"][-1],
         "final_test_accuracy": metrics["test_accuracy"][-1] if metrics["test_accuracy"] else None,
         "mu": g.mu if g else math.inf,
+        # Laplace plans (paper 004) are pure eps-DP: the eps spent over the run
+        **(
+            {"epsilon": laplace.epsilon_spent(sc.plan.laplace, sc.plan.steps)}
+            if sc.plan.laplace is not None
+            else {}
+        ),
         "plan_hash": sc.plan.plan_hash,
         "wall_seconds": round(time.perf_counter() - started, 3),
         **summary,

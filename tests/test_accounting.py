@@ -51,7 +51,15 @@ def _rel(a: float, b: float) -> float:
 
 
 def test_public_modules():
-    assert accounting.__all__ == ["gdp", "mf", "participation", "pndp", "rdp", "sensitivity"]
+    assert accounting.__all__ == [
+        "gdp",
+        "laplace",
+        "mf",
+        "participation",
+        "pndp",
+        "rdp",
+        "sensitivity",
+    ]
 
 
 def test_accounting_imports_without_scipy():

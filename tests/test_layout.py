@@ -21,6 +21,8 @@ DEVICE_MODULES = [
     "edgedp.accounting.rdp",
     "edgedp.accounting.sensitivity",
     "edgedp.accounting.mf",
+    "edgedp.accounting.laplace",
+    "edgedp.models.least_squares",
     "edgedp.models",
     "edgedp.models.linear",
     "edgedp.models.spec",

@@ -132,3 +132,26 @@ def test_cli_mf_optimize_and_plan(tmp_path):
     )
     assert rep["epsilon"] == pytest.approx(5.0, rel=1e-6) and rep["loss_ratio_to_dp_dsgd"] < 1
     assert math.isfinite(rep["gap"])
+
+
+@pytest.mark.parametrize("mechanism, kw", [("banded", {"bandwidth": 3}), ("blt", {"buffers": 2})])
+def test_compact_plans_certify_and_run_identically(mechanism, kw):
+    part = Participation(4, 6)
+    planned = factorization.plan_factor(mechanism, W, steps=24, participation=part, **kw)
+    assert planned.loss_ratio_to_dense >= 1 - 1e-3
+    bs = DATA.local_size // 6
+    p = make_plan(
+        mechanism,
+        GRAPH,
+        steps=24,
+        participation=part,
+        clip_norm=1.0,
+        learning_rate=0.2,
+        noise_multiplier=1.0,
+        factor=planned.factor,
+        seed=3,
+        task=TaskSpec(dataset="synthetic-logistic", batch_size=bs),
+    )
+    assert NoisePlan.from_bytes(p.to_bytes()).plan_hash == p.plan_hash
+    assert p.factor.state_bytes(10) <= 8 * 10 * max(kw.values())  # bounded device state
+    assert engine.run(p, DATA).model_digest == batch.run(p, DATA).digests[0]

@@ -8,12 +8,14 @@ Modules (import the module, then call its functions):
 - :mod:`~edgedp.accounting.sensitivity` — sens_Π(C; B) (paper 000, Thm 7).
 - :mod:`~edgedp.accounting.mf` — LDP guarantee of MF-D-SGD (paper 000, §5–6).
 - :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim (000 App. A).
+- :mod:`~edgedp.accounting.laplace` — pure ε-DP of the Laplace schedules of sr-gt/DPOP (004).
 """
 
-from edgedp.accounting import gdp, mf, participation, pndp, rdp, sensitivity
+from edgedp.accounting import gdp, laplace, mf, participation, pndp, rdp, sensitivity
 
 __all__ = [
     "gdp",
+    "laplace",
     "mf",
     "participation",
     "pndp",

@@ -10,16 +10,32 @@ callers pick a module there and never branch on its type.
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from edgedp.algorithms import dp_dsgd, dsgd, mf_dsgd
+from edgedp.algorithms import (
+    decor,
+    dp_dsgd,
+    dpop,
+    dsgd,
+    mf_dsgd,
+    muffliato,
+    sr_gt,
+    whisper,
+    zipdl,
+)
 from edgedp.algorithms._gossip import StepContext
 
 __all__ = [
     "BY_MECHANISM",
     "StepContext",
+    "decor",
     "dp_dsgd",
+    "dpop",
     "dsgd",
     "for_mechanism",
     "mf_dsgd",
+    "muffliato",
+    "sr_gt",
+    "whisper",
+    "zipdl",
 ]
 
 #: Static, read-only mapping from mechanism name (as in a NoisePlan) to algorithm module.
@@ -29,9 +45,16 @@ BY_MECHANISM: Mapping[str, object] = MappingProxyType(
         "dp-dsgd": dp_dsgd,
         "antipgd": mf_dsgd,
         "banded": mf_dsgd,
+        "blt": mf_dsgd,
         "dense": mf_dsgd,
         "dmf": mf_dsgd,
         "mafalda": mf_dsgd,
+        "sr-gt": sr_gt,
+        "dpop": dpop,
+        "whisper": whisper,
+        "decor": decor,
+        "zipdl": zipdl,
+        "muffliato": muffliato,
     }
 )
 

@@ -14,7 +14,10 @@ An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
 
 ``ctx`` is a :class:`StepContext`: the round, the hyper-parameters and two callables,
 ``gradient(point)`` (sum of per-example clipped gradients on the round's batch) and
-``noise()`` (the round's correlated Gaussian noise of std ν, None when the plan has none).
+``noise()`` (the round's correlated Gaussian noise of std ν, None when the plan has none);
+Laplace plans (sr-gt, dpop) also get ``laplace(scale)`` (the round's Laplace draws from the
+node's noise stream) and ``schedule`` (the plan's
+:class:`~edgedp.accounting.laplace.LaplaceSchedule`).
 Everything is elementwise or summed in a fixed order, never through BLAS, so one node's
 numbers have the same bits on a device, in the event engine and in the batch engine
 (DESIGN §2).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +46,17 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, eq=False)
 class StepContext:
-    """What ``send`` and ``receive`` may use in one round (built by the engine)."""
+    """What ``send`` and ``receive`` may use in one round (built by the engine).
+
+    ``laplace(scale)`` returns Laplace(0, scale) draws shaped like the model state, a pure
+    function of (node key, round): calling it twice in a round gives the same draws, never
+    fresh noise. ``schedule`` is the plan's Laplace schedule (α_k, β, ν_k); both are None
+    for Gaussian plans. ``cross_agent`` is the plan's cross-agent section (batch engine) or
+    the node's share of it (devices) — both expose ``gossip_rounds`` — and None otherwise;
+    for those plans ``noise()`` already returns the node's full correlated noise, per
+    padded-row slot ``(..., m, d)`` for message-wise noise (Zip-DL), whose ``send`` then
+    returns one message per slot.
+    """
 
     round: int
     learning_rate: float
@@ -50,6 +64,9 @@ class StepContext:
     batch_size: int
     gradient: Callable[[np.ndarray], np.ndarray]
     noise: Callable[[], np.ndarray | None]
+    laplace: Callable[[float], np.ndarray] | None = None
+    schedule: Any = None
+    cross_agent: Any = None
 
 
 def local_step(

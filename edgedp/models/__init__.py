@@ -10,6 +10,7 @@ with, so they all run the same one:
 ``task.model``                      backend                                   default loss
 ==================================  ========================================  ==============
 ``logistic`` / ``linear``           :class:`linear.LinearModel` (numpy)       bce / mse
+``least-squares``                   :class:`least_squares.LeastSquaresModel`  (xᵀθ − y)²
 ``softmax:C``                       :class:`dense.DenseModel` (numpy)         ce
 ``mlp:IN-H1-..-OUT[:relu|tanh]``    :class:`dense.DenseModel` (numpy)         ce if OUT ≥ 2
 ``onnx:PATH``                       :class:`onnx_backend.OnnxModel`           the file's
@@ -74,6 +75,12 @@ def for_task(task, features: int, *, model_file: str | None = None):
 
     loss = getattr(task, "loss", "")
     model = task.model
+    if model == "least-squares":
+        if loss:
+            raise ValueError(f"Model 'least-squares' has one loss, (x.theta - y)^2, not {loss!r}.")
+        from edgedp.models.least_squares import LeastSquaresModel
+
+        return LeastSquaresModel(features)
     if model in KINDS:
         if loss not in ("", _LINEAR_LOSS[model]):
             raise ValueError(

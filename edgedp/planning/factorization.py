@@ -7,6 +7,11 @@
 | dmf       | 003 Eq. 5–6 optimum for the prefix sum        | centralized SGD   |
 |           | (used locally, paper 000 App. C)              |                   |
 | mafalda   | optimum for H = Σᵢ AᵢᵀAᵢ (paper 000 Lemma 10) | this gossip W     |
+| banded    | banded C (bandwidth p) fitted to MAFALDA's H  | this gossip W     |
+| blt       | buffered-linear-Toeplitz C fitted to that H   | this gossip W     |
+
+The compact forms (banded, blt) stream noise on devices with O(p·d) / O(buffers·d) state;
+their plans report the loss ratio to the dense MAFALDA optimum.
 
 :func:`relative_loss` scores any C_local on the MAFALDA objective of the topology,
 sens(C)²·tr(H (CᵀC)⁻¹), as a ratio to DP-D-SGD's (C = I): below 1 means less error on the
@@ -27,7 +32,7 @@ from edgedp.planning import mafalda, mf_optimal
 __all__ = ["PLANNED", "PlannedFactor", "plan_factor", "relative_loss"]
 
 #: Mechanisms whose factor is computed here.
-PLANNED = ("dmf", "mafalda")
+PLANNED = ("dmf", "mafalda", "banded", "blt")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -38,6 +43,7 @@ class PlannedFactor:
     gap: float | None
     iterations: int
     seconds: float
+    loss_ratio_to_dense: float | None = None
 
 
 def plan_factor(
@@ -48,8 +54,20 @@ def plan_factor(
     participation: Participation,
     tolerance: float = 1e-4,
     progress: Callable[[int, float, float], None] | None = None,
+    bandwidth: int | None = None,
+    buffers: int | None = None,
 ) -> PlannedFactor:
-    """The optimal temporal factor for ``mechanism`` (``dmf`` or ``mafalda``)."""
+    """The temporal factor for ``mechanism``: optimal (dmf, mafalda) or fitted (banded, blt)."""
+    if mechanism in ("banded", "blt"):
+        return _compact(
+            mechanism,
+            mixing_matrix,
+            steps=steps,
+            participation=participation,
+            tolerance=tolerance,
+            bandwidth=bandwidth,
+            buffers=buffers,
+        )
     if mechanism == "dmf":
         H = mf_optimal.prefix_sum_gram(steps)  # noqa: N806
     elif mechanism == "mafalda":
@@ -66,6 +84,34 @@ def plan_factor(
         res.gap,
         res.iterations,
         res.seconds,
+    )
+
+
+def _compact(mechanism, mixing_matrix, *, steps, participation, tolerance, bandwidth, buffers):
+    from edgedp.planning import compact
+
+    H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
+    dense = mf_optimal.optimize(H, participation=participation, tolerance=tolerance)
+    if mechanism == "banded":
+        if bandwidth is None:
+            raise ValueError("mechanism='banded' needs a bandwidth (e.g. --bandwidth 8).")
+        fit = compact.fit_banded(
+            H, participation=participation, bandwidth=bandwidth, dense_loss=dense.loss
+        )
+    else:
+        if buffers is None:
+            raise ValueError("mechanism='blt' needs a number of buffers (e.g. --buffers 2).")
+        fit = compact.fit_blt(
+            H, participation=participation, buffers=buffers, dense_loss=dense.loss
+        )
+    return PlannedFactor(
+        fit.factor,
+        fit.loss,
+        dense.dual_bound,
+        dense.gap,
+        fit.evaluations,
+        fit.seconds + dense.seconds,
+        fit.loss_ratio,
     )
 
 

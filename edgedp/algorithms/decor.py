@@ -1,0 +1,60 @@
+"""DECOR: D-SGD with pairwise-cancelling noise on every edge (Allouah et al. 2024).
+
+Paper 001 §II-B / §III: v_i = u_i + Σ_{j∈N(i)} v_ij with u_i ~ N(0, σ²_pair) and
+v_ij = −v_ji ~ N(0, σ²_cor) drawn from a secret shared by i and j, i.e. R = σ²_pair I +
+σ²_cor L (L the graph Laplacian); the pair terms cancel in any sum over nodes. The plan
+stores D = σ²_pair and c_e = σ²_cor (normalized); the calibration is 001 §V-C (R_pair put in
+Eq. 10; :func:`edgedp.planning.whisper.pair_covariance`). Update rules are D-SGD's.
+
+Trust model SecLDP (paper 000 App. A.5): an eavesdropper without secrets gets μ = 1/σ; a
+curious node knows its own edges' secrets, and a node whose neighbours all collude keeps
+only σ²_pair — both reported by :func:`edgedp.accounting.cross_agent.trust_report`.
+Per-edge keys: plan seed in simulations, :func:`edgedp.keys.pairwise_secret` on devices.
+"""
+
+from __future__ import annotations
+
+from edgedp.algorithms._gossip import (
+    init_state,
+    local_step,
+    mix,
+    mix_node,
+    model,
+    receive,
+    send,
+)
+
+__all__ = [
+    "ACCOUNTANT",
+    "NAME",
+    "TRUST_MODEL",
+    "check_plan",
+    "combine",
+    "combine_node",
+    "init_state",
+    "local_step",
+    "model",
+    "receive",
+    "send",
+]
+
+NAME = "decor"
+TRUST_MODEL = (
+    "SecLDP: eavesdroppers without pairwise secrets get the planned guarantee; colluders "
+    "remove their own edges' secrets (reported separately)"
+)
+ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (+ trust_report for colluders)"
+combine = mix
+combine_node = mix_node
+
+
+def check_plan(plan) -> None:
+    """DECOR plans: constant D, one constant c on every edge, no shared-seed part."""
+    spec = getattr(plan, "cross_agent", None)
+    if spec is None or spec.kind != NAME:
+        raise ValueError("Expected a cross_agent section of kind 'decor' (planning.cross_agent).")
+    c = spec.edge_variance
+    if spec.rank or spec.gossip_rounds != 1 or spec.message_variance != 0:
+        raise ValueError("DECOR noise is independent + pairwise only (no seed, no messages).")
+    if spec.diag.min() != spec.diag.max() or (c.size and c.min() != c.max()):
+        raise ValueError("DECOR uses one sigma_pair and one sigma_cor for every node and edge.")

@@ -1,0 +1,71 @@
+"""Muffliato-SGD: K gossip rounds per noisy gradient step (Cyffers et al. 2022).
+
+Paper 000 App. A.4: rounds t = 0, …, K·T' − 1; at rounds t ≡ 0 (mod K) the node takes a
+noisy local step θ − η(Σ clip(g) + ν z)/B, at the other K − 1 rounds it only gossips its
+model. The engines draw the round's noise every round (the stream stays aligned with the
+round counter, as when a node sits out a round); gossip-only rounds discard it unsent.
+
+Trust model LDP: the messages of gossip-only rounds are post-processing of earlier ones,
+so μ = 1/σ with k counting gradient rounds only
+(:func:`edgedp.accounting.cross_agent.participations`). Privacy amplification by gossip
+(PNDP) is not credited.
+"""
+
+from __future__ import annotations
+
+from edgedp.algorithms._gossip import StepContext, init_state, local_step, mix, mix_node, model
+from edgedp.algorithms._gossip import receive as _receive
+
+__all__ = [
+    "ACCOUNTANT",
+    "NAME",
+    "TRUST_MODEL",
+    "check_plan",
+    "combine",
+    "combine_node",
+    "init_state",
+    "local_step",
+    "model",
+    "receive",
+    "send",
+]
+
+NAME = "muffliato"
+TRUST_MODEL = "LDP: every message is private; gossip-only rounds are post-processing"
+ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (k = gradient rounds)"
+combine = mix
+combine_node = mix_node
+receive = _receive
+
+
+def _rounds(ctx: StepContext) -> int:
+    share = ctx.cross_agent
+    return 1 if share is None else int(share.gossip_rounds)
+
+
+def send(state, ctx: StepContext):
+    """A noisy local step at rounds ≡ 0 (mod K); the plain model otherwise."""
+    noise = ctx.noise()  # drawn every round, used only at gradient rounds
+    if ctx.round % _rounds(ctx):
+        return {"theta": state["theta"]}, state["theta"]
+    half = local_step(
+        state["theta"],
+        ctx.gradient(state["theta"]),
+        noise,
+        learning_rate=ctx.learning_rate,
+        batch_size=ctx.batch_size,
+    )
+    return {"theta": state["theta"]}, half
+
+
+def check_plan(plan) -> None:
+    """Muffliato plans: independent unit noise (D = 1) and T a multiple of K."""
+    spec = getattr(plan, "cross_agent", None)
+    if spec is None or spec.kind != NAME:
+        raise ValueError(
+            "Expected a cross_agent section of kind 'muffliato' (planning.cross_agent)."
+        )
+    if spec.rank or spec.edge_variance.size or spec.message_variance != 0:
+        raise ValueError("Muffliato noise is independent per node.")
+    if plan.steps % spec.gossip_rounds:
+        raise ValueError(f"Expected steps={plan.steps} to be a multiple of K={spec.gossip_rounds}.")

@@ -1,0 +1,58 @@
+"""Whisper D-SGD: D-SGD whose noise is correlated across agents by a planned covariance.
+
+Paper 001, Alg. 1: the nodes' noises are v ~ N(0, ν² R̃) with R̃ = diag(D) + UUᵀ + Σ_e c_e
+a_e a_eᵀ solving (a compact form of) Eq. (10), so the correlated part cancels when mixed
+(Thm 1: the variance after mixing is Tr(W R Wᵀ)). The update rules are D-SGD's
+(:mod:`edgedp.algorithms._gossip`); the engines compose each node's noise from its own
+stream, the shared seed and its edges' streams (:class:`edgedp.cross_agent.CrossNoise`).
+
+Trust model: eavesdroppers who see every message but know no seed are covered by
+μ = 1/σ (001 Thm 2, exact GDP form; :func:`edgedp.accounting.cross_agent.guarantee`).
+Insiders know the shared seed (DESIGN §6): against them only D (and the edges they are
+not on) protect — ``edgedp plan`` reports that ε too
+(:func:`~edgedp.accounting.cross_agent.trust_report`).
+"""
+
+from __future__ import annotations
+
+from edgedp.algorithms._gossip import (
+    init_state,
+    local_step,
+    mix,
+    mix_node,
+    model,
+    receive,
+    send,
+)
+
+__all__ = [
+    "ACCOUNTANT",
+    "NAME",
+    "TRUST_MODEL",
+    "check_plan",
+    "combine",
+    "combine_node",
+    "init_state",
+    "local_step",
+    "model",
+    "receive",
+    "send",
+]
+
+NAME = "whisper"
+TRUST_MODEL = (
+    "eavesdropper: every message seen, shared seed unknown (paper 001 Thm 2); insiders who "
+    "know the seed face only each node's independent part (reported separately)"
+)
+ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (+ trust_report for insiders)"
+combine = mix
+combine_node = mix_node
+
+
+def check_plan(plan) -> None:
+    """Whisper plans carry a cross_agent section of kind 'whisper' and identity time factor."""
+    spec = getattr(plan, "cross_agent", None)
+    if spec is None or spec.kind != NAME:
+        raise ValueError("Expected a cross_agent section of kind 'whisper' (planning.cross_agent).")
+    if spec.gossip_rounds != 1 or spec.message_variance != 0:
+        raise ValueError("Whisper plans have one gossip round per step and no message noise.")

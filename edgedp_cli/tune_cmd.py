@@ -1,0 +1,239 @@
+"""Laplace mechanisms of paper 004 on the command line: ``edgedp tune sr-gt`` and the plan options.
+
+``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
+:mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan --mechanism sr-gt|dpop`` (in main.py)
+hands over to :func:`cmd_plan_laplace`, which builds the Laplace schedule (Eq. 5) and
+reports ``epsilon_spent`` after the horizon and ``epsilon``, the infinite-horizon guarantee.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgedp_cli._common import UsageError, emit, parse_graph
+
+__all__ = ["add_plan_arguments", "cmd_plan_laplace", "laplace_report", "register"]
+
+
+def add_plan_arguments(p) -> None:
+    """The ``edgedp plan`` options of the Laplace mechanisms (sr-gt, dpop)."""
+    p.add_argument("--gamma", type=float, help="sr-gt/dpop: first stepsize γ (Eq. 5)")
+    p.add_argument("--beta", type=float, help="sr-gt: tracking gain β (γβ ≤ 1)")
+    p.add_argument("--q1", type=float, help="sr-gt/dpop: stepsize decay q1 (0 < q1 < q2)")
+    p.add_argument("--q2", type=float, help="sr-gt/dpop: noise decay q2 (q1 < q2 < 1)")
+    p.add_argument(
+        "--delta-grad",
+        type=float,
+        help="sr-gt/dpop: L1 bound δ on gradient differences of adjacent inputs "
+        "(default with --adjacency example: 2*clip*sqrt(d)/B from the task)",
+    )
+    p.add_argument(
+        "--adjacency",
+        choices=["example", "problem"],
+        default="example",
+        help="sr-gt/dpop: replace one example (δ certified from the clip norm) or "
+        "Definition 1 of paper 004 (δ taken as given; --clip-norm inf allowed)",
+    )
+
+
+def cmd_plan_laplace(args) -> None:
+    """``edgedp plan --mechanism sr-gt|dpop``: write the plan, report its ε."""
+    from edgedp import plan as plan_mod
+    from edgedp.accounting import laplace
+    from edgedp_cli.main import _check_task
+
+    m = args.mechanism
+    if args.noise_multiplier is not None or args.delta is not None:
+        raise UsageError(
+            f"--mechanism {m} is pure eps-DP (Laplace): drop --noise-multiplier, --delta"
+        )
+    if args.participation is not None:
+        raise UsageError(f"--mechanism {m} counts every round: drop --participation")
+    if args.target_eps is None:
+        raise UsageError(f"--mechanism {m} needs --target-eps E")
+    missing = [f"--{k}" for k in ("gamma", "q1", "q2") if getattr(args, k) is None]
+    if m == "sr-gt" and args.beta is None:
+        missing.append("--beta")
+    if missing:
+        raise UsageError(f"--mechanism {m} needs {' '.join(missing)} (paper 004 Eq. 5)")
+    if m == "dpop" and args.beta not in (None, 0.0):
+        raise UsageError("--mechanism dpop has no tracking variable: drop --beta")
+    g = parse_graph(args.topology)
+    task = plan_mod.TaskSpec(
+        model=args.model,
+        dataset=args.dataset,
+        partition=args.partition,
+        batch_size=args.batch_size,
+        loss=args.loss or "",
+    )
+    clip = args.clip_norm
+    delta_grad = args.delta_grad
+    if args.adjacency == "example":
+        need = _example_delta(task, g.n, clip)
+        delta_grad = need[0] if delta_grad is None else delta_grad
+    elif delta_grad is None:
+        raise UsageError("--adjacency problem needs --delta-grad D (your L1 gradient-gap bound)")
+    else:
+        _check_task(task)
+    try:
+        sched = laplace.LaplaceSchedule(
+            gamma=args.gamma,
+            beta=args.beta or 0.0,
+            q1=args.q1,
+            q2=args.q2,
+            delta_grad=delta_grad,
+            epsilon=args.target_eps,
+            adjacency=args.adjacency,
+        )
+        if args.adjacency == "example":
+            laplace.check_task(sched, clip_norm=clip, dim=need[1], batch_size=need[2])
+        p = plan_mod.make_plan(
+            m,
+            g,
+            steps=args.steps,
+            clip_norm=clip,
+            learning_rate=args.learning_rate,
+            laplace=sched,
+            weighting=args.weighting,
+            task=task,
+            seed=args.seed,
+            topology_name=args.topology,
+        )
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    Path(args.out).write_bytes(p.to_bytes())
+    payload = laplace_report(p)
+    payload["out"] = args.out
+    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+
+
+def _example_delta(task, nodes: int, clip: float) -> tuple[float, int, int]:
+    """(2Δ√d/B, d, B) for the task's model and local batch (replace-one adjacency)."""
+    from edgedp import models
+    from edgedp.accounting import laplace
+    from sim import datasets
+
+    try:
+        data = datasets.load(task.dataset, seed=0)
+        model = models.for_task(task, data.x_train.shape[1])
+    except ValueError as exc:
+        raise UsageError(f"task: {exc}") from None
+    local = len(data.y_train) // nodes
+    if local < 1:
+        raise UsageError(f"{task.dataset} has too few examples for {nodes} nodes")
+    batch = task.batch_size or local
+    try:
+        value = laplace.example_delta(clip_norm=clip, dim=model.dim, batch_size=batch)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return value, model.dim, batch
+
+
+def laplace_report(p, steps_done: int | None = None) -> dict:
+    """What ``plan`` and ``account`` print for a Laplace plan."""
+    from edgedp import algorithms
+    from edgedp.accounting import laplace
+
+    s = p.laplace
+    done = p.steps if steps_done is None else steps_done
+    return {
+        "mechanism": p.mechanism,
+        "topology": p.topology,
+        "n": p.n,
+        "steps": p.steps,
+        "gamma": s.gamma,
+        "beta": s.beta,
+        "q1": s.q1,
+        "q2": s.q2,
+        "delta_grad": s.delta_grad,
+        "adjacency": s.adjacency,
+        "clip_norm": p.clip_norm,
+        "first_noise_scale": s.noise_scale(0),
+        "last_noise_scale": s.noise_scale(p.steps - 1),
+        "last_stepsize": s.stepsize(p.steps - 1),
+        "epsilon_spent": laplace.epsilon_spent(s, done),
+        "epsilon": laplace.epsilon(s),
+        "trust_model": algorithms.for_mechanism(p.mechanism).TRUST_MODEL,
+        "plan_hash": p.plan_hash,
+    }
+
+
+def cmd_tune(args) -> None:
+    """``edgedp tune sr-gt``: Remark 5.20's search on the bound of Eq. (25)."""
+    from edgedp.planning import sr_gt_tuning
+
+    L, mu, n, p = args.smoothness, args.strong_convexity, args.nodes, args.dim  # noqa: N806
+    if args.problem:
+        L, mu, n, p = _problem_constants(args.problem)  # noqa: N806
+    if None in (L, mu, n, p):
+        raise UsageError("give --smoothness, --strong-convexity, --nodes and --dim, or --problem")
+    try:
+        r = sr_gt_tuning.tune(
+            epsilon=args.target_eps,
+            delta_grad=args.delta_grad,
+            smoothness=L,
+            strong_convexity=mu,
+            nodes=n,
+            dim=p,
+            c1=args.c1,
+            c2=args.c2,
+            beta=args.beta,
+            restarts=args.restarts,
+            sweeps=args.sweeps,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    payload = {
+        "algorithm": "sr-gt",
+        "gamma": r.gamma,
+        "beta": r.beta,
+        "q1": r.q1,
+        "q2": r.q2,
+        "bound": r.bound,
+        "bound_terms": list(r.terms),
+        "best_random_start_bound": r.start_bound,
+        "at_bounds": list(r.at_bounds),
+        "smoothness": L,
+        "strong_convexity": mu,
+        "nodes": n,
+        "dim": p,
+        "epsilon": args.target_eps,
+        "delta_grad": args.delta_grad,
+        "plan_args": f"--gamma {r.gamma:.6g} --beta {r.beta:.6g} --q1 {r.q1:.6g} --q2 {r.q2:.6g}",
+    }
+    emit(args, payload, "\n".join(f"{k:<24}{v}" for k, v in payload.items()))
+
+
+def _problem_constants(spec: str):
+    """``sensor-fusion[:N[:SEED]]`` -> (L, μ, n, p) of a generated problem (Eq. 42)."""
+    from sim import sensor_fusion
+
+    name, *rest = spec.split(":")
+    try:
+        if name != "sensor-fusion" or len(rest) > 2:
+            raise ValueError
+        nodes = int(rest[0]) if rest else 100
+        seed = int(rest[1]) if len(rest) > 1 else 0
+        sf = sensor_fusion.generate(nodes, seed=seed)
+    except ValueError:
+        raise UsageError(f"--problem {spec!r}: expected sensor-fusion[:N[:SEED]]") from None
+    return sf.smoothness, sf.strong_convexity, sf.nodes, sf.dim
+
+
+def register(sub, add) -> None:
+    p = add("tune", cmd_tune, "parameter search for sr-gt on its accuracy bound (paper 004)")
+    p.add_argument("algorithm", choices=["sr-gt"])
+    p.add_argument("--target-eps", type=float, required=True)
+    p.add_argument("--delta-grad", type=float, required=True, help="δ of Definition 1")
+    p.add_argument("--smoothness", type=float, help="L of every local cost")
+    p.add_argument("--strong-convexity", type=float, help="μ of every local cost")
+    p.add_argument("--nodes", type=int, help="n")
+    p.add_argument("--dim", type=int, help="p, the model dimension")
+    p.add_argument("--problem", help="take L, μ, n, p from sensor-fusion[:N[:SEED]]")
+    p.add_argument("--c1", type=float, default=1.0, help="estimate of sup E|x̄(k) - x*|²")
+    p.add_argument("--c2", type=float, default=1.0, help="estimate of sup E|x(k) - 1x̄(k)|²")
+    p.add_argument("--beta", type=float, help="fix β (default 1/γ)")
+    p.add_argument("--restarts", type=int, default=8)
+    p.add_argument("--sweeps", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
