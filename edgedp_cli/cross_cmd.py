@@ -89,6 +89,7 @@ def cmd_plan_cross(args) -> None:
     plan = planned.plan
     Path(args.out).write_bytes(plan.to_bytes())
     payload = planner.report(plan, delta=args.delta if args.delta is not None else 1e-6)
+    payload["planner_seconds"] = planned.info["planner_seconds"]
     spec, nu2 = plan.cross_agent, plan.noise_std**2
     total = np.diag(spec.covariance(plan.edges))
     payload["agent_independent_variance"] = (nu2 * spec.diag).tolist()

@@ -52,6 +52,7 @@ def _rel(a: float, b: float) -> float:
 
 def test_public_modules():
     assert accounting.__all__ == [
+        "cross_agent",
         "gdp",
         "laplace",
         "mf",

@@ -293,3 +293,7 @@ def test_agent_processes(tmp_path, case, private):
     assert run.wait(timeout=120) == [0] * 5
     same = model_digest(run.final_models()) == batch.run(p, data).digests[0]
     assert same != private
+
+
+def test_replanning_gives_the_same_plan_bytes():
+    assert _plan(CASES[0]).to_bytes() == _plan(CASES[0]).to_bytes()

@@ -22,6 +22,8 @@ DEVICE_MODULES = [
     "edgedp.accounting.sensitivity",
     "edgedp.accounting.mf",
     "edgedp.accounting.laplace",
+    "edgedp.accounting.cross_agent",
+    "edgedp.cross_agent",
     "edgedp.models.least_squares",
     "edgedp.models",
     "edgedp.models.linear",

@@ -9,11 +9,22 @@ Modules (import the module, then call its functions):
 - :mod:`~edgedp.accounting.mf` — LDP guarantee of MF-D-SGD (paper 000, §5–6).
 - :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim (000 App. A).
 - :mod:`~edgedp.accounting.laplace` — pure ε-DP of the Laplace schedules of sr-gt/DPOP (004).
+- :mod:`~edgedp.accounting.cross_agent` — GDP of noise correlated across agents (001, 000 A.4–A.6).
 """
 
-from edgedp.accounting import gdp, laplace, mf, participation, pndp, rdp, sensitivity
+from edgedp.accounting import (
+    cross_agent,
+    gdp,
+    laplace,
+    mf,
+    participation,
+    pndp,
+    rdp,
+    sensitivity,
+)
 
 __all__ = [
+    "cross_agent",
     "gdp",
     "laplace",
     "mf",

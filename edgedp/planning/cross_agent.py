@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +79,6 @@ def _spec(mechanism, graph, W, *, form, rank, ridge, message_variance, gossip_ro
                 "dense_objective": dense.objective,
                 "dense_gap": dense.gap,
                 "draws_per_step": fit.draws_per_step,
-                "planner_seconds": dense.seconds + fit.seconds,
             }
     elif mechanism == "zipdl":
         info = {"message_variance_ratio": float(message_variance)}
@@ -167,6 +167,7 @@ def make_plan(
     topology.validate(W, graph)
     index, weight = topology.mixing_table(W)
     edges = np.asarray(graph.edges, dtype=np.int64).reshape(-1, 2)
+    t0 = time.perf_counter()
     spec = _spec(
         mechanism,
         graph,
@@ -205,7 +206,8 @@ def make_plan(
     )
     plan = dataclasses.replace(plan, sensitivity=cross_acc.guarantee(plan).sensitivity)
     plan = NoisePlan.from_bytes(plan.to_bytes())  # certifies (hash, factors, sensitivity)
-    return CrossAgentPlan(plan, dict(spec.info))
+    # timings stay out of the plan (and its hash), so re-planning gives the same bytes
+    return CrossAgentPlan(plan, {**spec.info, "planner_seconds": time.perf_counter() - t0})
 
 
 def _message_variances(spec, index, weight) -> np.ndarray:
