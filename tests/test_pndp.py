@@ -286,3 +286,17 @@ def test_cli_account_pndp(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "--attacker" in bad.stderr
+
+
+def test_pndp_refuses_plans_with_correlated_or_laplace_noise():
+    from types import SimpleNamespace
+
+    from edgedp.accounting import pndp as pndp_mod
+
+    for extra in (
+        {"cross_agent": object(), "laplace": None},
+        {"cross_agent": None, "laplace": object()},
+    ):
+        fake = SimpleNamespace(mechanism="x", **extra)
+        with pytest.raises(ValueError, match="independent Gaussian"):
+            pndp_mod.PNDPSetting.from_plan(fake)

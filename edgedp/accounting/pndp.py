@@ -112,7 +112,17 @@ class PNDPSetting:
 
     @classmethod
     def from_plan(cls, plan) -> PNDPSetting:
-        """The setting of a :class:`edgedp.plan.NoisePlan` (its factor over its T steps)."""
+        """The setting of a :class:`edgedp.plan.NoisePlan` (its factor over its T steps).
+
+        Raises:
+          ValueError: the plan's noise is not independent across nodes (cross-agent or
+            Laplace plans); this accountant would credit cancellations it cannot see.
+        """
+        if getattr(plan, "cross_agent", None) is not None or getattr(plan, "laplace", None):
+            raise ValueError(
+                f"PNDP accounting assumes independent Gaussian noise per node; plan mechanism "
+                f"{plan.mechanism!r} is certified by its own accountant instead."
+            )
         return cls(
             mixing=plan.mixing_matrix(),
             strategy=plan.factor.strategy(plan.steps),
