@@ -15,8 +15,11 @@ A :class:`Probe` turns an :class:`Attacker` into an :class:`ObservationLog` with
 * :class:`RoundObserver` — the batch engine calls ``observe(view)`` once per round with a
   :class:`RoundView` of every node and trial (messages, gradients, noise, state);
 * :class:`LinkObserver` — the event engine calls ``on_message(...)`` for every message put
-  on a link, with its wire frames and the simulated time (:func:`run_event` wires it in by
-  subclassing the engine's simulator; one trial).
+  on a link, with its wire frames and the simulated time (one trial).
+
+Pass probes as ``observers=`` to :func:`sim.batch.run` or :func:`sim.engine.run`.
+Algorithms that send one message per recipient (Zip-DL) are recorded per tapped link
+(``link_messages``); the others per sender (``messages``).
 
 :class:`GroundTruth` records the victims' private values (the mean clipped gradient) for
 leakage and reconstruction metrics (:mod:`sim.leakage`, :mod:`sim.attacks`).
@@ -32,9 +35,6 @@ import numpy as np
 
 from edgedp import wire
 from edgedp.plan import NoisePlan
-from sim import engine
-from sim.churn import Faults
-from sim.links import Network
 from sim.observers import LinkObserver, RoundObserver, RoundView
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "RoundView",
     "honest_but_curious",
     "parse_attacker",
-    "run_event",
     "tap_all",
     "tap_links",
     "tap_node",
@@ -169,6 +168,8 @@ class ObservationLog:
     index in the batch engine); ``own`` holds the members' own ``gradient`` (Σ clip(g) / B,
     the private value), ``noise`` (as drawn) and state entries at the start of each round,
     ``(trials, rounds, members, d)`` — batch engine only; ``batch_size`` is B.
+    ``link_messages[:, t, i]`` is the message on ``links[i]`` in round t, recorded only for
+    algorithms that send one message per recipient (Zip-DL; ``messages`` is then NaN).
     """
 
     attacker: Attacker
@@ -180,6 +181,7 @@ class ObservationLog:
     times: np.ndarray
     own: dict[str, np.ndarray] = field(default_factory=dict)
     batch_size: int = 1
+    link_messages: np.ndarray | None = None
 
     def sent_by(self, node: int) -> np.ndarray:
         """``(trials, rounds, d)``: the messages of ``node`` (ValueError when not visible)."""
@@ -219,11 +221,29 @@ class Probe:
         )
         self._link_index = {link: i for i, link in enumerate(links)}
         self._dim = dim
+        # slot of recipient v in sender u's padded mixing row (per-recipient messages)
+        cross = plan.cross_agent
+        self._per_recipient = cross is not None and cross.message_variance > 0
+        self._slots = [
+            int(np.flatnonzero(np.asarray(plan.mixing_index[u]) == v)[0]) for u, v in links
+        ]
+
+    def _per_link(self, trials: int) -> np.ndarray:
+        if self.log.link_messages is None:
+            shape = (trials, self.log.sizes.shape[1], len(self.log.links), self._dim)
+            self.log.link_messages = np.full(shape, np.nan)
+        return self.log.link_messages
 
     def observe(self, view: RoundView) -> None:
         log, t = self.log, view.round
         if log.messages is not None:
-            log.messages[:, t] = view.messages[:, list(log.senders)]
+            if view.messages.ndim == 3:  # one message per sender
+                log.messages[:, t] = view.messages[:, list(log.senders)]
+            else:  # (trials, nodes, slots, d): one message per recipient (Zip-DL)
+                senders = [u for u, _ in log.links]
+                self._per_link(view.messages.shape[0])[:, t] = view.messages[
+                    :, senders, self._slots
+                ]
         sizes = {u: _wire_size(t, u, self._dim) for u in {u for u, _ in log.links}}
         log.sizes[:, t] = [sizes[u] for u, _ in log.links]
         log.times[:, t] = t
@@ -236,7 +256,7 @@ class Probe:
             if value is None:
                 continue
             if name not in log.own:
-                shape = (log.sizes.shape[0], log.sizes.shape[1], len(own), value.shape[-1])
+                shape = (log.sizes.shape[0], log.sizes.shape[1], len(own), *value.shape[2:])
                 log.own[name] = np.full(shape, np.nan)
             log.own[name][:, t] = value[:, own]
 
@@ -250,12 +270,18 @@ class Probe:
         log.sizes[0, round, i] = sum(len(f) for f in frames)
         log.times[0, round, i] = time
         if log.messages is not None:
-            log.messages[0, round, log.senders.index(sender)] = wire.decode(frames).arrays[0]
+            payload = wire.decode(frames).arrays[0]
+            if self._per_recipient:
+                self._per_link(1)[0, round, i] = payload
+            else:
+                log.messages[0, round, log.senders.index(sender)] = payload
 
 
 class GroundTruth:
-    """Records the private values of ``nodes``: ``gradient`` (Σ clip(g) / B) and ``noise`` (as
-    drawn), ``(trials, rounds, len(nodes), d)`` — a :class:`RoundObserver` for scoring attacks."""
+    """Records the private values of ``nodes``: ``gradient`` (Σ clip(g) / B; NaN in rounds
+    without a gradient, e.g. Muffliato's gossip-only rounds) and ``noise`` (as drawn;
+    ``(trials, rounds, len(nodes), slots, d)`` for per-recipient noise), ``(trials, rounds,
+    len(nodes), d)`` — a :class:`RoundObserver` for scoring attacks."""
 
     def __init__(self, nodes: Sequence[int], *, trials: int, steps: int, dim: int) -> None:
         self.nodes = tuple(int(u) for u in nodes)
@@ -265,47 +291,13 @@ class GroundTruth:
 
     def observe(self, view: RoundView) -> None:
         nodes = list(self.nodes)
-        self.gradient[:, view.round] = view.gradients[:, nodes] / view.batch_size
+        if view.gradients is not None:
+            self.gradient[:, view.round] = view.gradients[:, nodes] / view.batch_size
         if view.noise is not None:
+            if view.noise.ndim != 3 and self.noise.ndim == 4:  # per-recipient noise
+                self.noise = np.zeros(self.noise.shape[:3] + view.noise.shape[2:])
             self.noise[:, view.round] = view.noise[:, nodes]
 
     def of(self, node: int) -> np.ndarray:
         """``(trials, rounds, d)`` private gradients of ``node``."""
         return self.gradient[:, :, self.nodes.index(node)]
-
-
-# ---------------------------------------------------------------- event engine
-class _TappedSim(engine._Sim):
-    """The event engine with link observers: ``deliver`` starts when a message enters a link."""
-
-    def __init__(self, *args, observers: Sequence[LinkObserver]) -> None:
-        super().__init__(*args)
-        self.observers = tuple(observers)
-
-    def deliver(self, u, v, frames, round_, latency):
-        for obs in self.observers:
-            obs.on_message(sender=u, recipient=v, round=round_, frames=frames, time=self.env.now)
-        return super().deliver(u, v, frames, round_, latency)
-
-
-def run_event(
-    plan: NoisePlan,
-    data,
-    observers: Sequence[LinkObserver],
-    *,
-    network: Network | None = None,
-    faults: Faults | None = None,
-    seed: int = 0,
-    eval_every: int = 10,
-) -> engine.EventResult:
-    """:func:`sim.engine.run` with ``observers`` on every link (lost messages are not seen).
-
-    Temporary: replace by an ``observers=`` argument of :func:`sim.engine.run`.
-    """
-    if data.nodes != plan.n:
-        raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
-    net = network or Network(latency=Network().latency)
-    sim = _TappedSim(
-        plan, data, net, faults or Faults(), seed, eval_every, None, observers=observers
-    )
-    return sim.run()

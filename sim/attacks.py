@@ -20,7 +20,10 @@ M's block t = W^t and W_T's block (t, τ) = W^{t−τ} for τ ≤ t.
   and noise — Lemma 11) and solves the linear system of everything it received by least
   squares, generalized least squares (BLUE under the known noise covariance) or MMSE
   under a Gaussian prior on the gradients.
-* Slots for paper 004's Eq. 44 (sr-gt), Whisper and DECOR raise NotImplementedError.
+* :func:`sr_gt_estimate` — paper 004 Eq. 44 for Alg. 1 (HbC and eavesdropper alike);
+  :func:`whisper_estimate`, :func:`decor_estimate` — the inversion minus the part of the
+  victim's cross-agent noise the attacker can regenerate (shared seed for Whisper insiders,
+  its own pairwise secrets with the victim for DECOR/Whisper edges).
 """
 
 # Paper letters (W, T, A, B, G, N, M) inside; see docs/NOTATION.md.
@@ -45,6 +48,7 @@ __all__ = [
     "linear_estimator",
     "reconstruction_error",
     "solve",
+    "known_cross_noise",
     "sr_gt_estimate",
     "traffic_features",
     "whisper_estimate",
@@ -90,30 +94,182 @@ def dsgd_inversion(
     return (theta - m[:, :, log.senders.index(victim)]) / learning_rate
 
 
-def sr_gt_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
-    """Paper 004 Eq. 44: ℐ₂(k) = {z₁(k), y₁(k), (z̄₁(k) − z₁(k))/α_k − y₁(k)} for Alg. 1.
+def _row_messages(log: ObservationLog, victim: int, mixing_index) -> tuple[np.ndarray, list]:
+    row = [int(v) for v in mixing_index[victim]]
+    missing = sorted({victim, *row} - set(log.senders))
+    if log.messages is None or missing:
+        raise ValueError(
+            f"Attacker {log.attacker.label} does not see the messages of nodes {missing or 'any'}"
+            f" needed to invert node {victim}'s update; use the linear estimator (solve)."
+        )
+    return log.messages, [log.senders.index(v) for v in row]
 
-    Colluders see z₁(k) and every z_j(k) of agent 1's row, form z̄₁(k) = Σ_j W₁ⱼ z_j(k),
-    run (4b) y₁(k) = y₁(k−1) + β (z₁(k) − z̄₁(k)) from y₁(0) = 0 with the public β, and
-    invert (4c) with the public α_k. Returns ``(trials, T, 3·d)`` (the three parts).
+
+def sr_gt_estimate(
+    log: ObservationLog, *, victim: int, plan: Any, form: str = "paper"
+) -> np.ndarray:
+    """Paper 004 Eq. 44 for Alg. 1: ℐ(k) = {z₁(k), y₁(k), (z̄₁(k) − z₁(k))/α_k − y₁(k)}.
+
+    The attacker sees z₁(k) and every z_j(k) of agent 1's mixing row, forms
+    z̄₁(k) = Σ_j W₁ⱼ z_j(k) (the engine's fixed-order sum), runs (4b)
+    y₁(k) = y₁(k−1) + β (z₁(k) − z̄₁(k)) from y₁(0) = 0 with the public β, and inverts (4c)
+    with the public α_k. Paper 004 §6.3 grants this to the colluding neighbours 2, 3 and to
+    the eavesdropper alike (ℐ_e = ℐ₂).
+
+    Args:
+      log: what the attacker saw (batch or event engine).
+      victim: agent 1 of the paper.
+      plan: the sr-gt plan (mixing row, β, α_k).
+      form: ``"paper"`` — Eq. 44 as printed, ``(trials, T, 3·d)`` [z, y, (z̄ − z)/α − y];
+        ``"inversion"`` — the third part with the next message z₁(k+1) = x₁(k) + ξ₁(k+1) in
+        place of z₁(k), which (4c) turns into ∇f₁(z₁(k)) − ξ₁(k+1)/α_k: the attacker's
+        estimate of the private gradient, ``(trials, T, d)`` (NaN in the last round, which
+        has no next message).
     """
-    raise NotImplementedError(
-        "The Eq. 44 estimator of paper 004 Alg. 1 needs sr-gt from issue 5 (its message and "
-        "schedule conventions); it plugs in here."
+    m, cols = _row_messages(log, victim, plan.mixing_index)
+    sched = plan.laplace
+    if sched is None or not sched.beta > 0:
+        raise ValueError("sr_gt_estimate needs an sr-gt plan (a Laplace schedule with beta > 0).")
+    if form not in ("paper", "inversion"):
+        raise ValueError(f"Unknown form={form!r}; expected 'paper' or 'inversion'.")
+    from edgedp.algorithms._gossip import mix_gathered
+
+    weights = np.asarray(plan.mixing_weight[victim], dtype=np.float64)
+    z = m[:, :, log.senders.index(victim)]
+    zbar = mix_gathered(weights, m[:, :, cols])  # (trials, T, d)
+    T = m.shape[1]
+    y = np.empty_like(z)
+    acc = np.zeros_like(z[:, 0])
+    for t in range(T):
+        acc = acc + sched.beta * (z[:, t] - zbar[:, t])
+        y[:, t] = acc
+    alpha = np.array([sched.stepsize(t) for t in range(T)])[None, :, None]
+    if form == "paper":
+        return np.concatenate([z, y, (zbar - z) / alpha - y], axis=-1)
+    nxt = np.full_like(z, np.nan)
+    nxt[:, :-1] = z[:, 1:]
+    return (zbar - nxt) / alpha - y
+
+
+def known_cross_noise(
+    plan: Any,
+    *,
+    victim: int,
+    neighbours: Any = (),
+    shared_seed: bool = False,
+    first_trial: int = 0,
+    trials: int = 1,
+    steps: int,
+    dim: int,
+) -> np.ndarray:
+    """The part of ``victim``'s cross-agent noise an attacker can regenerate, ``(trials, T, d)``.
+
+    ``neighbours``: the victim's neighbours whose pairwise secrets the attacker holds (its
+    own edges with the victim); ``shared_seed``: it knows Whisper's shared seed (insiders,
+    per the whisper trust model). Simulation keys (:func:`edgedp.cross_agent.simulation_keys`)
+    — an attacker holding the same secrets on devices regenerates the same draws.
+    Scaled like the engines' noise (ν · coefficient · draw); divide by B for a message.
+    """
+    from edgedp import cross_agent, rng
+
+    spec = plan.cross_agent
+    if spec is None:
+        raise ValueError("Expected a plan with a cross_agent section (whisper, decor, ...).")
+    share = plan.share(victim).cross_agent
+    secret = rng.seed_secret(plan.seed)
+    trial_ids = range(first_trial, first_trial + trials)
+    nu = float(plan.noise_std)
+    known = {int(v) for v in neighbours}
+    edges = [(v, c) for v, c in share.edge_terms if v in known]
+    pair_keys = {
+        v: np.array(
+            [
+                cross_agent.simulation_keys(secret, victim, [v], trial=tr).pairs[v]
+                for tr in trial_ids
+            ],
+            dtype=object,
+        )
+        for v, _ in edges
+    }
+    shared = np.array(
+        [rng.derive_key(secret, "cross-shared", int(tr)) for tr in trial_ids], dtype=object
+    )
+    row = share.factor_row if shared_seed else ()
+    out = np.zeros((trials, steps, dim))
+    for t in range(steps):
+        acc = np.zeros((trials, dim))
+        if row:
+            draws = cross_agent.gaussian_draws(shared, t, (len(row), dim))
+            for k, u in enumerate(row):
+                acc = acc + nu * u * draws[:, k]
+        for v, c in edges:
+            acc = acc + nu * c * cross_agent.gaussian_draws(pair_keys[v], t, (dim,))
+        out[:, t] = acc
+    return out
+
+
+def _cross_estimate(log, *, victim, plan, shared_seed, theta0, first_trial) -> np.ndarray:
+    est = dsgd_inversion(
+        log,
+        victim=victim,
+        mixing_index=plan.mixing_index,
+        mixing_weight=plan.mixing_weight,
+        theta0=theta0,
+        learning_rate=plan.learning_rate,
+    )
+    members = set(log.members)
+    neighbours = [v for v in plan.mixing_index[victim].tolist() if v != victim and v in members]
+    if not neighbours and not shared_seed:
+        return est
+    known = known_cross_noise(
+        plan,
+        victim=victim,
+        neighbours=neighbours,
+        shared_seed=shared_seed,
+        first_trial=first_trial,
+        trials=est.shape[0],
+        steps=est.shape[1],
+        dim=est.shape[2],
+    )
+    return est - known / log.batch_size
+
+
+def whisper_estimate(
+    log: ObservationLog, *, victim: int, plan: Any, theta0: Any, first_trial: int = 0
+) -> np.ndarray:
+    """Whisper (paper 001): the victim's g + n/B from the message inversion, minus what the
+    attacker can regenerate of n, ``(trials, T, d)``.
+
+    Trust model (:data:`edgedp.algorithms.whisper.TRUST_MODEL`, DESIGN §6): insiders (an
+    honest-but-curious set) know the shared seed and subtract the shared-seed part
+    ν Σ_k U[u, k] s_k and the edge terms of their own edges with the victim — what is
+    left is the victim's independent part √D_u ν z_u and its other edges; an eavesdropper
+    knows no seed and subtracts nothing (for the correlations it could still exploit across
+    nodes, use :func:`dsgd_linear_view` with ``node_covariance``).
+    """
+    return _cross_estimate(
+        log,
+        victim=victim,
+        plan=plan,
+        shared_seed=log.attacker.kind == "hbc",
+        theta0=theta0,
+        first_trial=first_trial,
     )
 
 
-def whisper_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
-    """Whisper (paper 001): noise correlated across agents from a shared seed and R^{1/2}."""
-    raise NotImplementedError(
-        "The Whisper estimator needs the whisper algorithm (cross-agent noise, not built yet)."
-    )
+def decor_estimate(
+    log: ObservationLog, *, victim: int, plan: Any, theta0: Any, first_trial: int = 0
+) -> np.ndarray:
+    """DECOR (paper 001 §II-B, paper 000 App. A.5): the message inversion minus the pairwise
+    terms v_uj the colluders share with the victim, ``(trials, T, d)``.
 
-
-def decor_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
-    """DECOR (paper 000 App. A.5): pairwise secrets v_ij = −v_ji cancel in sums over a pair."""
-    raise NotImplementedError(
-        "The DECOR estimator needs the decor algorithm (pairwise secrets, not built yet)."
+    A colluding neighbour j holds the secret of edge (u, j) and regenerates v_uj; when every
+    neighbour colludes only the independent σ_pair part is left (the
+    :func:`~edgedp.accounting.cross_agent.trust_report` case). An eavesdropper holds no
+    pairwise secret and subtracts nothing.
+    """
+    return _cross_estimate(
+        log, victim=victim, plan=plan, shared_seed=False, theta0=theta0, first_trial=first_trial
     )
 
 

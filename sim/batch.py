@@ -8,7 +8,7 @@ on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, tr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +21,7 @@ from edgedp.noise import NoiseSource, laplace_draw, node_noise_key
 from edgedp.plan import NoisePlan, batch_schedule
 from sim import evaluation
 from sim.datasets import FederatedData
+from sim.observers import RoundObserver, RoundView
 
 __all__ = ["BatchResult", "model_digest", "run"]
 
@@ -50,8 +51,15 @@ def run(
     first_trial: int = 0,
     eval_every: int = 10,
     progress: Callable[[int], None] | None = None,
+    observers: Sequence[RoundObserver] = (),
 ) -> BatchResult:
-    """Run ``plan`` on ``data`` for ``trials`` independent noise draws."""
+    """Run ``plan`` on ``data`` for ``trials`` independent noise draws.
+
+    ``observers`` (adversary probes, ground-truth recorders) get a :class:`RoundView` after
+    each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.laplace``
+    returned (last call of the round) and the state at the start of the round. They only
+    read; without observers nothing is recorded and the run is the same bit for bit.
+    """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
     algo = algorithms.for_mechanism(plan.mechanism)
@@ -97,6 +105,8 @@ def run(
     evaluate(0, theta)
     alg_state = algo.init_state(theta)
     counters = {"clipped": 0}
+    observers = tuple(observers)
+    drawn: dict[str, np.ndarray | None] = {}
     for t in range(plan.steps):
         slot = t % per_epoch
         sel = orders[:, :, slot * batch : (slot + 1) * batch]
@@ -108,6 +118,8 @@ def run(
                 model.per_example_gradients(point, xb, yb), plan.clip_norm
             )
             counters["clipped"] += int(hit.sum())
+            if observers:
+                drawn["gradient"] = gsum
             return gsum
 
         def noise(t=t):
@@ -115,10 +127,16 @@ def run(
             if plan.noise_std == 0:
                 return None
             out, state = source.next(state)
-            return out if cross is None else cross.compose(out, t)
+            out = out if cross is None else cross.compose(out, t)
+            if observers:
+                drawn["noise"] = out
+            return out
 
         def laplace(scale, t=t):
-            return laplace_draw(keys, t, d, scale)
+            out = laplace_draw(keys, t, d, scale)
+            if observers:
+                drawn["noise"] = out
+            return out
 
         ctx = StepContext(
             t,
@@ -131,12 +149,18 @@ def run(
             plan.laplace,
             cross_agent=plan.cross_agent,
         )
+        before = alg_state
+        drawn.clear()
         alg_state, message = algo.send(alg_state, ctx)
         if message.ndim == theta.ndim:
             gathered = message[..., plan.mixing_index, :]
         else:  # one message per padded-row slot (Zip-DL): slot of the recipient in its row
             gathered = message[..., plan.mixing_index, back, :]
         alg_state = algo.receive(alg_state, plan.mixing_weight, gathered, ctx)
+        if observers:
+            view = RoundView(t, message, drawn.get("gradient"), drawn.get("noise"), before, batch)
+            for obs in observers:
+                obs.observe(view)
         theta = algo.model(alg_state)
         if not np.all(np.isfinite(theta)):
             raise FloatingPointError(

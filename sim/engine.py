@@ -15,7 +15,7 @@ With zero latency, no loss and no faults, the models equal the batch engine's bi
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,7 @@ from sim import evaluation
 from sim.churn import Crash, Faults
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
+from sim.observers import LinkObserver
 
 __all__ = ["EventResult", "run"]
 
@@ -71,7 +72,9 @@ class _Sim:
         seed: int,
         eval_every: int,
         progress: Callable[[int], None] | None,
+        observers: Sequence[LinkObserver] = (),
     ) -> None:
+        self.observers = tuple(observers)
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
         self.env = simpy.Environment()
         self.model = models.for_task(plan.task, data.features)
@@ -168,6 +171,10 @@ class _Sim:
                     yield self.env.timeout(delay)
             self.result.messages += 1
             self.result.bytes_sent += size
+            for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
+                obs.on_message(
+                    sender=u, recipient=v, round=out.round, frames=frames, time=self.env.now
+                )
             if self.links.lost[(u, v)][out.round]:
                 self.result.lost_messages += 1
                 continue
@@ -248,8 +255,13 @@ def run(
     seed: int = 0,
     eval_every: int = 10,
     progress: Callable[[int], None] | None = None,
+    observers: Sequence[LinkObserver] = (),
 ) -> EventResult:
-    """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal)."""
+    """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal).
+
+    ``observers`` (adversary probes) get ``on_message(sender=, recipient=, round=, frames=,
+    time=)`` for every message put on a link, before its loss draw and delivery.
+    """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
     sim = _Sim(
@@ -260,5 +272,6 @@ def run(
         seed,
         eval_every,
         progress,
+        observers,
     )
     return sim.run()

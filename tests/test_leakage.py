@@ -11,7 +11,7 @@ import topologies
 from edgedp import models
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import adversary, attacks, batch, datasets, engine, leakage, observed
+from sim import adversary, attacks, batch, datasets, engine, leakage
 
 npeet = pytest.importorskip("npeet_plus.estimators")
 
@@ -166,7 +166,7 @@ def _observe(plan, attackers, trials=TRIALS):
     model = models.for_task(plan.task, DATA.features)
     probes = [adversary.Probe(a, plan, trials=trials, dim=model.dim) for a in attackers]
     truth = adversary.GroundTruth([0], trials=trials, steps=plan.steps, dim=model.dim)
-    final = observed.run(plan, DATA, [*probes, truth], trials=trials)
+    final = batch.run(plan, DATA, trials=trials, observers=[*probes, truth]).models
     return final, probes, truth, model.init_params()
 
 
@@ -297,7 +297,7 @@ def test_event_engine_taps_see_the_batch_engine_messages():
     _, batch_probes, _, _ = _observe(p, attackers, trials=1)
     model = models.for_task(p.task, DATA.features)
     taps = [adversary.Probe(a, p, trials=1, dim=model.dim) for a in attackers]
-    res = adversary.run_event(p, DATA, taps)
+    res = engine.run(p, DATA, observers=taps)
     assert res.model_digest == engine.run(p, DATA).model_digest
     np.testing.assert_array_equal(taps[0].log.messages, batch_probes[0].log.messages)
     np.testing.assert_array_equal(taps[1].log.sizes, batch_probes[1].log.sizes)
@@ -324,14 +324,153 @@ def test_attacker_specs_parse_and_resolve():
         adversary.tap_links((1, 3)).resolve(np.array([(0, 1), (0, 3)]), 4)
 
 
+# ---------------------------------------------------------------- observers on every mechanism
+def _cross_plan(mechanism, **options):
+    from edgedp.planning import cross_agent as planner
+
+    return planner.make_plan(
+        mechanism,
+        topologies.parse("complete:3"),
+        steps=4,
+        participation=Participation(1, DATA.local_size // BATCH),
+        clip_norm=1.0,
+        learning_rate=0.3,
+        noise_multiplier=1.0,
+        seed=9,
+        task=TaskSpec(model="linear", dataset="synthetic-linear", batch_size=BATCH),
+        **options,
+    ).plan
+
+
+def _sr_gt_plan(eps=1.0, steps=6, mechanism="sr-gt"):
+    from edgedp.accounting.laplace import LaplaceSchedule
+
+    sched = LaplaceSchedule(
+        gamma=0.002,
+        beta=100.0 if mechanism == "sr-gt" else 0.0,
+        q1=0.97,
+        q2=0.99,
+        delta_grad=1.0,
+        epsilon=eps,
+        adjacency="problem",
+    )
+    task = TaskSpec(model="least-squares", dataset="sensor-fusion", partition="per-node")
+    return make_plan(
+        mechanism,
+        topologies.parse("complete:3"),
+        steps=steps,
+        clip_norm=math.inf,
+        laplace=sched,
+        task=task,
+        seed=5,
+    )
+
+
+SF3 = None
+
+
+def _sf3():
+    global SF3
+    if SF3 is None:
+        from sim import sensor_fusion
+
+        SF3 = sensor_fusion.generate(3, observations=1, dim=1, seed=0)
+    return SF3
+
+
+def _mechanism_case(name):
+    if name in ("sr-gt", "dpop"):
+        return _sr_gt_plan(mechanism=name), _sf3().federated()
+    if name == "whisper":
+        return _cross_plan("whisper", form="lowrank", rank=2), DATA
+    if name == "zipdl":
+        return _cross_plan("zipdl", message_variance=2.0), DATA
+    if name == "muffliato":
+        return _cross_plan("muffliato", gossip_rounds=2), DATA
+    if name == "decor":
+        return _cross_plan("decor"), DATA
+    return _plan(name, steps=4), DATA
+
+
 @pytest.mark.parametrize(
-    ("estimator", "needs"),
-    [
-        (attacks.sr_gt_estimate, "sr-gt from issue 5"),
-        (attacks.whisper_estimate, "whisper"),
-        (attacks.decor_estimate, "decor"),
-    ],
+    "name",
+    ["dsgd", "dp-dsgd", "antipgd", "whisper", "decor", "zipdl", "muffliato", "sr-gt", "dpop"],
 )
-def test_estimators_waiting_for_their_algorithms_say_so(estimator, needs):
-    with pytest.raises(NotImplementedError, match=needs):
-        estimator(None, victim=0, plan=None)
+def test_observers_see_every_mechanism_without_changing_a_bit(name):
+    p, data = _mechanism_case(name)
+    dim = models.for_task(p.task, data.features).dim
+    probes = [
+        adversary.Probe(a, p, trials=3, dim=dim)
+        for a in (adversary.honest_but_curious(1), adversary.tap_all())
+    ]
+    truth = adversary.GroundTruth([0], trials=3, steps=p.steps, dim=dim)
+    watched = batch.run(p, data, trials=3, observers=[*probes, truth])
+    assert watched.digests == batch.run(p, data, trials=3).digests
+    hbc, tap = probes[0].log, probes[1].log
+    seen = tap.messages if tap.link_messages is None else tap.link_messages
+    assert np.isfinite(seen).all()
+    assert (tap.link_messages is not None) == (name == "zipdl")
+    if name != "dsgd":  # the member's own noise, as drawn (Laplace or correlated Gaussian)
+        assert np.isfinite(hbc.own["noise"]).all() and np.abs(hbc.own["noise"]).max() > 0
+        assert np.abs(truth.noise).max() > 0
+    grad_rounds = range(0, p.steps, 2) if name == "muffliato" else range(p.steps)
+    assert np.isfinite(truth.gradient[:, list(grad_rounds)]).all()
+    # the event engine's taps see the same frames (one trial), also per recipient (Zip-DL)
+    taps = [adversary.Probe(adversary.tap_all(), p, trials=1, dim=dim)]
+    res = engine.run(p, data, observers=taps)
+    assert res.model_digest == watched.digests[0]
+    ev = taps[0].log
+    got = ev.messages if ev.link_messages is None else ev.link_messages
+    np.testing.assert_array_equal(got, seen[:1])
+
+
+def test_sr_gt_eq44_inverts_alg1_exactly():
+    p = _sr_gt_plan(eps=1.0, steps=8)
+    data = _sf3().federated()
+    probes = [
+        adversary.Probe(a, p, trials=50, dim=1)
+        for a in (adversary.honest_but_curious(1, 2), adversary.tap_all())
+    ]
+    truth = adversary.GroundTruth([0], trials=50, steps=p.steps, dim=1)
+    batch.run(p, data, trials=50, observers=[*probes, truth])
+    for probe in probes:
+        paper = attacks.sr_gt_estimate(probe.log, victim=0, plan=p)
+        z = probe.log.sent_by(0)
+        assert paper.shape == (50, p.steps, 3)
+        np.testing.assert_array_equal(paper[..., 0], z[..., 0])
+        est = attacks.sr_gt_estimate(probe.log, victim=0, plan=p, form="inversion")
+        alpha = np.array([p.laplace.stepsize(t) for t in range(p.steps)])
+        # (z̄(k) − z(k+1))/α_k − y(k) = ∇f(z(k)) − ξ(k+1)/α_k, ξ the victim's Laplace draw
+        expect = truth.of(0)[:, :-1] - truth.noise[:, 1:, 0] / alpha[:-1, None]
+        np.testing.assert_allclose(est[:, :-1], expect, rtol=1e-9, atol=1e-9)
+        assert np.isnan(est[:, -1]).all()
+    # Eq. 44's y for a colluder (victim=1) equals the y the engine tracked for it
+    y_true = probes[0].log.own["y"][:, 1:, 0, 0]  # y at the start of round t+1 = y after t
+    np.testing.assert_allclose(
+        attacks.sr_gt_estimate(probes[0].log, victim=1, plan=p)[:, :-1, 1], y_true, atol=1e-9
+    )
+
+
+@pytest.mark.parametrize("mechanism", ["decor", "whisper"])
+def test_cross_agent_estimators_subtract_exactly_what_the_attacker_knows(mechanism):
+    p = _cross_plan(mechanism, **({"form": "lowrank", "rank": 2} if mechanism == "whisper" else {}))
+    dim = models.for_task(p.task, DATA.features).dim
+    attackers = (adversary.honest_but_curious(1, 2), adversary.tap_all())
+    probes = [adversary.Probe(a, p, trials=400, dim=dim) for a in attackers]
+    truth = adversary.GroundTruth([0], trials=400, steps=p.steps, dim=dim)
+    batch.run(p, DATA, trials=400, observers=[*probes, truth])
+    theta0 = models.for_task(p.task, DATA.features).init_params()
+    estimate = {"decor": attacks.decor_estimate, "whisper": attacks.whisper_estimate}[mechanism]
+    resid = {}
+    for probe in probes:
+        est = estimate(probe.log, victim=0, plan=p, theta0=theta0)
+        resid[probe.log.attacker.kind] = (est - truth.of(0)) * BATCH / p.noise_std
+    spec = p.cross_agent
+    R = spec.covariance(p.edges)
+    # eavesdropper: the victim's whole noise (variance R̃_00); colluding neighbours 1, 2
+    # remove their pairwise terms (and, for Whisper insiders, the shared-seed part): √D_0 z
+    assert resid["all"].var() == pytest.approx(R[0, 0], rel=0.1)
+    assert resid["hbc"].var() == pytest.approx(spec.diag[0], rel=0.1)
+    assert resid["hbc"].var() < 0.9 * resid["all"].var()
+    # what the eavesdropper is left with is exactly the noise the engine drew
+    assert np.abs(resid["all"] - truth.noise[:, :, 0] / p.noise_std).max() < 1e-9
