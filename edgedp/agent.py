@@ -143,10 +143,12 @@ class Agent:
         self.order = rng.permutation(batch_key, x.shape[0])
         self.dropout_rule = dropout_rule
         self.round_window = round_window
+        # DOME plans send (and privatize) k floats instead of d
+        self.message_dim = model.dim if share.sketch is None else share.sketch.dim
         self.noise = NoiseSource(
             share.factor,
             np.array(noise_key, dtype=object),
-            model.dim,
+            self.message_dim,
             share.noise_std,
             memoize=memoize_noise,
         )
@@ -178,8 +180,8 @@ class Agent:
         self.context = wire.Context(
             plan_hash=bytes.fromhex(share.plan_hash),
             neighbours=frozenset(self.neighbours),
-            shapes=((model.dim,),),
-            max_bytes=wire.MAX_HEADER_BYTES + 8 * model.dim + 1024,
+            shapes=((self.message_dim,),),
+            max_bytes=wire.MAX_HEADER_BYTES + 8 * self.message_dim + 1024,
         )
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
@@ -263,11 +265,13 @@ class Agent:
         sel = self.order[slot * self.batch : (slot + 1) * self.batch]
         self._clipped = 0
         self._noise_digest = ""
+        self.last_gradient: np.ndarray | None = None
 
         def gradient(point: np.ndarray) -> np.ndarray:
             grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
             gsum, hit = clipping.clipped_sum(grads, self.share.clip_norm)
             self._clipped += int(hit)
+            self.last_gradient = gsum  # read by simulator probes (ground truth), never sent
             return gsum
 
         def noise() -> np.ndarray | None:
@@ -296,6 +300,8 @@ class Agent:
             laplace,
             self.share.laplace,
             cross_agent=self.share.cross_agent,
+            sketch=self.share.sketch,
+            noise_std=self.share.noise_std,
         )
         self.state, self.message = self.algo.send(self.state, self._ctx)
         self.metrics.sent += len(self.neighbours)

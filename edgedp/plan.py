@@ -38,7 +38,9 @@ import numpy as np
 
 from edgedp import _codec, _validate, factors, topology
 from edgedp import cross_agent as cross_mod
+from edgedp import sketch as sketch_mod
 from edgedp.accounting import cross_agent as cross_acc
+from edgedp.accounting import dome as dome_acc
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
@@ -60,6 +62,7 @@ _MECHANISMS: dict[str, tuple[Any, bool]] = {
     "mafalda": (None, True),
     "sr-gt": (factors.Identity, False),  # Laplace noise from the plan's laplace section
     "dpop": (factors.Identity, False),
+    "dome": (None, True),  # identity unless a temporal factor is given; needs a sketch section
 }
 
 #: Mechanisms whose noise is the Laplace schedule of paper 004 (Eq. 5), not a Gaussian factor.
@@ -131,6 +134,7 @@ class NoisePlan:
     version: int = PLAN_VERSION
     laplace: laplace_acc.LaplaceSchedule | None = None
     cross_agent: cross_mod.CrossAgentSpec | None = None
+    sketch: sketch_mod.SketchSpec | None = None
 
     @property
     def noise_std(self) -> float:
@@ -148,6 +152,8 @@ class NoisePlan:
         """Re-derive the guarantee from the factor (never from stored numbers)."""
         if self.cross_agent is not None:
             return cross_acc.guarantee(self, steps_done=steps_done)
+        if self.sketch is not None:
+            return dome_acc.guarantee(self, steps_done=steps_done)
         return mf.ldp_guarantee(
             self.factor.strategy(self.steps),
             participation=self.participation,
@@ -185,6 +191,7 @@ class NoisePlan:
             # only when present, so plans without it keep their hashes
             **({"laplace": self.laplace.to_dict()} if self.laplace is not None else {}),
             **({"cross_agent": self.cross_agent.to_dict()} if self.cross_agent else {}),
+            **({"sketch": self.sketch.to_dict()} if self.sketch is not None else {}),
         }
 
     @property
@@ -235,6 +242,7 @@ class NoisePlan:
                     if "cross_agent" in d
                     else None
                 ),
+                sketch=sketch_mod.SketchSpec.from_dict(d["sketch"]) if "sketch" in d else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"Malformed NoisePlan field: {exc}") from None
@@ -273,6 +281,7 @@ class NoisePlan:
                     weights=self.mixing_weight[node],
                 )
             ),
+            sketch=self.sketch,
         )
 
 
@@ -295,6 +304,7 @@ class NodeShare:
     task: TaskSpec
     laplace: laplace_acc.LaplaceSchedule | None = None
     cross_agent: cross_mod.NodeCrossAgent | None = None
+    sketch: sketch_mod.SketchSpec | None = None
 
 
 def _certify(plan: NoisePlan) -> None:
@@ -310,6 +320,10 @@ def _certify(plan: NoisePlan) -> None:
             f"not {plan.mechanism!r}."
         )
     _certify_cross_agent(plan)
+    if plan.sketch is not None and plan.mechanism != "dome":
+        raise PlanError(
+            f"A sketch section belongs exactly to 'dome' plans, not {plan.mechanism!r}."
+        )
     try:
         algorithms.for_mechanism(plan.mechanism).check_plan(plan)
     except ValueError as exc:
@@ -371,6 +385,7 @@ def make_plan(
     task: TaskSpec | None = None,
     seed: int = 0,
     topology_name: str | None = None,
+    sketch: sketch_mod.SketchSpec | None = None,
 ) -> NoisePlan:
     """Build and certify a plan.
 
@@ -424,6 +439,8 @@ def make_plan(
                 f"mechanism={mechanism!r} fixes its own temporal factor; do not pass one."
             )
         factor = builder()
+    elif factor is None and mechanism == "dome":
+        factor = factors.Identity()
     elif factor is None:
         raise ValueError(f"mechanism={mechanism!r} needs a temporal factor (factor=...).")
     W = topology.WEIGHTINGS[weighting](graph)  # noqa: N806
@@ -479,6 +496,7 @@ def make_plan(
         task=task,
         seed=seed,
         laplace=laplace,
+        sketch=sketch,
     )
     _certify(plan)
     return plan

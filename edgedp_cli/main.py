@@ -112,6 +112,10 @@ def cmd_plan(args) -> None:
     factor, planned = None, None
     if args.mechanism in PLANNED_MECHANISMS:
         factor, planned = _planned_factor(args, g, participation)
+    from edgedp_cli import dome_cmd
+
+    sketch = dome_cmd.sketch_from_args(args, task)
+    factor = factor or dome_cmd.factor_from_args(args)
     try:
         p = plan_mod.make_plan(
             args.mechanism,
@@ -128,6 +132,7 @@ def cmd_plan(args) -> None:
             task=task,
             seed=args.seed,
             topology_name=args.topology,
+            sketch=sketch,
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -139,6 +144,8 @@ def cmd_plan(args) -> None:
         payload["loss_ratio_to_dp_dsgd"] = factorization.relative_loss(
             p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
         )
+    if sketch is not None:
+        payload.update(dome_cmd.report(p, args.model_dim))
     if planned is not None:
         payload.update(
             factorization_loss=planned.loss,
@@ -496,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
             "decor",
             "zipdl",
             "muffliato",
+            "dome",
         ],
     )
     p.add_argument("--bandwidth", type=int, help="banded: number of diagonals of C")
@@ -525,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     from edgedp_cli import cross_cmd
 
     cross_cmd.add_plan_arguments(p)
+    from edgedp_cli import dome_cmd
+
+    dome_cmd.add_plan_arguments(p)
 
     p = add("account", cmd_account, "re-certify a plan and print its guarantee")
     p.add_argument("plan")

@@ -74,7 +74,10 @@ def run(
         for u in range(plan.n):
             keys[i, u] = node_noise_key(secret, u, trial=tr)
             orders[i, u] = rng.permutation(rng.derive_key(secret, "batch", tr, u), data.local_size)
-    source = NoiseSource(plan.factor, keys, d, plan.noise_std, memoize=plan.factor.kind == "dense")
+    msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
+    source = NoiseSource(
+        plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
+    )
     state = source.init()
     # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
     cross = (
@@ -148,6 +151,8 @@ def run(
             laplace,
             plan.laplace,
             cross_agent=plan.cross_agent,
+            sketch=plan.sketch,
+            noise_std=plan.noise_std,
         )
         before = alg_state
         drawn.clear()
@@ -174,5 +179,5 @@ def run(
     result.models = theta
     result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
     result.messages = degree_sum * plan.steps * trials
-    result.bytes_sent = result.messages * d * 8
+    result.bytes_sent = result.messages * msg_dim * 8
     return result

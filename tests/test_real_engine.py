@@ -59,6 +59,16 @@ def test_eight_agent_processes_equal_the_batch_engine(tmp_path, mechanism):
     assert all(d["event"] == "done" and d["missing"] == 0 and not d["rejected"] for d in done)
 
 
+def test_dome_agent_processes_equal_the_batch_engine(tmp_path):
+    from edgedp.sketch import SketchSpec
+
+    spec = SketchSpec(dim=5, optimizer="adam", noise_aware=True)
+    p = _write_plan(tmp_path / "run.plan", "dome", sketch=spec)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
+    assert run.wait(timeout=120) == [0] * 8
+    assert model_digest(run.final_models()) == _batch_digest(p)
+
+
 def _wait_for_round(run, u, r, timeout=60):
     deadline = time.monotonic() + timeout
     path = run.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"

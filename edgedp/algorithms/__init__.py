@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from edgedp.algorithms import (
     decor,
+    dome,
     dp_dsgd,
     dpop,
     dsgd,
@@ -27,6 +28,7 @@ __all__ = [
     "BY_MECHANISM",
     "StepContext",
     "decor",
+    "dome",
     "dp_dsgd",
     "dpop",
     "dsgd",
@@ -55,6 +57,7 @@ BY_MECHANISM: Mapping[str, object] = MappingProxyType(
         "decor": decor,
         "zipdl": zipdl,
         "muffliato": muffliato,
+        "dome": dome,
     }
 )
 

@@ -55,7 +55,9 @@ class StepContext:
     the node's share of it (devices) — both expose ``gossip_rounds`` — and None otherwise;
     for those plans ``noise()`` already returns the node's full correlated noise, per
     padded-row slot ``(..., m, d)`` for message-wise noise (Zip-DL), whose ``send`` then
-    returns one message per slot.
+    returns one message per slot. ``sketch`` is the plan's
+    :class:`~edgedp.sketch.SketchSpec` (DOME plans; None otherwise): then ``noise()`` is
+    k-dimensional and ``noise_std`` is ν, the std of its coordinates.
     """
 
     round: int
@@ -67,6 +69,8 @@ class StepContext:
     laplace: Callable[[float], np.ndarray] | None = None
     schedule: Any = None
     cross_agent: Any = None
+    sketch: Any = None
+    noise_std: float = 0.0
 
 
 def local_step(

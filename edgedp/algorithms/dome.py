@@ -1,0 +1,130 @@
+"""DOME on a gossip graph: k-float messages, privacy noise in ℝᵏ (paper 002 §3, Alg. 1).
+
+Round t at node u, with the shared basis S = S_t ∈ ℝ^{d×k} (:mod:`edgedp.sketch`):
+
+1. c_u = Sᵀ Σ_b clip(g_b, Δ) + z_u,  z_u ~ ν·(C_local⁻¹ Z)[t] ∈ ℝᵏ (ν = σ·sens·Δ) — the
+   node's privatized sketched gradient (Alg. 1 lines 10-14, clipping done in ℝᵈ);
+2. ĝ_u = S c_u / B, the decoded private update (line 17); with ``optimizer="adam"`` the
+   bias-corrected moments of ĝ_u (lines 18-20, optionally noise-aware: the second moment
+   minus a²·Diag(S Sᵀ), a = ν/B, Lemma 3.2 with the basis that decoded ĝ — the paper
+   prints S_{t−1} there); the step is η m̂/√max(v̂, γ') or η ĝ_u;
+3. θ_{t+½} = θ_t − η·step; the message is m_u = Sᵀ θ_{t+½} ∈ ℝᵏ (k floats on the wire);
+4. θ_{t+1} = θ_{t+½} + S(Σ_v W_uv m_v − m_u): the component of the model in span(S) is
+   replaced by the neighbourhood average of the sketched models, the rest stays local.
+
+**How this differs from the paper.** Paper 002 has a server: clients send c_i through
+Secure Aggregation, the server decodes the *aggregate*, runs Adam and updates the sketch
+by streaming PCA of the aggregate plus orthogonal random probes (Alg. 2), and broadcasts
+θ and S. Here there is no server and no aggregate that every node sees: each node mixes
+its neighbours' sketched *models* (step 4), runs its own optimizer on its own decoded
+update, and the bases are data-independent — a pure function of the plan's public sketch
+seed and the round (a PCA basis fed with a node's neighbourhood average would differ from
+node to node, and messages in different bases cannot be mixed). Consensus is reached only
+inside the sketched subspaces, which change every ``refresh`` rounds.
+
+**Privacy (trust model LDP, every message is released).** ‖Sᵀx‖ ≤ ‖x‖ for orthonormal
+columns, so adding or removing one example moves Sᵀ Σ clip(g) by at most Δ: the per-step
+query in ℝᵏ has the same sensitivity as DP-D-SGD's in ℝᵈ, with noise energy k ν² instead
+of d ν². A node's whole state (θ, Adam moments) is a function of its own released c_u's
+and of the messages it received, so every message is post-processing of the sequence of
+Gaussian releases c_u, adaptively composed. With a temporal factor the release is the MF
+mechanism on the stream x_t = S_tᵀ g_t ∈ ℝᵏ; paper 000 Thm 7's bound
+Σ X[s,t]⟨d_s, d_t⟩ ≤ Σ|X[s,t]| Δ² only uses ‖d_t‖ ≤ Δ, which holds in any orthonormal
+coordinates, so :mod:`edgedp.accounting.dome` certifies it with the same sensitivity as
+MF-D-SGD. The noise then cancels in coefficient space: with a basis that changes
+(``refresh ≥ 1``) the decoded noises live in different subspaces and do not cancel in the
+model, so temporal factors are only useful with ``refresh=0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgedp import sketch
+from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
+
+__all__ = [
+    "ACCOUNTANT",
+    "NAME",
+    "TRUST_MODEL",
+    "check_plan",
+    "combine",
+    "combine_node",
+    "init_state",
+    "model",
+    "receive",
+    "send",
+]
+
+NAME = "dome"
+TRUST_MODEL = (
+    "LDP: every message (k floats) is private against an attacker who sees all messages; "
+    "the shared sketch bases are public"
+)
+ACCOUNTANT = "edgedp.accounting.dome.guarantee (MF-D-SGD's sensitivity on the k-dim query)"
+combine = mix  # mixing acts on the k-dim messages
+combine_node = mix_node
+
+
+def check_plan(plan) -> None:
+    """A DOME plan carries a sketch section; noise-aware moments need per-step independent noise."""
+    spec = getattr(plan, "sketch", None)
+    if spec is None:
+        raise ValueError("A dome plan needs a sketch section (sketch=SketchSpec(dim=k)).")
+    if spec.noise_aware and plan.factor.kind != "identity":
+        raise ValueError(
+            "noise_aware moments subtract the variance of independent per-step noise; "
+            f"they are not derived for the temporal factor {plan.factor.kind!r}."
+        )
+
+
+def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
+    """θ and Adam's two moments (zero, and unused with ``optimizer="sgd"``)."""
+    return {"theta": theta0, "m": np.zeros_like(theta0), "v": np.zeros_like(theta0)}
+
+
+def _basis(theta: np.ndarray, ctx: StepContext) -> sketch.Basis:
+    if ctx.sketch is None:
+        raise ValueError("dome needs the plan's sketch section in the step context.")
+    return sketch.basis(ctx.sketch, ctx.round, theta.shape[-1])
+
+
+def send(state: dict[str, np.ndarray], ctx: StepContext):
+    """Privatize the sketched gradient, take the local step, send Sᵀθ_{t+½} (k floats)."""
+    spec = ctx.sketch
+    theta = state["theta"]
+    S = _basis(theta, ctx)  # noqa: N806 (paper letter)
+    coef = S.project(ctx.gradient(theta))
+    noise = ctx.noise()
+    if noise is not None:
+        coef = coef + noise
+    update = S.lift(coef) / ctx.batch_size
+    m, v = state["m"], state["v"]
+    if spec.optimizer == "adam":
+        t = ctx.round + 1
+        m = spec.beta1 * m + (1.0 - spec.beta1) * update
+        second = update * update
+        if spec.noise_aware and ctx.noise_std > 0:
+            a = ctx.noise_std / ctx.batch_size
+            second = second - (a * a) * S.row_energy()
+        v = spec.beta2 * v + (1.0 - spec.beta2) * second
+        m_hat = m / (1.0 - spec.beta1**t)
+        v_hat = v / (1.0 - spec.beta2**t)
+        step = m_hat / np.sqrt(np.maximum(v_hat, spec.floor))
+    else:
+        step = update
+    half = theta - ctx.learning_rate * step
+    return {"theta": half, "m": m, "v": v}, S.project(half)
+
+
+def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]:
+    """θ_{t+1} = θ_{t+½} + S(Σ_v W_uv m_v − Sᵀθ_{t+½}), the mixing in fixed order."""
+    half = state["theta"]
+    S = _basis(half, ctx)  # noqa: N806
+    mixed = mix_gathered(weights, gathered)
+    theta = half + S.lift(mixed - S.project(half))
+    return {"theta": theta, "m": state["m"], "v": state["v"]}
+
+
+def model(state: dict[str, np.ndarray]) -> np.ndarray:
+    return state["theta"]

@@ -1,0 +1,100 @@
+"""``edgedp plan --mechanism dome --sketch-dim k``: sketched (k-float) private messages.
+
+The options build the plan's :class:`~edgedp.sketch.SketchSpec`; the report adds the floats
+and bytes per message and the per-step noise energy relative to DP-D-SGD at the same ε
+(paper 002 Lemma 3.1: k ν² instead of d ν²).
+"""
+
+from __future__ import annotations
+
+from edgedp_cli._common import UsageError
+
+__all__ = ["add_plan_arguments", "factor_from_args", "report", "sketch_from_args"]
+
+
+def add_plan_arguments(p) -> None:
+    """The ``plan`` options of ``--mechanism dome``."""
+    p.add_argument("--sketch-dim", type=int, help="dome: k, floats per message (1 <= k <= d)")
+    p.add_argument(
+        "--sketch-basis",
+        default="block",
+        choices=["block", "gaussian"],
+        help="dome: block (O(d) per round, device default) or gaussian (CGS2, O(d k^2))",
+    )
+    p.add_argument(
+        "--sketch-refresh",
+        type=int,
+        default=1,
+        help="dome: new shared basis every R rounds (0 = one basis for the whole run)",
+    )
+    p.add_argument("--sketch-seed", type=int, default=0, help="dome: public seed of the bases")
+    p.add_argument(
+        "--optimizer", default="sgd", choices=["sgd", "adam"], help="dome: local optimizer"
+    )
+    p.add_argument(
+        "--noise-aware",
+        action="store_true",
+        help="dome --optimizer adam: subtract the known noise variance from the second moment",
+    )
+    p.add_argument(
+        "--sketch-temporal",
+        default="identity",
+        choices=["identity", "antipgd"],
+        help="dome: temporal noise correlation in the sketched space (antipgd needs "
+        "--sketch-refresh 0 to cancel in the model)",
+    )
+
+
+def sketch_from_args(args, task):
+    """The SketchSpec of ``args`` (None unless --mechanism dome), checked against the model."""
+    if args.mechanism != "dome":
+        if args.sketch_dim is not None:
+            raise UsageError("--sketch-dim is only for --mechanism dome")
+        return None
+    from edgedp import models
+    from edgedp.sketch import SketchSpec
+    from sim import datasets
+
+    if args.sketch_dim is None:
+        raise UsageError("--mechanism dome needs --sketch-dim k")
+    try:
+        spec = SketchSpec(
+            dim=args.sketch_dim,
+            basis=args.sketch_basis,
+            seed=args.sketch_seed,
+            refresh=args.sketch_refresh,
+            optimizer=args.optimizer,
+            noise_aware=args.noise_aware,
+        )
+        data = datasets.load(task.dataset, seed=0)
+        d = models.for_task(task, data.x_train.shape[1]).dim
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if spec.dim > d:
+        raise UsageError(f"--sketch-dim {spec.dim} exceeds the model dimension d={d}")
+    args.model_dim = d
+    return spec
+
+
+def factor_from_args(args):
+    """dome's temporal factor (None: the identity default)."""
+    if args.mechanism != "dome" or args.sketch_temporal == "identity":
+        return None
+    from edgedp import factors
+
+    return factors.AntiPGD()
+
+
+def report(p, model_dim: int) -> dict:
+    """Message size and noise energy of a dome plan."""
+    from edgedp.accounting import dome as dome_acc
+
+    energy = dome_acc.noise_energy(p, model_dim=model_dim)
+    return {
+        "sketch_dim": p.sketch.dim,
+        "model_dim": model_dim,
+        "sketch_basis": p.sketch.basis,
+        "payload_bytes_per_message": 8 * p.sketch.dim,
+        "payload_ratio_to_dp_dsgd": p.sketch.dim / model_dim,
+        "noise_energy_ratio_to_dp_dsgd": energy["ratio"],
+    }
