@@ -298,6 +298,11 @@ class GroundTruth:
                 self.noise = np.zeros(self.noise.shape[:3] + view.noise.shape[2:])
             self.noise[:, view.round] = view.noise[:, nodes]
 
+    def on_round(self, *, node: int, round: int, gradient, batch_size: int) -> None:
+        """Event engine (one trial): ``node`` ended ``round`` having used ``gradient``."""
+        if node in self.nodes and gradient is not None:
+            self.gradient[0, round, self.nodes.index(node)] = gradient / batch_size
+
     def of(self, node: int) -> np.ndarray:
         """``(trials, rounds, d)`` private gradients of ``node``."""
         return self.gradient[:, :, self.nodes.index(node)]

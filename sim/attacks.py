@@ -42,6 +42,7 @@ __all__ = [
     "LinearView",
     "Reconstruction",
     "decor_estimate",
+    "dpop_estimate",
     "dsgd_inversion",
     "dsgd_linear_observations",
     "dsgd_linear_view",
@@ -149,6 +150,24 @@ def sr_gt_estimate(
     nxt = np.full_like(z, np.nan)
     nxt[:, :-1] = z[:, 1:]
     return (zbar - nxt) / alpha - y
+
+
+def dpop_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
+    """DPOP (paper 004 Eq. 45): x₁(k) = z̄₁(k) − α_k ∇f₁(z₁(k)) and z₁(k+1) = x₁(k) + ξ₁(k+1),
+    so (z̄₁(k) − z₁(k+1))/α_k = ∇f₁(z₁(k)) − ξ₁(k+1)/α_k, ``(trials, T, d)`` (NaN in the last
+    round)."""
+    m, cols = _row_messages(log, victim, plan.mixing_index)
+    if plan.laplace is None:
+        raise ValueError("dpop_estimate needs a dpop plan (a Laplace schedule).")
+    from edgedp.algorithms._gossip import mix_gathered
+
+    zbar = mix_gathered(np.asarray(plan.mixing_weight[victim], dtype=np.float64), m[:, :, cols])
+    z = m[:, :, log.senders.index(victim)]
+    T = m.shape[1]
+    alpha = np.array([plan.laplace.stepsize(t) for t in range(T)])[None, :, None]
+    nxt = np.full_like(z, np.nan)
+    nxt[:, :-1] = z[:, 1:]
+    return (zbar - nxt) / alpha
 
 
 def known_cross_noise(

@@ -156,6 +156,11 @@ class _Sim:
                     return  # crashed while waiting: this process dies with the node
             report = agent.end_round()
             self.result.missing += len(report.missing)
+            for obs in self.observers:  # ground-truth recorders: the round's private gradient
+                if hasattr(obs, "on_round"):
+                    obs.on_round(
+                        node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch
+                    )
             self.snapshots[u] = copy.deepcopy(agent.snapshot())
             self._finish_round(u, r)
             first = False

@@ -279,6 +279,7 @@ def leakage_curve(
     self_tolerance: float = 0.1,
     min_spread: float = 0.0,
     workers: int = 1,
+    self_mi: np.ndarray | None = None,
 ) -> LeakageCurve:
     """NMI per iteration and M-NMI (paper 004 Eq. 43) of an attacker's view of a private value.
 
@@ -294,6 +295,9 @@ def leakage_curve(
       min_spread: also flag iterations where V's largest per-coordinate std over trials is
         at most this.
       workers: threads for the k-NN queries.
+      self_mi: the estimates of I(V; V) per iteration from an earlier call on the same V
+        (``curve.self_mi``), to score several attackers against one victim without
+        re-estimating them (the generator then draws only the noise of I(V; ℐ)).
 
     Returns:
       A :class:`LeakageCurve`.
@@ -316,10 +320,17 @@ def leakage_curve(
         )
     iterations, n = v.shape[:2]
     mi = np.empty(iterations)
-    self_mi = np.empty(iterations)
+    given = self_mi is not None
+    if given:
+        self_mi = np.asarray(self_mi, dtype=np.float64)
+        if self_mi.shape != (iterations,):
+            raise ValueError(f"Expected self_mi shaped ({iterations},), got {self_mi.shape}.")
+    else:
+        self_mi = np.empty(iterations)
     for i in range(iterations):  # noise in NPEET's call order, iteration by iteration
         mi[i] = ksg_mi(v[i], j[i], k=k, rng=rng, workers=workers)
-        self_mi[i] = ksg_mi(v[i], v[i], k=k, rng=rng, workers=workers)
+        if not given:
+            self_mi[i] = ksg_mi(v[i], v[i], k=k, rng=rng, workers=workers)
     spread = v.std(axis=1).max(axis=-1)
     ref = self_mi_reference(n, k)
     degenerate = (np.abs(self_mi - ref) > self_tolerance) | (spread <= min_spread)

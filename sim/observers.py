@@ -3,7 +3,9 @@
 * batch engine: after every round, ``observer.observe(RoundView)`` — one call for all
   trials and nodes;
 * event engine: ``observer.on_message(sender=, recipient=, round=, frames=, time=)`` for
-  every message put on a link.
+  every message put on a link, and — for observers that define it (ground-truth recorders)
+  — ``observer.on_round(node=, round=, gradient=, batch_size=)`` when a node ends a round
+  (the clipped-gradient sum its update used; None when it computed none).
 
 Kept free of engine imports so both engines can import it.
 """

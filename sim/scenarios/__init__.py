@@ -69,7 +69,9 @@ _TOP = {
     "privacy",
     "network",
     "faults",
+    "leakage",
 }
+_LAPLACE_KEYS = ("gamma", "beta", "q1", "q2", "delta_grad", "adjacency")
 
 
 class ScenarioError(ValueError):
@@ -84,15 +86,35 @@ class Scenario:
     network: Network = field(default_factory=Network)
     faults: Faults = field(default_factory=Faults)
     eval_every: int = 10
+    leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
+        if t.dataset.startswith("sensor-fusion:"):  # paper 004 Eq. 42: sensor-fusion:N:M:P:SEED
+            from sim import sensor_fusion
+
+            n, m, p, seed = _sensor_fusion_spec(t.dataset)
+            if n != self.plan.n:
+                raise ScenarioError(
+                    f"task.dataset {t.dataset!r} has {n} sensors, not {self.plan.n}"
+                )
+            return sensor_fusion.generate(n, observations=m, dim=p, seed=seed).federated()
         return datasets.partition(
             datasets.load(t.dataset, seed=self.plan.seed),
             self.plan.n,
             scheme=t.partition,
             seed=self.plan.seed,
         )
+
+
+def _sensor_fusion_spec(text: str) -> tuple[int, int, int, int]:
+    try:
+        n, m, p, seed = (int(x) for x in text.split(":")[1:])
+    except ValueError:
+        raise ScenarioError(
+            f"task.dataset = {text!r}: expected sensor-fusion:SENSORS:OBSERVATIONS:DIM:SEED"
+        ) from None
+    return n, m, p, seed
 
 
 def _table(raw: dict, key: str) -> dict:
@@ -160,6 +182,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
             "learning_rate",
             "participation",
             "seed",
+            *_LAPLACE_KEYS,
         },
     )
     if "spec" not in topo:
@@ -176,6 +199,10 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         loss=str(task_t.get("loss", "")),
     )
     mech = str(priv.get("mechanism", "dp-dsgd"))
+    if mech in plan_mod.LAPLACE_MECHANISMS:
+        return _laplace_plan(mech, graph, task, priv, raw, steps, str(topo["spec"]))
+    if set(_LAPLACE_KEYS) & set(priv):
+        raise ScenarioError(f"privacy.{sorted(set(_LAPLACE_KEYS) & set(priv))} are for sr-gt/dpop")
     if "participation" in priv:
         try:
             part = Participation.from_string(str(priv["participation"]))
@@ -212,6 +239,38 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
             seed=int(priv.get("seed", raw.get("seed", 0))),
             topology_name=str(topo["spec"]),
             **noise,
+        )
+    except (ValueError, TypeError) as exc:
+        raise ScenarioError(f"[privacy]/[task]: {exc}") from None
+
+
+def _laplace_plan(mech, graph, task, priv, raw, steps, spec) -> plan_mod.NoisePlan:
+    """sr-gt / dpop (paper 004): a Laplace schedule from privacy.gamma, beta, q1, q2,
+    delta_grad, adjacency and target_epsilon (pure ε-DP: no delta)."""
+    from edgedp.accounting.laplace import LaplaceSchedule
+
+    missing = [k for k in ("gamma", "q1", "q2", "delta_grad", "target_epsilon") if k not in priv]
+    if missing:
+        raise ScenarioError(f"privacy.{missing[0]} is required for mechanism = {mech!r}")
+    try:
+        sched = LaplaceSchedule(
+            gamma=_number(priv, "privacy", "gamma", 0),
+            beta=_number(priv, "privacy", "beta", 0.0),
+            q1=_number(priv, "privacy", "q1", 0),
+            q2=_number(priv, "privacy", "q2", 0),
+            delta_grad=_number(priv, "privacy", "delta_grad", 0),
+            epsilon=_number(priv, "privacy", "target_epsilon", 0),
+            adjacency=str(priv.get("adjacency", "problem")),
+        )
+        return plan_mod.make_plan(
+            mech,
+            graph,
+            steps=steps,
+            clip_norm=_number(priv, "privacy", "clip_norm", math.inf),
+            laplace=sched,
+            task=task,
+            seed=int(priv.get("seed", raw.get("seed", 0))),
+            topology_name=spec,
         )
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"[privacy]/[task]: {exc}") from None
@@ -259,6 +318,7 @@ def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
         network=network,
         faults=faults,
         eval_every=eval_every,
+        leakage=_table(raw, "leakage"),
     )
 
 

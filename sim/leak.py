@@ -1,0 +1,376 @@
+"""Leakage runs: Monte Carlo trials with adversary probes, scored by M-NMI and reconstruction.
+
+:func:`run` takes a scenario and attackers, runs ``trials`` noise draws — the batch engine
+in chunks of trials, or the event engine one trial at a time (a fresh plan seed each) when
+the scenario has network effects (latency, loss, dropouts, crashes, churn) — with one
+:class:`~sim.adversary.Probe` per attacker and a :class:`~sim.adversary.GroundTruth` on the
+victim, then per attacker:
+
+* what it computes about the victim's private value 𝒱(k) (its mean clipped gradient):
+  :func:`estimates` picks the algorithm's own attack (paper 004 Eq. 44 for sr-gt, the
+  update inversion for the D-SGD family, Whisper and DECOR minus the secrets the attacker
+  holds, Zip-DL's cancelling weighted sum) and, when the attacker does not see enough
+  messages for it, the generic linear-Gaussian estimator (GLS on O_A = AG + BZ) for
+  D-SGD-family plans with independent noise, or just the victim's messages it saw;
+  encrypted links leave sizes and timing only;
+* the per-iteration NMI and M-NMI (paper 004 Eq. 43; KSG with k = 3, NPEET-exact), with
+  N, k and the iterations where 𝒱 barely varies across trials;
+* MSE and cosine similarity of the point estimate (when the attack yields one).
+
+Each result carries the plan's formal guarantee and trust model, and whether that
+guarantee covers the attacker.
+"""
+
+# ruff: noqa: N806
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgedp import algorithms, models
+from edgedp.accounting import laplace as laplace_acc
+from sim import adversary, attacks, batch, engine, leakage
+from sim.adversary import Attacker, ObservationLog
+
+__all__ = ["estimates", "formal_guarantee", "has_network_effects", "run"]
+
+_DSGD_FAMILY = {"dsgd", "dp-dsgd", "antipgd", "banded", "blt", "dense", "dmf", "mafalda"}
+
+
+def has_network_effects(sc) -> bool:
+    """Latency, loss, dropouts, crashes or churn: only the event engine simulates them."""
+    net, f = sc.network, sc.faults
+    lat = net.latency
+    no_latency = getattr(lat, "kind", "constant") == "constant" and not getattr(lat, "ms", 0)
+    return bool(net.loss or f.dropout or f.crashes or f.churn_rate_per_s or not no_latency)
+
+
+def formal_guarantee(plan, attacker: Attacker) -> dict[str, Any]:
+    """The plan's certified guarantee, its trust model and whether it covers ``attacker``."""
+    algo = algorithms.for_mechanism(plan.mechanism)
+    out: dict[str, Any] = {"trust_model": algo.TRUST_MODEL, "accountant": algo.ACCOUNTANT}
+    delta = 1e-6
+    if attacker.encrypted:
+        out["covers_attacker"] = True
+        out["note"] = "encrypted links: sizes and timing only (no data-dependent content)"
+    if plan.laplace is not None:
+        out["epsilon"] = laplace_acc.epsilon_spent(plan.laplace, plan.steps)
+        out["delta"] = 0.0
+        out["guarantee"] = f"{out['epsilon']:.4g}-DP (pure, Laplace) against every message"
+        out.setdefault("covers_attacker", True)
+        return out
+    if plan.noise_std == 0:
+        out.update(epsilon=math.inf, delta=delta, guarantee="none (no noise)")
+        out.setdefault("covers_attacker", False)
+        return out
+    g = plan.guarantee()
+    out.update(mu=g.mu, epsilon=g.epsilon(delta), delta=delta)
+    out["guarantee"] = f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP, LDP attacker"
+    if plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
+        from edgedp.accounting import cross_agent as cross_acc
+
+        report = cross_acc.trust_report(plan, delta=delta)
+        out["trust_report_epsilon"] = report
+        if attacker.kind == "hbc" and not attacker.encrypted:
+            out["epsilon"] = (
+                report["neighbourhood"] if len(attacker.nodes) > 1 else report["insider"]
+            )
+            out["guarantee"] += (
+                f"; insiders ({'neighbourhood' if len(attacker.nodes) > 1 else 'one insider'})"
+                f": eps = {out['epsilon']:.4g}"
+            )
+        out.setdefault("covers_attacker", True)
+        return out
+    out.setdefault("covers_attacker", True)
+    return out
+
+
+def _zipdl_estimate(log: ObservationLog, plan, victim: int, theta0) -> np.ndarray:
+    """Zip-DL: the victim's weighted outgoing messages cancel the message-wise noise.
+
+    Σ_j w_j m_{u→j} / Σ_j w_j = θ_u − η(g + √D ν z)/B (the self slot carries the common
+    part only), and θ_u = Σ_j W[u, j] m_{j→u} of the previous round (θ₀ first) — so an
+    attacker seeing every link of the victim gets g + √D ν z/B.
+    """
+    if log.link_messages is None:
+        raise ValueError(f"Attacker {log.attacker.label} sees no Zip-DL message.")
+    idx = {link: i for i, link in enumerate(log.links)}
+    row = [int(v) for v in plan.mixing_index[victim]]
+    weights = np.asarray(plan.mixing_weight[victim], dtype=np.float64)
+    others = [v for v in row if v != victim]
+    need = [(victim, v) for v in others] + [(v, victim) for v in others]
+    missing = [link for link in need if link not in idx]
+    if missing:
+        raise ValueError(
+            f"Attacker {log.attacker.label} misses the Zip-DL links {missing} of node {victim}."
+        )
+    m = log.link_messages
+    wsum = sum(w for v, w in zip(row, weights, strict=True) if v != victim)
+    out_avg = np.zeros(m.shape[:2] + m.shape[3:])
+    for v, w in zip(row, weights, strict=True):
+        if v != victim:
+            out_avg = out_avg + w * m[:, :, idx[(victim, v)]]
+    out_avg = out_avg / wsum
+    theta = np.empty_like(out_avg)
+    theta[:, 0] = theta0
+    acc = np.zeros_like(out_avg[:, :-1])
+    for v, w in zip(row, weights, strict=True):
+        prev = out_avg[:, :-1] if v == victim else m[:, :-1, idx[(v, victim)]]
+        acc = acc + w * prev
+    theta[:, 1:] = acc
+    return (theta - out_avg) / plan.learning_rate
+
+
+def estimates(
+    log: ObservationLog, plan, *, victim: int, theta0, first_trial: int = 0
+) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """``(information, point estimate or None, estimator name)``, arrays ``(trials, T, ·)``.
+
+    The information set is what the MI is computed on (paper 004's ℐ_j(k)); the point
+    estimate of the victim's gradient is what MSE and cosine score.
+    """
+    if log.messages is None:
+        return attacks.traffic_features(log), None, "traffic (encrypted: sizes, timing)"
+    mech = plan.mechanism
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    try:
+        if mech == "sr-gt":
+            info = attacks.sr_gt_estimate(log, victim=victim, plan=plan)
+            point = attacks.sr_gt_estimate(log, victim=victim, plan=plan, form="inversion")
+            return info, point, "paper 004 Eq. 44 (sr-gt)"
+        if mech == "dpop":
+            point = attacks.dpop_estimate(log, victim=victim, plan=plan)
+            z = log.sent_by(victim)
+            return np.concatenate([z, point], axis=-1), point, "inversion of Eq. 45 (dpop)"
+        if mech == "zipdl":
+            point = _zipdl_estimate(log, plan, victim, theta0)
+            return point, point, "Zip-DL weighted-sum inversion"
+        kw = dict(victim=victim, plan=plan, theta0=theta0, first_trial=first_trial)
+        if mech == "whisper":
+            point = attacks.whisper_estimate(log, **kw)
+            return point, point, "inversion minus known seed/edge noise (whisper)"
+        if mech == "decor":
+            point = attacks.decor_estimate(log, **kw)
+            return point, point, "inversion minus known pairwise secrets (decor)"
+        point = attacks.dsgd_inversion(
+            log,
+            victim=victim,
+            mixing_index=plan.mixing_index,
+            mixing_weight=plan.mixing_weight,
+            theta0=theta0,
+            learning_rate=plan.learning_rate,
+        )
+        return point, point, "update inversion (D-SGD family)"
+    except ValueError:
+        pass  # the attacker does not see enough messages for the algorithm's own attack
+    if mech in _DSGD_FAMILY and plan.cross_agent is None:
+        view = attacks.dsgd_linear_view(
+            log,
+            mixing_matrix=plan.mixing_matrix(),
+            learning_rate=plan.learning_rate,
+            noise_std=plan.noise_std,
+            batch_size=log.batch_size,
+            noise_factor=plan.factor.materialize(plan.steps),
+        )
+        y = attacks.dsgd_linear_observations(
+            log, view, mixing_matrix=plan.mixing_matrix(), theta0=theta0
+        )
+        point = view.of(attacks.solve(view, y, method="gls"), victim)
+        return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
+    if victim in log.senders and np.isfinite(log.sent_by(victim)).any():
+        return log.sent_by(victim), None, "the victim's messages as seen (no inversion)"
+    if log.link_messages is not None:
+        mine = [i for i, (u, _) in enumerate(log.links) if u == victim]
+        if mine:
+            seen = log.link_messages[:, :, mine]
+            return seen.reshape(seen.shape[:2] + (-1,)), None, "the victim's messages as seen"
+    return attacks.traffic_features(log), None, "traffic only (no message of the victim seen)"
+
+
+def _chunks(total: int, size: int):
+    first = 0
+    while first < total:
+        yield first, min(size, total - first)
+        first += size
+
+
+def _observe_batch(sc, attackers, *, trials, victim, chunk, progress, data, dim, theta0):
+    plan = sc.plan
+    info: dict[int, list] = {i: [] for i in range(len(attackers))}
+    point: dict[int, list] = {i: [] for i in range(len(attackers))}
+    names: dict[int, str] = {}
+    truth_parts = []
+    done = 0
+    for first, count in _chunks(trials, chunk):
+        probes = [adversary.Probe(a, plan, trials=count, dim=dim) for a in attackers]
+        truth = adversary.GroundTruth([victim], trials=count, steps=plan.steps, dim=dim)
+        batch.run(
+            plan,
+            data,
+            trials=count,
+            first_trial=first,
+            eval_every=plan.steps,
+            observers=[*probes, truth],
+        )
+        truth_parts.append(truth.of(victim))
+        for i, probe in enumerate(probes):
+            a, p, names[i] = estimates(
+                probe.log, plan, victim=victim, theta0=theta0, first_trial=first
+            )
+            info[i].append(a)
+            point[i].append(p)
+        done += count
+        if progress is not None:
+            progress(f"simulated {done}/{trials} trials")
+    return truth_parts, info, point, names
+
+
+def _observe_event(sc, attackers, *, trials, victim, progress, data, dim, theta0):
+    truth_parts = []
+    info: dict[int, list] = {i: [] for i in range(len(attackers))}
+    point: dict[int, list] = {i: [] for i in range(len(attackers))}
+    names: dict[int, str] = {}
+    for tr in range(trials):
+        plan = dataclasses.replace(sc.plan, seed=sc.plan.seed + 1_000_003 * (tr + 1))
+        probes = [adversary.Probe(a, plan, trials=1, dim=dim) for a in attackers]
+        truth = adversary.GroundTruth([victim], trials=1, steps=plan.steps, dim=dim)
+        engine.run(
+            plan,
+            data,
+            network=sc.network,
+            faults=sc.faults,
+            seed=sc.seed + tr,
+            eval_every=plan.steps,
+            observers=[*probes, truth],
+        )
+        truth_parts.append(truth.of(victim))
+        for i, probe in enumerate(probes):
+            a, p, names[i] = estimates(probe.log, plan, victim=victim, theta0=theta0)
+            info[i].append(a)
+            point[i].append(p)
+        if progress is not None and ((tr + 1) % max(1, trials // 20) == 0 or tr + 1 == trials):
+            progress(f"simulated {tr + 1}/{trials} trials (event engine)")
+    return truth_parts, info, point, names
+
+
+def run(
+    sc,
+    attackers: Sequence[Attacker],
+    *,
+    trials: int,
+    victim: int = 0,
+    engine_name: str = "auto",
+    chunk: int = 500,
+    k: int = leakage.DEFAULT_NEIGHBORS,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
+
+    Args:
+      sc: a :class:`~sim.scenarios.Scenario`.
+      attackers: who attacks (:func:`sim.adversary.parse_attacker`).
+      trials: Monte Carlo trials N (the MI is estimated over them, per iteration).
+      victim: the node whose private gradients are targeted.
+      engine_name: ``"auto"`` (event engine iff the scenario has network effects),
+        ``"batch"`` or ``"event"``.
+      chunk: trials per batch-engine call (memory).
+      k: KSG neighbours.
+      seed: the generator of the KSG tie noise.
+      workers: threads for the k-NN queries.
+      progress: called with a line of text now and then.
+    """
+    plan = sc.plan
+    if not 0 <= victim < plan.n:
+        raise ValueError(f"victim={victim} is not a node of the {plan.n}-node scenario.")
+    if trials <= k:
+        raise ValueError(f"Expected trials={trials} > k={k} for the MI estimates.")
+    if engine_name == "auto":
+        engine_name = "event" if has_network_effects(sc) else "batch"
+    if engine_name == "batch" and has_network_effects(sc):
+        raise ValueError("The scenario has network effects; the batch engine cannot run them.")
+    data = sc.data()
+    model = models.for_task(plan.task, data.features)
+    dim, theta0 = model.dim, model.init_params()
+    started = time.perf_counter()
+    common = dict(victim=victim, progress=progress, data=data, dim=dim, theta0=theta0)
+    if engine_name == "batch":
+        parts = _observe_batch(sc, attackers, trials=trials, chunk=chunk, **common)
+    elif engine_name == "event":
+        parts = _observe_event(sc, attackers, trials=trials, **common)
+    else:
+        raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
+    truth_parts, info, point, names = parts
+    sim_seconds = time.perf_counter() - started
+    V = np.concatenate(truth_parts)  # (trials, T, d)
+    valid_v = np.isfinite(V).all(axis=(0, 2))
+    g = np.random.default_rng(seed)
+    self_mi = None
+    results = []
+    for i, att in enumerate(attackers):
+        t0 = time.perf_counter()
+        seen = np.concatenate(info[i])
+        ok = valid_v & np.isfinite(seen).all(axis=(0, 2))
+        its = np.flatnonzero(ok)
+        if self_mi is None or not np.array_equal(its, self_mi[0]):
+            part = leakage.leakage_curve(
+                V[:, its].swapaxes(0, 1), seen[:, its].swapaxes(0, 1), rng=g, k=k, workers=workers
+            )
+            self_mi = (its, part.self_mi)
+        else:
+            part = leakage.leakage_curve(
+                V[:, its].swapaxes(0, 1),
+                seen[:, its].swapaxes(0, 1),
+                rng=g,
+                k=k,
+                workers=workers,
+                self_mi=self_mi[1],
+            )
+        nmi = np.full(plan.steps, np.nan)
+        nmi[its] = part.nmi
+        entry: dict[str, Any] = {
+            "attacker": att.label,
+            "estimator": names[i],
+            "m_nmi": None if math.isnan(part.m_nmi) else part.m_nmi,
+            "argmax_iteration": None
+            if part.argmax_iteration is None
+            else int(its[part.argmax_iteration]),
+            "n_trials": int(V.shape[0]),
+            "k_neighbors": k,
+            "reference_self_mi_bits": part.reference_self_mi,
+            "nmi_curve": [None if not np.isfinite(x) else float(x) for x in nmi],
+            "low_variance_iterations": [int(x) for x in its[part.degenerate]],
+            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok)],
+            "information_dim": int(seen.shape[-1]),
+            "mi_seconds": round(time.perf_counter() - t0, 3),
+            **formal_guarantee(plan, att),
+        }
+        pts = point[i]
+        if pts and all(p is not None for p in pts):
+            P = np.concatenate(pts)
+            keep = np.isfinite(P).all(axis=(0, 2)) & valid_v
+            rec = attacks.reconstruction_error(P[:, keep], V[:, keep])
+            entry.update(mse=rec.mse_mean, cosine=rec.cosine_mean)
+        else:
+            entry.update(mse=None, cosine=None)
+        results.append(entry)
+        if progress is not None:
+            progress(f"{att.label}: M-NMI {entry['m_nmi']} ({entry['mi_seconds']:.1f} s of MI)")
+    return {
+        "scenario": sc.name,
+        "mechanism": plan.mechanism,
+        "engine": engine_name,
+        "victim": victim,
+        "n_trials": int(V.shape[0]),
+        "k_neighbors": k,
+        "iterations": plan.steps,
+        "simulation_seconds": round(sim_seconds, 3),
+        "attackers": results,
+    }
