@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "edgedp_cli.sim_cmd",
     "edgedp_cli.model_cmd",
     "edgedp_cli.tune_cmd",
+    "edgedp_cli.leak_cmd",
 )
 
 

@@ -298,6 +298,9 @@ class GroundTruth:
                 self.noise = np.zeros(self.noise.shape[:3] + view.noise.shape[2:])
             self.noise[:, view.round] = view.noise[:, nodes]
 
+    def on_message(self, **_) -> None:
+        """Event engine: traffic carries no ground truth."""
+
     def on_round(self, *, node: int, round: int, gradient, batch_size: int) -> None:
         """Event engine (one trial): ``node`` ended ``round`` having used ``gradient``."""
         if node in self.nodes and gradient is not None:

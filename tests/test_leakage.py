@@ -1,7 +1,9 @@
 """Leakage estimation and adversary probes: KSG vs NPEET, vs exact Gaussian MI, probes, attacks."""
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -474,3 +476,67 @@ def test_cross_agent_estimators_subtract_exactly_what_the_attacker_knows(mechani
     assert resid["hbc"].var() < 0.9 * resid["all"].var()
     # what the eavesdropper is left with is exactly the noise the engine drew
     assert np.abs(resid["all"] - truth.noise[:, :, 0] / p.noise_std).max() < 1e-9
+
+
+# ---------------------------------------------------------------- edgedp leak, Table 4 setting
+def _small_table4(tmp_path, steps=30, extra=""):
+    from sim import scenarios
+
+    text = (Path(scenarios.__file__).parent / "leakage_table4.toml").read_text()
+    text = text.replace("steps = 1000", f"steps = {steps}").replace("trials = 5000", "trials = 200")
+    path = tmp_path / "t4.toml"
+    path.write_text(text + extra)
+    return path
+
+
+def test_leak_cli_json_reports_the_table4_keys(tmp_path, capsys):
+    from edgedp_cli.main import main
+
+    path = _small_table4(tmp_path)
+    png = tmp_path / "nmi.png"
+    argv = ["leak", str(path), "--attacker", "hbc:1,2", "--json", "--plot", str(png)]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_trials"] == 200 and out["k_neighbors"] == 3 and out["iterations"] == 30
+    assert len(out["nmi_curve"]) == 30 and 0 < out["m_nmi"] < 1
+    spent = 1 - (0.97 / 0.99) ** 30  # ε (1 − (q1/q2)^K) of Thm 4.5 after K = 30 rounds
+    assert out["epsilon"] == pytest.approx(spent, rel=1e-6) and out["delta"] == 0
+    assert out["estimator"].startswith("paper 004 Eq. 44") and out["mse"] > 0
+    assert "LDP" in out["trust_model"] and png.stat().st_size > 0
+    # re-planned for another budget; the encrypted eavesdropper learns nothing
+    argv = ["leak", str(path), "--attacker", "eavesdropper:all", "--encrypted", "--json"]
+    assert main([*argv, "--target-eps", "10"]) == 0
+    enc = json.loads(capsys.readouterr().out)
+    assert enc["epsilon"] == pytest.approx(10 * spent, rel=1e-6)
+    assert enc["attacker"] == "eavesdropper:all:encrypted"
+    assert abs(enc["m_nmi"]) < 1e-9 and enc["mse"] is None
+    assert main(["leak", str(path), "--attacker", "spy:1"]) == 2
+
+
+def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
+    from sim import adversary, leak, scenarios
+
+    path = _small_table4(tmp_path, steps=6, extra="\n[network]\nloss = 0.2\n")
+    sc = scenarios.load(path)
+    assert leak.has_network_effects(sc)
+    rep = leak.run(sc, [adversary.tap_all()], trials=12, victim=0)
+    assert rep["engine"] == "event" and rep["n_trials"] == 12
+    # a lost message leaves a hole: the attack then falls back to the messages it saw
+    entry = rep["attackers"][0]
+    assert len(entry["nmi_curve"]) == 6 and entry["estimator"]
+    with pytest.raises(ValueError, match="network effects"):
+        leak.run(sc, [adversary.tap_all()], trials=12, engine_name="batch")
+
+
+def test_zero_sum_masking_is_transparent_to_the_eavesdropper():
+    from sim import sensor_fusion, zero_sum
+
+    sf = sensor_fusion.generate(3, observations=1, dim=1, seed=0)
+    run = zero_sum.simulate(sf, np.full((3, 3), 1 / 3), trials=400, iterations=20, stepsize=0.002)
+    # the masks cancel in the victim's weighted outgoing sum: the gradient comes out exactly
+    np.testing.assert_allclose(run.eavesdropper, run.private, rtol=0, atol=1e-9)
+    g = np.random.default_rng(0)
+    eav = leakage.leakage_curve(run.private.swapaxes(0, 1), run.eavesdropper.swapaxes(0, 1), rng=g)
+    hbc = leakage.leakage_curve(run.private.swapaxes(0, 1), run.hbc.swapaxes(0, 1), rng=g)
+    assert eav.degenerate[0]  # x(0) = 0 in every trial: V does not vary at k = 1
+    assert eav.m_nmi == pytest.approx(1.0, abs=1e-3) and hbc.m_nmi < 0.5
