@@ -25,6 +25,11 @@ encoded and hashed only when present; build them with
 :mod:`edgedp.accounting.cross_agent` (``sensitivity`` is the Mahalanobis one, so
 ν = σ·sens·Δ and μ = 1/σ as everywhere). Pairwise secrets and the shared seed are never in
 a plan.
+
+DOME plans (``dome``; paper 002) carry an optional ``sketch`` section — a
+:class:`~edgedp.sketch.SketchSpec` (k, basis family, public seed, refresh, optimizer) — also
+encoded and hashed only when present. Their guarantee is MF-D-SGD's for the plan's factor
+(identity by default): :mod:`edgedp.accounting.dome`.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ Modules (import the module, then call its functions):
 - :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim (000 App. A).
 - :mod:`~edgedp.accounting.laplace` — pure ε-DP of the Laplace schedules of sr-gt/DPOP (004).
 - :mod:`~edgedp.accounting.cross_agent` — GDP of noise correlated across agents (001, 000 A.4–A.6).
+- :mod:`~edgedp.accounting.dome` — LDP guarantee of DOME's sketched messages (002 on gossip).
 """
 
 from edgedp.accounting import (
     cross_agent,
+    dome,
     gdp,
     laplace,
     mf,
@@ -25,6 +27,7 @@ from edgedp.accounting import (
 
 __all__ = [
     "cross_agent",
+    "dome",
     "gdp",
     "laplace",
     "mf",

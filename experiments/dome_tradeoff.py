@@ -1,0 +1,289 @@
+"""DOME on gossip vs DP-D-SGD: bytes per round and test loss at equal ε (paper 002 on gossip).
+
+Offline data: scikit-learn's 8×8 digits (10 classes, 1,437 training / 360 test images,
+standardised), split IID over 16 agents on ER(16, 0.3) with Metropolis–Hastings weights.
+Models: ``mlp:64-256-10`` (d = 19,210) at ε ∈ {1, 4, 16} and ``mlp:64-1024-10``
+(d = 76,810) at ε = 4, δ = 1e-5. Every round uses the agent's whole local set (B = 89),
+per-example gradients clipped at Δ = 1 in ℝᵈ, T = 200 rounds, so every example participates
+at every round: participation (T, 1), μ = 1/σ-GDP per agent and example (LDP: every message
+is released). DP-D-SGD and DOME at the same ε have the same σ, sensitivity and ν; DOME adds
+its noise in ℝᵏ (k = d/100 and d/10, ``block`` bases from the plan's public seed, a new basis
+every round) and sends k floats instead of d.
+
+The learning rate of each method is the best final test loss over a small grid (the same
+selection for every method; optimistic for all alike); the large model runs one learning
+rate per method. Bytes per round: payload bytes of
+all messages of one round (8 bytes per float) from the batch engine, and the wire size of
+one message (msgpack header + payload) from :mod:`edgedp.wire`.
+
+Writes experiments/out/dome_tradeoff.json and dome_tradeoff.png.
+Run: python experiments/dome_tradeoff.py   (about 12 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+import topologies
+from edgedp import models, wire
+from edgedp.accounting.participation import Participation
+from edgedp.plan import TaskSpec, make_plan
+from edgedp.sketch import SketchSpec
+from sim import batch, datasets
+
+# ---------------------------------------------------------------- constants
+GRAPH = "er:16:0.3:0"  # graph seed 0
+DATA_SEED = 0  # train/test split and IID partition
+NOISE_SEED = 1  # plan seed: noise streams and batch order
+SKETCH_SEED = 0  # public seed of the shared bases
+STEPS = 200
+EVAL_EVERY = 20
+CLIP_NORM = 1.0
+DELTA = 1e-5
+WORKERS = 2
+SMALL, LARGE = "mlp:64-256-10", "mlp:64-1024-10"
+SETTINGS = [(SMALL, eps) for eps in (1.0, 4.0, 16.0)] + [(LARGE, 4.0)]
+#: method -> (fraction k/d or None for DP-D-SGD, learning-rate grid for the small model)
+METHODS = {
+    "dp-dsgd": (None, (0.25, 0.5)),
+    "dome k=d/100": (0.01, (1.0, 4.0)),
+    "dome k=d/10": (0.1, (1.0, 2.0)),
+}
+#: the large model runs one learning rate per method (runtime)
+LARGE_LR = {"dp-dsgd": 0.5, "dome k=d/100": 4.0, "dome k=d/10": 2.0}
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def load():
+    return datasets.partition(datasets.load("digits", seed=DATA_SEED), 16, seed=DATA_SEED)
+
+
+def run_one(model: str, eps: float, method: str, lr: float) -> dict:
+    data = load()
+    task = TaskSpec(model=model, dataset="digits", partition="iid", batch_size=0)
+    d = models.for_task(task, data.features).dim
+    frac, _ = METHODS[method]
+    extra = {}
+    k = d
+    if frac is not None:
+        k = max(1, round(frac * d))
+        extra["sketch"] = SketchSpec(dim=k, seed=SKETCH_SEED)
+    plan = make_plan(
+        "dp-dsgd" if frac is None else "dome",
+        topologies.parse(GRAPH),
+        steps=STEPS,
+        participation=Participation(STEPS, 1),
+        clip_norm=CLIP_NORM,
+        learning_rate=lr,
+        target_epsilon=eps,
+        delta=DELTA,
+        task=task,
+        seed=NOISE_SEED,
+        topology_name=GRAPH,
+        **extra,
+    )
+    start = time.time()
+    try:
+        res = batch.run(plan, data, eval_every=EVAL_EVERY)
+    except FloatingPointError:
+        return {"diverged": True, "lr": lr, "model": model, "eps": eps, "method": method}
+    header = wire.encode(wire.Message(bytes(32), 0, 0, "model", (np.zeros(k),)))
+    loss = np.array(res.test_loss)[:, 0]
+    acc = np.array(res.test_accuracy)[:, 0]
+    return {
+        "diverged": False,
+        "model": model,
+        "eps": eps,
+        "method": method,
+        "lr": lr,
+        "d": d,
+        "k": k,
+        "sigma": plan.noise_multiplier,
+        "epsilon_certified": plan.guarantee().epsilon(DELTA),
+        "noise_energy_per_message": k * plan.noise_std**2,
+        "steps": res.eval_steps,
+        "test_loss": loss.tolist(),
+        "test_accuracy": acc.tolist(),
+        "test_loss_of_mean": np.array(res.test_loss_of_mean)[:, 0].tolist(),
+        "consensus_distance": np.array(res.consensus_distance)[:, 0].tolist(),
+        "final_loss": float(loss[-1]) if np.isfinite(loss[-1]) else None,
+        "final_accuracy": float(acc[-1]),
+        "messages_per_round": res.messages // STEPS,
+        "payload_bytes_per_round": res.bytes_sent // STEPS,
+        "wire_bytes_per_message": sum(len(f) for f in header),
+        "seconds": time.time() - start,
+    }
+
+
+def _best(runs: list[dict]) -> dict:
+    ok = [r for r in runs if not r["diverged"] and r["final_loss"] is not None]
+    if not ok:
+        return runs[0]
+    return min(ok, key=lambda r: r["final_loss"])
+
+
+def main() -> None:
+    data = load()
+    print(
+        f"digits: 16 agents x {data.local_size} images on {GRAPH}, T={STEPS}, "
+        f"clip {CLIP_NORM}, delta {DELTA}; settings {SETTINGS}",
+        flush=True,
+    )
+    jobs = [
+        (model, eps, method, lr)
+        for model, eps in SETTINGS
+        for method, (_, grid) in METHODS.items()
+        for lr in (grid if model == SMALL else (LARGE_LR[method],))
+    ]
+    # the large model's runs first: they are the longest
+    jobs.sort(key=lambda j: j[0] != LARGE)
+    runs: dict[tuple, list[dict]] = {}
+    start = time.time()
+    with ProcessPoolExecutor(WORKERS) as pool:
+        futures = {pool.submit(run_one, *job): job for job in jobs}
+        for done, fut in enumerate(as_completed(futures), 1):
+            model, eps, method, lr = futures[fut]
+            r = fut.result()
+            runs.setdefault((model, eps, method), []).append(r)
+            status = (
+                "diverged"
+                if r["diverged"]
+                else f"loss {r['final_loss']:.3f} acc {r['final_accuracy']:.3f}"
+            )
+            print(
+                f"[{done}/{len(jobs)}] {model} eps={eps:g} {method} lr={lr:g}: {status} "
+                f"({time.time() - start:.0f} s)",
+                flush=True,
+            )
+    best = {key: _best(rs) for key, rs in runs.items()}
+    table = []
+    for model, eps in SETTINGS:
+        for method in METHODS:
+            r = best[(model, eps, method)]
+            table.append(
+                {
+                    "model": model,
+                    "eps": eps,
+                    "method": method,
+                    **{
+                        k: r.get(k)
+                        for k in (
+                            "d",
+                            "k",
+                            "lr",
+                            "sigma",
+                            "epsilon_certified",
+                            "final_loss",
+                            "final_accuracy",
+                            "payload_bytes_per_round",
+                            "wire_bytes_per_message",
+                            "messages_per_round",
+                            "noise_energy_per_message",
+                        )
+                    },
+                }
+            )
+    payload = {
+        "config": {
+            "graph": GRAPH,
+            "data_seed": DATA_SEED,
+            "noise_seed": NOISE_SEED,
+            "sketch_seed": SKETCH_SEED,
+            "steps": STEPS,
+            "clip_norm": CLIP_NORM,
+            "delta": DELTA,
+            "local_size": data.local_size,
+            "settings": SETTINGS,
+            "methods": {m: {"k_over_d": f, "lr_grid": g} for m, (f, g) in METHODS.items()},
+            "large_model_lr": LARGE_LR,
+        },
+        "table": table,
+        "runs": [r for rs in runs.values() for r in rs],
+    }
+    OUT.mkdir(exist_ok=True)
+    (OUT / "dome_tradeoff.json").write_text(json.dumps(payload, indent=1))
+    plot(best)
+    head = ("model", "eps", "method", "k", "lr", "loss", "acc", "B/round")
+    print("{:<16}{:>5}  {:<14}{:>7}{:>6}{:>8}{:>7}{:>12}".format(*head))
+    for row in table:
+        loss = row["final_loss"]
+        print(
+            f"{row['model']:<16}{row['eps']:>5g}  {row['method']:<14}{row['k'] or 0:>7}"
+            f"{row['lr'] or 0:>6g}{(loss if loss is not None else float('nan')):>8.3f}"
+            f"{row['final_accuracy'] or 0:>7.3f}{row['payload_bytes_per_round'] or 0:>12}"
+        )
+    print(f"wrote {OUT / 'dome_tradeoff.json'}, dome_tradeoff.png")
+
+
+def plot(best: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    colors = dict(zip(METHODS, ("tab:red", "tab:blue", "tab:green"), strict=True))
+    eps_small = [e for m, e in SETTINGS if m == SMALL]
+    ax = axes[0]
+    for method in METHODS:
+        ys = [best[(SMALL, e, method)].get("final_loss") for e in eps_small]
+        ax.plot(eps_small, [np.nan if y is None else y for y in ys], "o-", c=colors[method])
+        ax.plot([], [], "o-", c=colors[method], label=method)
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (δ = 1e-5)")
+    ax.set_ylabel("final test loss (mean over agents)")
+    ax.set_title(f"{SMALL} (d = 19,210), T = {STEPS}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    ax = axes[1]
+    for model, eps in SETTINGS:
+        for method in METHODS:
+            r = best[(model, eps, method)]
+            if r.get("diverged", True):
+                continue
+            x = np.array(r["steps"]) * r["payload_bytes_per_round"]
+            style = "-" if model == SMALL else ":"
+            if eps == 4.0:
+                ax.plot(x, r["test_accuracy"], style, c=colors[method])
+    ax.set_xscale("symlog", linthresh=1e6)
+    ax.set_xlabel("cumulative payload bytes sent (whole network)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("ε = 4: accuracy vs bytes (solid d=19k, dotted d=77k)")
+    ax.grid(alpha=0.3)
+    ax = axes[2]
+    markers = {1.0: "v", 4.0: "o", 16.0: "^"}
+    for model, eps in SETTINGS:
+        for method in METHODS:
+            r = best[(model, eps, method)]
+            if r.get("diverged", True):
+                continue
+            ax.scatter(
+                r["payload_bytes_per_round"],
+                r["final_accuracy"],
+                marker=markers[eps],
+                c=colors[method],
+                edgecolors="k" if model == LARGE else "none",
+                s=60,
+            )
+    for eps, mk in markers.items():
+        ax.scatter([], [], marker=mk, c="grey", label=f"ε = {eps:g}")
+    ax.scatter([], [], marker="o", c="white", edgecolors="k", label="d = 77k")
+    ax.set_xscale("log")
+    ax.set_xlabel("payload bytes per round (whole network)")
+    ax.set_ylabel(f"final test accuracy after {STEPS} rounds")
+    ax.set_title("utility–bytes trade-off")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(OUT / "dome_tradeoff.png", dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
