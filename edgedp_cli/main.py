@@ -269,6 +269,11 @@ def _account_pndp(p, args) -> None:
             f"--trust pndp is not available for {p.mechanism} plans; `edgedp plan` reports "
             "their insider and colluding-neighbourhood guarantees"
         )
+    if p.sketch is not None:
+        raise UsageError(
+            "--trust pndp is not available for dome plans (sketched messages): they are "
+            "certified under LDP only"
+        )
     if args.steps_done is not None:
         raise UsageError("--steps-done is not supported with --trust pndp (full run only)")
     if p.noise_multiplier == 0:

@@ -337,3 +337,16 @@ def test_cli_plan_dome(tmp_path):
 def test_dome_without_a_sketch_in_the_context_raises():
     with pytest.raises(ValueError, match="sketch section"):
         dome.send(dome.init_state(np.zeros(3)), _ctx(0, np.zeros(3)))
+
+
+def test_pndp_refuses_dome_plans(tmp_path):
+    from edgedp.accounting import pndp
+
+    p = _plan(SketchSpec(dim=4))
+    with pytest.raises(ValueError, match="certified under LDP only"):
+        pndp.PNDPSetting.from_plan(p)
+    path = tmp_path / "d.plan"
+    path.write_bytes(p.to_bytes())
+    cmd = [sys.executable, "-m", "edgedp_cli", "account", str(path), "--trust", "pndp"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 2 and "not available for dome plans" in res.stderr

@@ -123,6 +123,13 @@ class PNDPSetting:
                 f"PNDP accounting assumes independent Gaussian noise per node; plan mechanism "
                 f"{plan.mechanism!r} is certified by its own accountant instead."
             )
+        if getattr(plan, "sketch", None) is not None:
+            # DOME mixes only inside span(S_t): its messages are not D-SGD's W-mixed models,
+            # so the decoder B_a = P_a W_T of 000 §7.1 does not describe what an attacker sees
+            raise ValueError(
+                "PNDP accounting is derived for D-SGD's model messages; 'dome' plans send "
+                "sketched models and are certified under LDP only (edgedp.accounting.dome)."
+            )
         return cls(
             mixing=plan.mixing_matrix(),
             strategy=plan.factor.strategy(plan.steps),
