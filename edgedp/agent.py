@@ -274,6 +274,12 @@ class Agent:
             self.last_gradient = gsum  # read by simulator probes (ground truth), never sent
             return gsum
 
+        def sketch_gradient(point: np.ndarray, project) -> np.ndarray:
+            grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
+            gsum, hit = clipping.clipped_sum(project(grads), self.share.clip_norm)
+            self._clipped += int(hit)
+            return gsum
+
         def noise() -> np.ndarray | None:
             if self.share.noise_std == 0:
                 return None
@@ -302,6 +308,7 @@ class Agent:
             cross_agent=self.share.cross_agent,
             sketch=self.share.sketch,
             noise_std=self.share.noise_std,
+            sketch_gradient=sketch_gradient,
         )
         self.state, self.message = self.algo.send(self.state, self._ctx)
         self.metrics.sent += len(self.neighbours)

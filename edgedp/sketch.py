@@ -30,10 +30,13 @@ import numpy as np
 
 from edgedp import _validate, rng
 
-__all__ = ["BASES", "OPTIMIZERS", "Basis", "SketchSpec", "basis", "basis_index"]
+__all__ = ["BASES", "CLIP_SPACES", "OPTIMIZERS", "Basis", "SketchSpec", "basis", "basis_index"]
 
 #: Families of shared orthonormal bases.
 BASES = ("block", "gaussian")
+#: Where per-example gradients are clipped to Δ: after projection (paper 002 Alg. 1 line 11)
+#: or before it, in ℝᵈ. Both bound the sensitivity of the k-dim release by Δ.
+CLIP_SPACES = ("sketch", "model")
 #: Local optimizers of the sketched update (paper 002 Alg. 1 lines 18-20 for ``adam``).
 OPTIMIZERS = ("sgd", "adam")
 _BASIS_SECRET = b"edgedp.dome.basis.v1"
@@ -47,6 +50,8 @@ class SketchSpec:
     Args:
       dim: k, the number of floats per message (1 ≤ k ≤ d, checked against the model).
       basis: one of :data:`BASES`.
+      clip: one of :data:`CLIP_SPACES` — ``sketch`` clips ‖Sᵀg_b‖ (the paper's choice: the
+        whole budget Δ goes to the part of g_b the message carries), ``model`` clips ‖g_b‖.
       seed: public seed of the shared bases.
       refresh: a new basis every ``refresh`` rounds; 0 keeps one basis for the whole run
         (needed for temporal noise cancellation in the sketched space).
@@ -58,6 +63,7 @@ class SketchSpec:
 
     dim: int
     basis: str = "block"
+    clip: str = "sketch"
     seed: int = 0
     refresh: int = 1
     optimizer: str = "sgd"
@@ -71,6 +77,8 @@ class SketchSpec:
         _validate.integer(minimum=0, seed=self.seed, refresh=self.refresh)
         if self.basis not in BASES:
             raise ValueError(f"Unknown basis={self.basis!r}; expected one of {BASES}.")
+        if self.clip not in CLIP_SPACES:
+            raise ValueError(f"Unknown clip={self.clip!r}; expected one of {CLIP_SPACES}.")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"Unknown optimizer={self.optimizer!r}; expected one of {OPTIMIZERS}.")
         for name in ("beta1", "beta2"):
@@ -87,6 +95,7 @@ class SketchSpec:
         return {
             "dim": self.dim,
             "basis": self.basis,
+            "clip": self.clip,
             "seed": self.seed,
             "refresh": self.refresh,
             "optimizer": self.optimizer,
@@ -101,6 +110,7 @@ class SketchSpec:
         return cls(
             dim=int(d["dim"]),
             basis=str(d["basis"]),
+            clip=str(d["clip"]),
             seed=int(d["seed"]),
             refresh=int(d["refresh"]),
             optimizer=str(d["optimizer"]),
@@ -138,7 +148,8 @@ class Basis:
             raise ValueError(f"Expected x (..., {self.d}), got {x.shape}.")
         out = np.empty((*x.shape[:-1], self.k))
         if self.kind == "block":
-            # one node at a time: the same 2-D reduction alone or in a stack (same bits)
+            # one node (one example) at a time: the same 2-D reduction alone or in a stack,
+            # hence the same bits (numpy's pairwise sums depend on the array layout)
             for lead in np.ndindex(x.shape[:-1]):
                 ext = np.concatenate([x[lead], [0.0]])
                 out[lead] = np.sum(ext[self.index] * self.weight, axis=-1)

@@ -22,6 +22,12 @@ def add_plan_arguments(p) -> None:
         help="dome: block (O(d) per round, device default) or gaussian (CGS2, O(d k^2))",
     )
     p.add_argument(
+        "--sketch-clip",
+        default="sketch",
+        choices=["sketch", "model"],
+        help="dome: clip per-example gradients after projection (paper) or before, in R^d",
+    )
+    p.add_argument(
         "--sketch-refresh",
         type=int,
         default=1,
@@ -61,6 +67,7 @@ def sketch_from_args(args, task):
         spec = SketchSpec(
             dim=args.sketch_dim,
             basis=args.sketch_basis,
+            clip=args.sketch_clip,
             seed=args.sketch_seed,
             refresh=args.sketch_refresh,
             optimizer=args.optimizer,

@@ -8,7 +8,8 @@ per-example gradients clipped at Δ = 1 in ℝᵈ, T = 200 rounds, so every exam
 at every round: participation (T, 1), μ = 1/σ-GDP per agent and example (LDP: every message
 is released). DP-D-SGD and DOME at the same ε have the same σ, sensitivity and ν; DOME adds
 its noise in ℝᵏ (k = d/100 and d/10, ``block`` bases from the plan's public seed, a new basis
-every round) and sends k floats instead of d.
+every round, per-example gradients clipped after projection as in paper 002 Alg. 1) and
+sends k floats instead of d.
 
 The learning rate of each method is the best final test loss over a small grid (the same
 selection for every method; optimistic for all alike); the large model runs one learning
@@ -52,11 +53,11 @@ SETTINGS = [(SMALL, eps) for eps in (1.0, 4.0, 16.0)] + [(LARGE, 4.0)]
 #: method -> (fraction k/d or None for DP-D-SGD, learning-rate grid for the small model)
 METHODS = {
     "dp-dsgd": (None, (0.25, 0.5)),
-    "dome k=d/100": (0.01, (1.0, 4.0)),
-    "dome k=d/10": (0.1, (1.0, 2.0)),
+    "dome k=d/100": (0.01, (2.0, 4.0)),
+    "dome k=d/10": (0.1, (0.5, 1.0)),
 }
 #: the large model runs one learning rate per method (runtime)
-LARGE_LR = {"dp-dsgd": 0.5, "dome k=d/100": 4.0, "dome k=d/10": 2.0}
+LARGE_LR = {"dp-dsgd": 0.5, "dome k=d/100": 2.0, "dome k=d/10": 0.5}
 OUT = Path(__file__).resolve().parent / "out"
 
 

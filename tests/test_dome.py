@@ -103,6 +103,7 @@ def test_block_groups_cover_every_coordinate_once():
         ({"dim": 0}, "dim=0"),
         ({"dim": 3, "basis": "fft"}, "basis='fft'"),
         ({"dim": 3, "optimizer": "lion"}, "optimizer='lion'"),
+        ({"dim": 3, "clip": "both"}, "clip='both'"),
         ({"dim": 3, "beta1": 1.0}, "beta1=1.0"),
         ({"dim": 3, "noise_aware": True}, "optimizer='adam'"),
         ({"dim": 3, "refresh": -1}, "refresh=-1"),
@@ -124,7 +125,10 @@ def test_one_example_moves_the_sketched_query_by_at_most_the_clip_norm(seed, kin
     B = sketch.basis(SketchSpec(dim=k, basis=kind, seed=seed), seed % 7, 30)  # noqa: N806
     full, _ = clipping.clipped_sum(g, 1.0)
     minus, _ = clipping.clipped_sum(g[:-1], 1.0)
-    assert np.linalg.norm(B.project(full) - B.project(minus)) <= 1.0 + 1e-12
+    assert np.linalg.norm(B.project(full) - B.project(minus)) <= 1.0 + 1e-12  # clip="model"
+    full, _ = clipping.clipped_sum(B.project(g), 1.0)
+    minus, _ = clipping.clipped_sum(B.project(g[:-1]), 1.0)
+    assert np.linalg.norm(full - minus) <= 1.0 + 1e-12  # clip="sketch"
 
 
 def test_guarantee_equals_dp_dsgd_and_mf_for_the_same_sigma():
@@ -174,7 +178,15 @@ def test_plan_round_trip_and_refusals():
 # ---------------------------------------------------------------- the update rule
 def _ctx(t, grad, noise=None, spec=None, batch_size=1, noise_std=0.0):
     return StepContext(
-        t, 0.5, 1.0, batch_size, lambda th: grad, lambda: noise, sketch=spec, noise_std=noise_std
+        t,
+        0.5,
+        1.0,
+        batch_size,
+        lambda th: grad,
+        lambda: noise,
+        sketch=spec,
+        noise_std=noise_std,
+        sketch_gradient=lambda th, project: project(grad),  # one unclipped "example"
     )
 
 
@@ -248,6 +260,7 @@ def _agents(plan):
 
 CASES = {
     "block-sgd": (SketchSpec(dim=4), None, 0),
+    "block-clip-model": (SketchSpec(dim=6, clip="model", refresh=3), None, 8),
     "gaussian-adam-noise-aware": (
         SketchSpec(dim=3, basis="gaussian", optimizer="adam", noise_aware=True),
         None,

@@ -1,13 +1,14 @@
 """LDP accountant for DOME's sketched messages on a gossip graph (paper 002 §3.4, on gossip).
 
-Node u releases, at each step t, c_t = S_tᵀ Σ_b clip(g_b, Δ) + ν (C_local⁻¹ Z)[t] ∈ ℝᵏ with
+Node u releases, at each step t, c_t = Σ_b clip(S_tᵀg_b, Δ) + ν (C_local⁻¹ Z)[t] ∈ ℝᵏ (or
+S_tᵀ Σ_b clip(g_b, Δ) + ν (C_local⁻¹ Z)[t] with ``clip="model"``) with
 S_t ∈ ℝ^{d×k} a public basis with orthonormal columns (:mod:`edgedp.sketch`). Everything
 else a node sends is post-processing of these releases and of the messages it received
 (:mod:`edgedp.algorithms.dome`). Stacked over T steps this is the MF mechanism
-C_local⁻¹(C_local X + Z) on the k-dimensional stream x_t = S_tᵀ Σ clip(g_b). For two
-neighbouring datasets (one example added or removed) the difference rows
-d_t = x_t − x_t' satisfy ‖d_t‖ = ‖S_tᵀ(clip(g) − 0)‖ ≤ Δ on the example's participations and
-vanish elsewhere, so with X = C_localᵀ C_local
+C_local⁻¹(C_local X + Z) on the k-dimensional stream x_t of clipped sketched gradients. For
+two neighbouring datasets (one example added or removed) the difference rows
+d_t = x_t − x_t' are clip(S_tᵀg, Δ) or S_tᵀ clip(g, Δ), of norm ≤ Δ (‖S_tᵀy‖ ≤ ‖y‖), on the
+example's participations and vanish elsewhere, so with X = C_localᵀ C_local
 
     ‖C_local D‖_F² = Σ_{s,t} X[s,t] ⟨d_s, d_t⟩ ≤ Σ_{s,t∈π} |X[s,t]| Δ²,
 

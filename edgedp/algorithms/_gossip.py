@@ -57,7 +57,9 @@ class StepContext:
     padded-row slot ``(..., m, d)`` for message-wise noise (Zip-DL), whose ``send`` then
     returns one message per slot. ``sketch`` is the plan's
     :class:`~edgedp.sketch.SketchSpec` (DOME plans; None otherwise): then ``noise()`` is
-    k-dimensional and ``noise_std`` is ν, the std of its coordinates.
+    k-dimensional, ``noise_std`` is ν, the std of its coordinates, and
+    ``sketch_gradient(point, project)`` returns Σ_b clip(project(g_b), Δ) — per-example
+    gradients projected, then clipped and summed in order (paper 002 Alg. 1 lines 10-11).
     """
 
     round: int
@@ -71,6 +73,7 @@ class StepContext:
     cross_agent: Any = None
     sketch: Any = None
     noise_std: float = 0.0
+    sketch_gradient: Callable[[np.ndarray, Callable], np.ndarray] | None = None
 
 
 def local_step(

@@ -2,8 +2,9 @@
 
 Round t at node u, with the shared basis S = S_t ∈ ℝ^{d×k} (:mod:`edgedp.sketch`):
 
-1. c_u = Sᵀ Σ_b clip(g_b, Δ) + z_u,  z_u ~ ν·(C_local⁻¹ Z)[t] ∈ ℝᵏ (ν = σ·sens·Δ) — the
-   node's privatized sketched gradient (Alg. 1 lines 10-14, clipping done in ℝᵈ);
+1. c_u = Σ_b clip(Sᵀg_b, Δ) + z_u,  z_u ~ ν·(C_local⁻¹ Z)[t] ∈ ℝᵏ (ν = σ·sens·Δ) — the
+   node's privatized sketched gradient (Alg. 1 lines 10-14; with ``clip="model"``
+   c_u = Sᵀ Σ_b clip(g_b, Δ) + z_u instead);
 2. ĝ_u = S c_u / B, the decoded private update (line 17); with ``optimizer="adam"`` the
    bias-corrected moments of ĝ_u (lines 18-20, optionally noise-aware: the second moment
    minus a²·Diag(S Sᵀ), a = ν/B, Lemma 3.2 with the basis that decoded ĝ — the paper
@@ -22,8 +23,9 @@ seed and the round (a PCA basis fed with a node's neighbourhood average would di
 node to node, and messages in different bases cannot be mixed). Consensus is reached only
 inside the sketched subspaces, which change every ``refresh`` rounds.
 
-**Privacy (trust model LDP, every message is released).** ‖Sᵀx‖ ≤ ‖x‖ for orthonormal
-columns, so adding or removing one example moves Sᵀ Σ clip(g) by at most Δ: the per-step
+**Privacy (trust model LDP, every message is released).** Adding or removing one example
+moves Σ_b clip(Sᵀg_b, Δ) by at most Δ, and also Sᵀ Σ_b clip(g_b, Δ), since ‖Sᵀx‖ ≤ ‖x‖ for
+orthonormal columns: the per-step
 query in ℝᵏ has the same sensitivity as DP-D-SGD's in ℝᵈ, with noise energy k ν² instead
 of d ν². A node's whole state (θ, Adam moments) is a function of its own released c_u's
 and of the messages it received, so every message is post-processing of the sequence of
@@ -94,7 +96,10 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
     spec = ctx.sketch
     theta = state["theta"]
     S = _basis(theta, ctx)  # noqa: N806 (paper letter)
-    coef = S.project(ctx.gradient(theta))
+    if spec.clip == "sketch":
+        coef = ctx.sketch_gradient(theta, S.project)
+    else:
+        coef = S.project(ctx.gradient(theta))
     noise = ctx.noise()
     if noise is not None:
         coef = coef + noise
