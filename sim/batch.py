@@ -125,6 +125,13 @@ def run(
                 drawn["gradient"] = gsum
             return gsum
 
+        def sketch_gradient(point, project, xb=xb, yb=yb):
+            gsum, hit = clipping.clipped_sum(
+                project(model.per_example_gradients(point, xb, yb)), plan.clip_norm
+            )
+            counters["clipped"] += int(hit.sum())
+            return gsum
+
         def noise(t=t):
             nonlocal state
             if plan.noise_std == 0:
@@ -153,6 +160,7 @@ def run(
             cross_agent=plan.cross_agent,
             sketch=plan.sketch,
             noise_std=plan.noise_std,
+            sketch_gradient=sketch_gradient,
         )
         before = alg_state
         drawn.clear()
