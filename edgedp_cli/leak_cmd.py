@@ -168,6 +168,7 @@ def cmd_leak(args) -> None:
             seed=args.seed,
             workers=args.workers,
             progress=progress,
+            standardized=args.standardized,
         )
     except (ValueError, FloatingPointError) as exc:
         raise UsageError(str(exc)) from None
@@ -202,3 +203,8 @@ def register(sub, add) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the KSG tie-breaking noise")
     p.add_argument("--workers", type=int, default=1, help="threads for k-NN queries")
     p.add_argument("--plot", help="write the per-iteration NMI curves to this PNG")
+    p.add_argument(
+        "--standardized",
+        action="store_true",
+        help="also report M-NMI on z-scored samples (KSG is not scale-invariant)",
+    )

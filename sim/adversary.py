@@ -228,6 +228,12 @@ class Probe:
             int(np.flatnonzero(np.asarray(plan.mixing_index[u]) == v)[0]) for u, v in links
         ]
 
+    def _fit(self, width: int) -> None:
+        """Messages narrower than the model (DOME's k-float sketches): resize once."""
+        m = self.log.messages
+        if m.shape[-1] != width:
+            self.log.messages = np.full(m.shape[:-1] + (width,), np.nan)
+
     def _per_link(self, trials: int) -> np.ndarray:
         if self.log.link_messages is None:
             shape = (trials, self.log.sizes.shape[1], len(self.log.links), self._dim)
@@ -238,6 +244,7 @@ class Probe:
         log, t = self.log, view.round
         if log.messages is not None:
             if view.messages.ndim == 3:  # one message per sender
+                self._fit(view.messages.shape[-1])
                 log.messages[:, t] = view.messages[:, list(log.senders)]
             else:  # (trials, nodes, slots, d): one message per recipient (Zip-DL)
                 senders = [u for u, _ in log.links]
@@ -274,13 +281,15 @@ class Probe:
             if self._per_recipient:
                 self._per_link(1)[0, round, i] = payload
             else:
+                self._fit(payload.shape[-1])
                 log.messages[0, round, log.senders.index(sender)] = payload
 
 
 class GroundTruth:
     """Records the private values of ``nodes``: ``gradient`` (Σ clip(g) / B; NaN in rounds
     without a gradient, e.g. Muffliato's gossip-only rounds) and ``noise`` (as drawn;
-    ``(trials, rounds, len(nodes), slots, d)`` for per-recipient noise), ``(trials, rounds,
+    ``(trials, rounds, len(nodes), slots, d)`` for per-recipient noise, ``(..., k)`` for
+    DOME's noise in the sketch space), ``(trials, rounds,
     len(nodes), d)`` — a :class:`RoundObserver` for scoring attacks."""
 
     def __init__(self, nodes: Sequence[int], *, trials: int, steps: int, dim: int) -> None:
@@ -294,7 +303,7 @@ class GroundTruth:
         if view.gradients is not None:
             self.gradient[:, view.round] = view.gradients[:, nodes] / view.batch_size
         if view.noise is not None:
-            if view.noise.ndim != 3 and self.noise.ndim == 4:  # per-recipient noise
+            if self.noise.shape[3:] != view.noise.shape[2:]:  # per-recipient or sketched noise
                 self.noise = np.zeros(self.noise.shape[:3] + view.noise.shape[2:])
             self.noise[:, view.round] = view.noise[:, nodes]
 

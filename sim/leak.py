@@ -139,6 +139,11 @@ def estimates(
         return attacks.traffic_features(log), None, "traffic (encrypted: sizes, timing)"
     mech = plan.mechanism
     theta0 = np.asarray(theta0, dtype=np.float64)
+    if getattr(plan, "sketch", None) is not None:  # DOME: k-float sketches of the model
+        seen = log.sent_by(victim) if victim in log.senders else None
+        if seen is not None and np.isfinite(seen).any():
+            return seen, None, "the victim's sketched messages as seen (no inversion)"
+        return attacks.traffic_features(log), None, "traffic only (no message of the victim seen)"
     try:
         if mech == "sr-gt":
             info = attacks.sr_gt_estimate(log, victim=victim, plan=plan)
@@ -191,6 +196,13 @@ def estimates(
             seen = log.link_messages[:, :, mine]
             return seen.reshape(seen.shape[:2] + (-1,)), None, "the victim's messages as seen"
     return attacks.traffic_features(log), None, "traffic only (no message of the victim seen)"
+
+
+def _zscore(a: np.ndarray) -> np.ndarray:
+    """Each coordinate centred and scaled to unit std across trials (axis 0), per iteration;
+    constant coordinates are only centred."""
+    sd = a.std(axis=0, keepdims=True)
+    return (a - a.mean(axis=0, keepdims=True)) / np.where(sd > 0, sd, 1.0)
 
 
 def _chunks(total: int, size: int):
@@ -271,6 +283,9 @@ def run(
     seed: int = 0,
     workers: int = 1,
     progress: Callable[[str], None] | None = None,
+    point_curve: bool = False,
+    coordinate: int | None = None,
+    standardized: bool = False,
 ) -> dict[str, Any]:
     """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
 
@@ -286,6 +301,15 @@ def run(
       seed: the generator of the KSG tie noise.
       workers: threads for the k-NN queries.
       progress: called with a line of text now and then.
+      point_curve: also score the point estimate alone as the information set
+        (``m_nmi_point``, ``nmi_curve_point``; paper 004's sets for sr-gt have three parts).
+      coordinate: estimate the MI on this coordinate of the gradient only (and the matching
+        coordinates of the information set); None: the whole vectors (KSG in d dimensions).
+      standardized: also estimate every NMI on z-scored samples (each coordinate of V and
+        of ℐ centred and scaled to unit std across trials, per iteration):
+        ``m_nmi_standardized``, ``nmi_curve_standardized``. Mutual information is invariant
+        to such rescaling, the KSG estimate (max norm, no standardization in NPEET) is not:
+        components of very different scale in ℐ hide the dependence from it.
     """
     plan = sc.plan
     if not 0 <= victim < plan.n:
@@ -309,14 +333,22 @@ def run(
         raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
     truth_parts, info, point, names = parts
     sim_seconds = time.perf_counter() - started
-    V = np.concatenate(truth_parts)  # (trials, T, d)
+    V_full = np.concatenate(truth_parts)  # (trials, T, d)
+    V = V_full if coordinate is None else V_full[..., [coordinate]]
+
+    def pick(a: np.ndarray) -> np.ndarray:  # the coordinate's entries of each d-block
+        if coordinate is None or a.shape[-1] % dim:
+            return a
+        return a[..., coordinate::dim]
+
     valid_v = np.isfinite(V).all(axis=(0, 2))
     g = np.random.default_rng(seed)
     self_mi = None
+    self_mi_std: tuple | None = None
     results = []
     for i, att in enumerate(attackers):
         t0 = time.perf_counter()
-        seen = np.concatenate(info[i])
+        seen = pick(np.concatenate(info[i]))
         ok = valid_v & np.isfinite(seen).all(axis=(0, 2))
         its = np.flatnonzero(ok)
         if self_mi is None or not np.array_equal(its, self_mi[0]):
@@ -333,6 +365,21 @@ def run(
                 workers=workers,
                 self_mi=self_mi[1],
             )
+        if standardized:
+            vz, iz = _zscore(V[:, its]), _zscore(seen[:, its])
+            cached = self_mi_std is not None and np.array_equal(its, self_mi_std[0])
+            sc_curve = leakage.leakage_curve(
+                vz.swapaxes(0, 1),
+                iz.swapaxes(0, 1),
+                rng=g,
+                k=k,
+                workers=workers,
+                self_mi=self_mi_std[1] if cached else None,
+            )
+            if not cached:
+                self_mi_std = (its, sc_curve.self_mi)
+            curve_s = np.full(plan.steps, np.nan)
+            curve_s[its] = sc_curve.nmi
         nmi = np.full(plan.steps, np.nan)
         nmi[its] = part.nmi
         entry: dict[str, Any] = {
@@ -349,15 +396,48 @@ def run(
             "low_variance_iterations": [int(x) for x in its[part.degenerate]],
             "skipped_iterations": [int(x) for x in np.flatnonzero(~ok)],
             "information_dim": int(seen.shape[-1]),
+            **(
+                {
+                    "m_nmi_standardized": None if math.isnan(sc_curve.m_nmi) else sc_curve.m_nmi,
+                    "nmi_curve_standardized": [
+                        None if not np.isfinite(x) else float(x) for x in curve_s
+                    ],
+                }
+                if standardized
+                else {}
+            ),
             "mi_seconds": round(time.perf_counter() - t0, 3),
             **formal_guarantee(plan, att),
         }
         pts = point[i]
         if pts and all(p is not None for p in pts):
-            P = np.concatenate(pts)
-            keep = np.isfinite(P).all(axis=(0, 2)) & valid_v
-            rec = attacks.reconstruction_error(P[:, keep], V[:, keep])
+            P_full = np.concatenate(pts)
+            keep = np.isfinite(P_full).all(axis=(0, 2)) & valid_v
+            rec = attacks.reconstruction_error(P_full[:, keep], V_full[:, keep])
+            P = pick(P_full)
             entry.update(mse=rec.mse_mean, cosine=rec.cosine_mean)
+            if point_curve:
+                its_p = np.flatnonzero(keep)
+                pos = {int(t): j for j, t in enumerate(self_mi[0])}
+                given = (
+                    np.array([self_mi[1][pos[int(t)]] for t in its_p])
+                    if all(int(t) in pos for t in its_p)
+                    else None
+                )
+                pc = leakage.leakage_curve(
+                    V[:, its_p].swapaxes(0, 1),
+                    P[:, its_p].swapaxes(0, 1),
+                    rng=g,
+                    k=k,
+                    workers=workers,
+                    self_mi=given,
+                )
+                curve_p = np.full(plan.steps, np.nan)
+                curve_p[its_p] = pc.nmi
+                entry["m_nmi_point"] = None if math.isnan(pc.m_nmi) else pc.m_nmi
+                entry["nmi_curve_point"] = [
+                    None if not np.isfinite(x) else float(x) for x in curve_p
+                ]
         else:
             entry.update(mse=None, cosine=None)
         results.append(entry)
@@ -371,6 +451,7 @@ def run(
         "n_trials": int(V.shape[0]),
         "k_neighbors": k,
         "iterations": plan.steps,
+        "coordinate": coordinate,
         "simulation_seconds": round(sim_seconds, 3),
         "attackers": results,
     }
