@@ -301,6 +301,8 @@ class GroundTruth:
     def observe(self, view: RoundView) -> None:
         nodes = list(self.nodes)
         if view.gradients is not None:
+            if self.gradient.shape[3:] != view.gradients.shape[2:]:  # DOME: sketched (R^k)
+                self.gradient = np.full(self.gradient.shape[:3] + view.gradients.shape[2:], np.nan)
             self.gradient[:, view.round] = view.gradients[:, nodes] / view.batch_size
         if view.noise is not None:
             if self.noise.shape[3:] != view.noise.shape[2:]:  # per-recipient or sketched noise

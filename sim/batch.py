@@ -130,6 +130,8 @@ def run(
                 project(model.per_example_gradients(point, xb, yb)), plan.clip_norm
             )
             counters["clipped"] += int(hit.sum())
+            if observers:  # DOME clipping in the sketch: the private value lives in R^k
+                drawn["gradient"] = gsum
             return gsum
 
         def noise(t=t):

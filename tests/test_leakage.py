@@ -391,12 +391,39 @@ def _mechanism_case(name):
         return _cross_plan("muffliato", gossip_rounds=2), DATA
     if name == "decor":
         return _cross_plan("decor"), DATA
+    if name == "dome":  # k = 2 floats per message, noise and clipping in the sketch space
+        from edgedp.sketch import SketchSpec
+
+        p = _plan("dp-dsgd", steps=4)
+        return make_plan(
+            "dome",
+            topologies.parse("complete:3"),
+            steps=4,
+            participation=p.participation,
+            clip_norm=1.0,
+            learning_rate=0.3,
+            noise_multiplier=1.0,
+            seed=4,
+            task=p.task,
+            sketch=SketchSpec(dim=2, seed=1),
+        ), DATA
     return _plan(name, steps=4), DATA
 
 
 @pytest.mark.parametrize(
     "name",
-    ["dsgd", "dp-dsgd", "antipgd", "whisper", "decor", "zipdl", "muffliato", "sr-gt", "dpop"],
+    [
+        "dsgd",
+        "dp-dsgd",
+        "antipgd",
+        "whisper",
+        "decor",
+        "zipdl",
+        "muffliato",
+        "sr-gt",
+        "dpop",
+        "dome",
+    ],
 )
 def test_observers_see_every_mechanism_without_changing_a_bit(name):
     p, data = _mechanism_case(name)
