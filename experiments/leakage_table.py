@@ -12,10 +12,17 @@ sensitivity and trust model); sr-gt and DPOP run sensor fusion (Eq. 42, m = 3, p
 * ``eavesdropper:all`` — every link (the LDP attacker).
 
 Per cell: M-NMI of the victim's gradient (first coordinate, KSG k = 3) given what the
-attacker computes (:func:`sim.leak.estimates`: the algorithm's own attack, or the generic
-GLS estimator, or the messages as seen), MSE and cosine of its point estimate, and the
+attacker computes — as NPEET computes it and on z-scored samples (MI is scale-invariant,
+KSG is not: an information set whose parts differ in scale by 10³ hides the dependence
+from it) — with :func:`sim.leak.estimates` (the algorithm's own attack, or the generic
+GLS estimator, or the messages as seen); MSE and cosine of its point estimate, and the
 formal guarantee that covers that attacker (ε at δ = 1e-6; pure ε for Laplace plans; for
 Whisper/DECOR the trust report's insider / neighbourhood ε against colluders).
+
+Reading it: the private value is the victim's gradient on a *fixed* problem, so for sr-gt
+and DPOP it is an affine function of the released z (∇f at z): whoever sees z learns it
+(z-scored NMI near 1) without contradicting ε-DP, which protects the cost function f, not
+the gradient at a public point. For the Gaussian mechanisms V varies with the minibatch.
 
 Writes experiments/out/leakage_table.json, .png and .md (the markdown table is printed).
 Run: python experiments/leakage_table.py [--trials N] [--steps T]
@@ -140,13 +147,16 @@ def main() -> None:
             rows.append({"mechanism": mech, "error": str(exc)})
             continue
         sc = scenarios.Scenario(f"leakage-table-{mech}", 0, plan)
-        rep = leak.run(sc, attackers, trials=args.trials, victim=VICTIM, coordinate=0)
+        rep = leak.run(
+            sc, attackers, trials=args.trials, victim=VICTIM, coordinate=0, standardized=True
+        )
         for e in rep["attackers"]:
             rows.append(
                 {
                     "mechanism": mech,
                     "attacker": e["attacker"],
                     "m_nmi": e["m_nmi"],
+                    "m_nmi_standardized": e["m_nmi_standardized"],
                     "argmax_iteration": e["argmax_iteration"],
                     "mse": e["mse"],
                     "cosine": e["cosine"],
@@ -214,17 +224,19 @@ def markdown(result: dict) -> str:
         f", T = {s['steps']}, N = {s['n_trials']} trials, KSG k = {s['k_neighbors']}; "
         f"Gaussian mechanisms at sigma = {s['sigma']}, Laplace ones at eps = 1.",
         "",
-        "| mechanism | attacker | M-NMI | MSE | cosine | formal eps (delta) | estimator |",
-        "|---|---|---|---|---|---|---|",
+        "| mechanism | attacker | M-NMI | M-NMI (z-scored) | MSE | cosine | formal eps (delta) "
+        "| estimator |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         if "error" in r:
-            lines.append(f"| {r['mechanism']} | – | – | – | – | – | not run: {r['error']} |")
+            lines.append(f"| {r['mechanism']} | – | – | – | – | – | – | not run: {r['error']} |")
             continue
         eps = _f(r["epsilon"], ".3g")
         delta = "0" if r["delta"] == 0 else _f(r["delta"], ".0e")
         lines.append(
-            f"| {r['mechanism']} | {r['attacker']} | {_f(r['m_nmi'])} | {_f(r['mse'], '.3g')} | "
+            f"| {r['mechanism']} | {r['attacker']} | {_f(r['m_nmi'])} | "
+            f"{_f(r['m_nmi_standardized'])} | {_f(r['mse'], '.3g')} | "
             f"{_f(r['cosine'])} | {eps} ({delta}) | {r['estimator']} |"
         )
     return "\n".join(lines)

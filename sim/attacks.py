@@ -40,6 +40,8 @@ from sim.adversary import ObservationLog
 
 __all__ = [
     "LinearView",
+    "cross_linear_observations",
+    "cross_linear_view",
     "Reconstruction",
     "decor_estimate",
     "dpop_estimate",
@@ -378,6 +380,107 @@ def dsgd_linear_view(
     noise_map = Cinv[ct[:, None], ct[None, :]] * (cu[:, None] == cu[None, :])
     B = A @ noise_map * (noise_std / batch_size)
     return LinearView(A, B, cols, rows, -learning_rate * _stacked(P, rows, known), known)
+
+
+def _noise_sources(plan, members, knows_seed: bool):
+    """G (n x S) with n_t = ν G s_t, s_t ~ N(0, I): own streams √D_u, shared-seed U[u, k],
+    edge streams ±√c_e (paper 001, :mod:`edgedp.cross_agent`), and which sources the
+    attacker regenerates (its members' own streams, their edges, the seed if it knows it)."""
+    spec = plan.cross_agent
+    n = spec.n
+    e = np.asarray(plan.edges, dtype=np.int64).reshape(-1, 2)
+    cols, known = [], []
+    for u in range(n):
+        col = np.zeros(n)
+        col[u] = np.sqrt(spec.diag[u])
+        cols.append(col)
+        known.append(u in members)
+    for k in range(spec.rank):
+        cols.append(spec.factor[:, k].copy())
+        known.append(knows_seed)
+    for idx, c in enumerate(spec.edge_variance):
+        if c > 0:
+            i, j = int(e[idx, 0]), int(e[idx, 1])
+            col = np.zeros(n)
+            col[i], col[j] = np.sqrt(c), -np.sqrt(c)
+            cols.append(col)
+            known.append(i in members or j in members)
+    return np.array(cols).T, np.array(known, dtype=bool)
+
+
+def cross_linear_view(
+    log: ObservationLog, plan: Any, *, batch_size: int, knows_seed: bool | None = None
+) -> LinearView:
+    """The generic linear-Gaussian view of a Whisper / DECOR run: GLS under the noise
+    covariance the attacker faces (paper 000 App. A.5, SecLDP).
+
+    As :func:`dsgd_linear_view`, but the unknown nodes' noises are correlated:
+    n_t = ν G s_t with independent sources s (own streams, shared seed, edge streams). The
+    attacker regenerates the sources it holds — its members' streams and edges, and the
+    shared seed when ``knows_seed`` (default: insiders, per the whisper trust model) — and
+    :func:`cross_linear_observations` subtracts their part; the rest is B's columns.
+    """
+    if plan.cross_agent is None or plan.cross_agent.kind not in ("whisper", "decor"):
+        raise ValueError("cross_linear_view is for whisper and decor plans.")
+    members = set(log.members)
+    if knows_seed is None:
+        knows_seed = log.attacker.kind == "hbc"
+    base = dsgd_linear_view(
+        log,
+        mixing_matrix=plan.mixing_matrix(),
+        learning_rate=plan.learning_rate,
+        noise_std=0.0,
+        batch_size=batch_size,
+        noise_factor=np.eye(log.messages.shape[1]),
+    )
+    G, known = _noise_sources(plan, members, knows_seed)
+    unk = np.flatnonzero(~known)
+    ct, cu = np.array(base.columns).T
+    T = log.messages.shape[1]
+    # noise of unknown column (t, u) = ν Σ_s G[u, s] src(t, s): B = A · M, M[(t,u), (t,s)]
+    M = np.zeros((len(base.columns), T * len(unk)))
+    for c, (t, u) in enumerate(zip(ct, cu, strict=True)):
+        M[c, t * len(unk) : (t + 1) * len(unk)] = G[u, unk]
+    B = base.gain @ M * (plan.noise_std / batch_size)
+    return LinearView(base.gain, B, base.columns, base.rows, base.known_gain, base.known_columns)
+
+
+def cross_linear_observations(
+    log: ObservationLog,
+    view: LinearView,
+    plan: Any,
+    *,
+    theta0: np.ndarray,
+    knows_seed: bool | None = None,
+    first_trial: int = 0,
+) -> np.ndarray:
+    """:func:`dsgd_linear_observations` minus the regenerated known part of the unknown
+    nodes' noise (their edges with members, the shared seed when known)."""
+    y = dsgd_linear_observations(log, view, mixing_matrix=plan.mixing_matrix(), theta0=theta0)
+    members = set(log.members)
+    if knows_seed is None:
+        knows_seed = log.attacker.kind == "hbc"
+    trials, T, _, d = log.messages.shape
+    nodes = sorted({u for _, u in view.columns})
+    known = np.zeros((trials, len(view.columns), d))
+    for u in nodes:
+        nb = [v for v in plan.mixing_index[u].tolist() if v != u and v in members]
+        if not nb and not (knows_seed and plan.cross_agent.rank):
+            continue
+        part = known_cross_noise(
+            plan,
+            victim=u,
+            neighbours=nb,
+            shared_seed=knows_seed,
+            first_trial=first_trial,
+            trials=trials,
+            steps=T,
+            dim=d,
+        )
+        for c, (t, v) in enumerate(view.columns):
+            if v == u:
+                known[:, c] = part[:, t]
+    return y - np.einsum("rc,ncd->nrd", view.gain, known / log.batch_size)
 
 
 def dsgd_linear_observations(

@@ -188,6 +188,13 @@ def estimates(
         )
         point = view.of(attacks.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
+    if plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
+        view = attacks.cross_linear_view(log, plan, batch_size=log.batch_size)
+        y = attacks.cross_linear_observations(
+            log, view, plan, theta0=theta0, first_trial=first_trial
+        )
+        point = view.of(attacks.solve(view, y, method="gls"), victim)
+        return point, point, "generic linear-Gaussian (GLS, cross-agent noise covariance)"
     if victim in log.senders and np.isfinite(log.sent_by(victim)).any():
         return log.sent_by(victim), None, "the victim's messages as seen (no inversion)"
     if log.link_messages is not None:

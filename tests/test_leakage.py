@@ -587,3 +587,36 @@ def test_table4_attackers_share_eq44_and_standardizing_only_rescales(tmp_path):
     for e in (hbc, eav):
         assert 0 < e["m_nmi"] < e["m_nmi_standardized"] <= 1.05
         assert e["m_nmi_point"] is not None and len(e["nmi_curve_standardized"]) == 20
+
+
+@pytest.mark.parametrize("mechanism", ["decor", "whisper"])
+def test_gls_under_the_cross_agent_covariance(mechanism):
+    from sim import leak
+
+    p = _cross_plan(mechanism, **({"form": "lowrank", "rank": 2} if mechanism == "whisper" else {}))
+    model = models.for_task(p.task, DATA.features)
+    attackers = (
+        adversary.honest_but_curious(1, 2),
+        adversary.tap_all(),
+        adversary.tap_links((0, 1)),
+    )
+    probes = [adversary.Probe(a, p, trials=300, dim=model.dim) for a in attackers]
+    truth = adversary.GroundTruth([0], trials=300, steps=p.steps, dim=model.dim)
+    batch.run(p, DATA, trials=300, observers=[*probes, truth])
+    theta0 = model.init_params()
+    estimate = {"decor": attacks.decor_estimate, "whisper": attacks.whisper_estimate}[mechanism]
+    mse = {}
+    for probe in probes:
+        view = attacks.cross_linear_view(probe.log, p, batch_size=BATCH)
+        y = attacks.cross_linear_observations(probe.log, view, p, theta0=theta0)
+        gls = view.of(attacks.solve(view, y, method="gls"), 0)
+        kind = probe.log.attacker.kind
+        mse[kind] = attacks.reconstruction_error(gls, truth.of(0)).mse_mean
+        if kind != "links":  # every message of the round seen: as many equations as unknowns,
+            # so the BLUE is the inversion minus what the attacker regenerates
+            np.testing.assert_allclose(
+                gls, estimate(probe.log, victim=0, plan=p, theta0=theta0), atol=1e-9
+            )
+    assert mse["hbc"] < mse["all"] < mse["links"]
+    info, point, name = leak.estimates(probes[2].log, p, victim=0, theta0=theta0)
+    assert name.startswith("generic linear-Gaussian") and point is info
