@@ -11,7 +11,8 @@ victim, then per attacker:
   update inversion for the D-SGD family, Whisper and DECOR minus the secrets the attacker
   holds, Zip-DL's cancelling weighted sum) and, when the attacker does not see enough
   messages for it, the generic linear-Gaussian estimator (GLS on O_A = AG + BZ) for
-  D-SGD-family plans with independent noise, or just the victim's messages it saw;
+  D-SGD-family plans and for Whisper/DECOR (under their cross-agent noise covariance), or
+  just the victim's messages it saw;
   encrypted links leave sizes and timing only;
 * the per-iteration NMI and M-NMI (paper 004 Eq. 43; KSG with k = 3, NPEET-exact), with
   N, k and the iterations where 𝒱 barely varies across trials;
