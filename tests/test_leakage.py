@@ -620,3 +620,17 @@ def test_gls_under_the_cross_agent_covariance(mechanism):
     assert mse["hbc"] < mse["all"] < mse["links"]
     info, point, name = leak.estimates(probes[2].log, p, victim=0, theta0=theta0)
     assert name.startswith("generic linear-Gaussian") and point is info
+
+
+def test_scenarios_plan_sr_gt_and_name_bad_laplace_fields(tmp_path):
+    from sim import scenarios
+
+    sc = scenarios.load(_small_table4(tmp_path, steps=5))
+    assert sc.plan.mechanism == "sr-gt" and sc.plan.laplace.beta == 1000.0
+    assert sc.data().x.shape == (3, 2, 1)  # m + p = 2 rows per sensor, p = 1
+    assert sc.leakage["attackers"] == ["hbc:1,2", "eavesdropper:all"]
+    raw = {"steps": 5, "topology": {"spec": "ring:4"}, "privacy": {"gamma": 0.1}}
+    with pytest.raises(scenarios.ScenarioError, match="gamma"):
+        scenarios.parse({**raw, "privacy": {"mechanism": "dp-dsgd", "gamma": 0.1}})
+    with pytest.raises(scenarios.ScenarioError, match="q1 is required"):
+        scenarios.parse({**raw, "privacy": {"mechanism": "sr-gt", "gamma": 0.1}})

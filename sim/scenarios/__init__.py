@@ -23,6 +23,10 @@ delta = 1e-6
 clip_norm = 1.0
 learning_rate = 0.5
 
+# sr-gt / dpop (paper 004, pure eps): mechanism = "sr-gt", target_epsilon, gamma, beta, q1,
+# q2, delta_grad, adjacency ("problem" | "example"), clip_norm (default inf); the task may
+# be dataset = "sensor-fusion:N:M:P:SEED" (Eq. 42) with model = "least-squares".
+
 [network]
 latency = { kind = "lognormal", median_ms = 40, sigma = 0.6 }   # constant | uniform | table
 bandwidth_mbps = 20
@@ -36,6 +40,11 @@ dropout = 0.1            # per node and round
 dropout_rule = "renormalize"
 crashes = [{ node = 4, at_s = 3.0, down_s = 2.0 }]   # omit down_s: permanent departure
 churn = { rate_per_s = 0.01, down_s = 3.0, horizon_s = 60.0 }
+
+[leakage]                # read by `edgedp leak` (defaults for its options)
+victim = 0
+trials = 5000
+attackers = ["hbc:1,2", "eavesdropper:all"]
 ```
 Every error names the field (``network.loss = 2 must be in [0, 1)``).
 """
