@@ -48,7 +48,7 @@ def has_network_effects(sc) -> bool:
     """Latency, loss, dropouts, crashes or churn: only the event engine simulates them."""
     net, f = sc.network, sc.faults
     lat = net.latency
-    no_latency = getattr(lat, "kind", "constant") == "constant" and not getattr(lat, "ms", 0)
+    no_latency = lat.kind == "constant" and not lat.params.get("ms", 0)
     return bool(net.loss or f.dropout or f.crashes or f.churn_rate_per_s or not no_latency)
 
 
