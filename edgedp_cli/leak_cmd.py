@@ -193,7 +193,9 @@ def register(sub, add) -> None:
         "(repeatable)",
     )
     p.add_argument(
-        "--encrypted", action="store_true", help="eavesdroppers see CURVE-encrypted links"
+        "--encrypted",
+        action="store_true",
+        help="eavesdroppers see CURVE-encrypted links (curious nodes decrypt)",
     )
     p.add_argument("--trials", type=int, help="Monte Carlo trials N (default: scenario, or 1000)")
     p.add_argument("--target-eps", type=float, help="re-plan the mechanism for this epsilon")
