@@ -11,6 +11,11 @@ its noise in ℝᵏ (k = d/100 and d/10, ``block`` bases from the plan's public 
 every round, per-example gradients clipped after projection as in paper 002 Alg. 1) and
 sends k floats instead of d.
 
+Variants at ε = 4 (d = 19,210, k = d/10): a fixed basis (``refresh=0``), a fixed basis with
+AntiPGD noise in the sketched space (certified: same sensitivity as MF-D-SGD's), Adam with
+noise-aware second moments, and clipping in ℝᵈ instead of after projection. Finished runs
+are read back from the JSON file, so an interrupted run resumes.
+
 The learning rate of each method is the best final test loss over a small grid (the same
 selection for every method; optimistic for all alike); the large model runs one learning
 rate per method. Bytes per round: payload bytes of
@@ -32,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import topologies
-from edgedp import models, wire
+from edgedp import factors, models, wire
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
@@ -58,6 +63,14 @@ METHODS = {
 }
 #: the large model runs one learning rate per method (runtime)
 LARGE_LR = {"dp-dsgd": 0.5, "dome k=d/100": 2.0, "dome k=d/10": 0.5}
+#: variants run at (SMALL, ε = 4) only: (k/d, learning-rate grid, SketchSpec options)
+EXTRAS = {
+    "dome k=d/10 fixed basis": (0.1, (0.5, 1.0), {"refresh": 0}),
+    "dome k=d/10 fixed basis + antipgd": (0.1, (0.5, 1.0), {"refresh": 0, "temporal": True}),
+    "dome k=d/10 adam noise-aware": (0.1, (0.003,), {"optimizer": "adam", "noise_aware": True}),
+    "dome k=d/10 clip in R^d": (0.1, (0.5, 1.0), {"clip": "model"}),
+}
+EXTRA_SETTING = (SMALL, 4.0)
 OUT = Path(__file__).resolve().parent / "out"
 
 
@@ -69,12 +82,15 @@ def run_one(model: str, eps: float, method: str, lr: float) -> dict:
     data = load()
     task = TaskSpec(model=model, dataset="digits", partition="iid", batch_size=0)
     d = models.for_task(task, data.features).dim
-    frac, _ = METHODS[method]
+    frac, _, opts = (*METHODS[method], {}) if method in METHODS else EXTRAS[method]
+    opts = dict(opts)
     extra = {}
+    if opts.pop("temporal", False):
+        extra["factor"] = factors.AntiPGD()
     k = d
     if frac is not None:
         k = max(1, round(frac * d))
-        extra["sketch"] = SketchSpec(dim=k, seed=SKETCH_SEED)
+        extra["sketch"] = SketchSpec(dim=k, seed=SKETCH_SEED, **opts)
     plan = make_plan(
         "dp-dsgd" if frac is None else "dome",
         topologies.parse(GRAPH),
@@ -129,67 +145,27 @@ def _best(runs: list[dict]) -> dict:
     return min(ok, key=lambda r: r["final_loss"])
 
 
-def main() -> None:
-    data = load()
-    print(
-        f"digits: 16 agents x {data.local_size} images on {GRAPH}, T={STEPS}, "
-        f"clip {CLIP_NORM}, delta {DELTA}; settings {SETTINGS}",
-        flush=True,
-    )
-    jobs = [
-        (model, eps, method, lr)
-        for model, eps in SETTINGS
-        for method, (_, grid) in METHODS.items()
-        for lr in (grid if model == SMALL else (LARGE_LR[method],))
-    ]
-    # the large model's runs first: they are the longest
-    jobs.sort(key=lambda j: j[0] != LARGE)
-    runs: dict[tuple, list[dict]] = {}
-    start = time.time()
-    with ProcessPoolExecutor(WORKERS) as pool:
-        futures = {pool.submit(run_one, *job): job for job in jobs}
-        for done, fut in enumerate(as_completed(futures), 1):
-            model, eps, method, lr = futures[fut]
-            r = fut.result()
-            runs.setdefault((model, eps, method), []).append(r)
-            status = (
-                "diverged"
-                if r["diverged"]
-                else f"loss {r['final_loss']:.3f} acc {r['final_accuracy']:.3f}"
-            )
-            print(
-                f"[{done}/{len(jobs)}] {model} eps={eps:g} {method} lr={lr:g}: {status} "
-                f"({time.time() - start:.0f} s)",
-                flush=True,
-            )
-    best = {key: _best(rs) for key, rs in runs.items()}
-    table = []
-    for model, eps in SETTINGS:
-        for method in METHODS:
-            r = best[(model, eps, method)]
-            table.append(
-                {
-                    "model": model,
-                    "eps": eps,
-                    "method": method,
-                    **{
-                        k: r.get(k)
-                        for k in (
-                            "d",
-                            "k",
-                            "lr",
-                            "sigma",
-                            "epsilon_certified",
-                            "final_loss",
-                            "final_accuracy",
-                            "payload_bytes_per_round",
-                            "wire_bytes_per_message",
-                            "messages_per_round",
-                            "noise_energy_per_message",
-                        )
-                    },
-                }
-            )
+_COLUMNS = (
+    "d",
+    "k",
+    "lr",
+    "sigma",
+    "epsilon_certified",
+    "final_loss",
+    "final_accuracy",
+    "payload_bytes_per_round",
+    "wire_bytes_per_message",
+    "messages_per_round",
+    "noise_energy_per_message",
+)
+
+
+def _row(key: tuple, r: dict) -> dict:
+    model, eps, method = key
+    return {"model": model, "eps": eps, "method": method, **{c: r.get(c) for c in _COLUMNS}}
+
+
+def _write(data, runs: dict, table: list) -> None:
     payload = {
         "config": {
             "graph": GRAPH,
@@ -203,20 +179,73 @@ def main() -> None:
             "settings": SETTINGS,
             "methods": {m: {"k_over_d": f, "lr_grid": g} for m, (f, g) in METHODS.items()},
             "large_model_lr": LARGE_LR,
+            "extras": {
+                m: {"k_over_d": f, "lr_grid": g, "options": o} for m, (f, g, o) in EXTRAS.items()
+            },
+            "extra_setting": EXTRA_SETTING,
         },
         "table": table,
         "runs": [r for rs in runs.values() for r in rs],
     }
     OUT.mkdir(exist_ok=True)
     (OUT / "dome_tradeoff.json").write_text(json.dumps(payload, indent=1))
+
+
+def main() -> None:
+    data = load()
+    print(
+        f"digits: 16 agents x {data.local_size} images on {GRAPH}, T={STEPS}, "
+        f"clip {CLIP_NORM}, delta {DELTA}; settings {SETTINGS}",
+        flush=True,
+    )
+    jobs = [
+        (model, eps, method, lr)
+        for model, eps in SETTINGS
+        for method, (_, grid) in METHODS.items()
+        for lr in (grid if model == SMALL else (LARGE_LR[method],))
+    ] + [(*EXTRA_SETTING, method, lr) for method, (_, grid, _) in EXTRAS.items() for lr in grid]
+    # the large model's runs first: they are the longest
+    jobs.sort(key=lambda j: j[0] != LARGE)
+    runs: dict[tuple, list[dict]] = {}
+    path = OUT / "dome_tradeoff.json"
+    if path.exists():  # resume: keep finished runs of this configuration
+        for r in json.loads(path.read_text()).get("runs", []):
+            job = (r["model"], r["eps"], r["method"], r["lr"])
+            if job in jobs:
+                runs.setdefault(job[:3], []).append(r)
+                jobs.remove(job)
+        print(f"resuming: {sum(map(len, runs.values()))} finished runs read back", flush=True)
+    start = time.time()
+    with ProcessPoolExecutor(WORKERS) as pool:
+        futures = {pool.submit(run_one, *job): job for job in jobs}
+        for done, fut in enumerate(as_completed(futures), 1):
+            model, eps, method, lr = futures[fut]
+            r = fut.result()
+            runs.setdefault((model, eps, method), []).append(r)
+            _write(data, runs, table=[])
+            status = (
+                "diverged"
+                if r["diverged"]
+                else f"loss {r['final_loss']:.3f} acc {r['final_accuracy']:.3f}"
+            )
+            print(
+                f"[{done}/{len(jobs)}] {model} eps={eps:g} {method} lr={lr:g}: {status} "
+                f"({time.time() - start:.0f} s)",
+                flush=True,
+            )
+    best = {key: _best(rs) for key, rs in runs.items()}
+    keys = [(m, e, method) for m, e in SETTINGS for method in METHODS]
+    keys += [(*EXTRA_SETTING, method) for method in EXTRAS]
+    table = [_row(key, best[key]) for key in keys]
+    _write(data, runs, table)
     plot(best)
     head = ("model", "eps", "method", "k", "lr", "loss", "acc", "B/round")
-    print("{:<16}{:>5}  {:<14}{:>7}{:>6}{:>8}{:>7}{:>12}".format(*head))
+    print("{:<16}{:>5}  {:<34}{:>7}{:>7}{:>8}{:>7}{:>12}".format(*head))
     for row in table:
         loss = row["final_loss"]
         print(
-            f"{row['model']:<16}{row['eps']:>5g}  {row['method']:<14}{row['k'] or 0:>7}"
-            f"{row['lr'] or 0:>6g}{(loss if loss is not None else float('nan')):>8.3f}"
+            f"{row['model']:<16}{row['eps']:>5g}  {row['method']:<34}{row['k'] or 0:>7}"
+            f"{row['lr'] or 0:>7g}{(loss if loss is not None else float('nan')):>8.3f}"
             f"{row['final_accuracy'] or 0:>7.3f}{row['payload_bytes_per_round'] or 0:>12}"
         )
     print(f"wrote {OUT / 'dome_tradeoff.json'}, dome_tradeoff.png")
