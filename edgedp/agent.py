@@ -131,6 +131,12 @@ class Agent:
             raise ValueError(
                 f"Unknown dropout_rule={dropout_rule!r}; expected one of {sorted(DROPOUT_RULES)}."
             )
+        if dropout_rule == "reuse-last" and share.sketch is not None and share.sketch.refresh:
+            raise ValueError(
+                "dropout_rule='reuse-last' would mix a dome message from an earlier round, "
+                "whose coordinates are in another sketch basis; use 'renormalize' or 'self' "
+                "(or a plan with refresh=0)."
+            )
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         if x.ndim != 2 or y.shape != (x.shape[0],):
             raise ValueError(f"Expected x (m, f) and y (m,), got {x.shape} and {y.shape}.")

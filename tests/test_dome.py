@@ -363,3 +363,19 @@ def test_pndp_refuses_dome_plans(tmp_path):
     cmd = [sys.executable, "-m", "edgedp_cli", "account", str(path), "--trust", "pndp"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 2 and "not available for dome plans" in res.stderr
+
+
+def test_reuse_last_dropout_rule_is_refused_when_the_basis_changes():
+    secret = rng.seed_secret(0)
+    model = LinearModel("logistic", DATA.features)
+    kw = {
+        "model": model,
+        "x": DATA.x[0],
+        "y": DATA.y[0],
+        "noise_key": node_noise_key(secret, 0),
+        "batch_key": rng.derive_key(secret, "batch", 0, 0),
+        "dropout_rule": "reuse-last",
+    }
+    with pytest.raises(ValueError, match="another sketch basis"):
+        Agent(_plan(SketchSpec(dim=4)).share(0), **kw)
+    Agent(_plan(SketchSpec(dim=4, refresh=0)).share(0), **kw)  # one basis: allowed
