@@ -20,9 +20,11 @@ formal guarantee that covers that attacker (ε at δ = 1e-6; pure ε for Laplace
 Whisper/DECOR the trust report's insider / neighbourhood ε against colluders).
 
 Reading it: the private value is the victim's gradient on a *fixed* problem, so for sr-gt
-and DPOP it is an affine function of the released z (∇f at z): whoever sees z learns it
-(z-scored NMI near 1) without contradicting ε-DP, which protects the cost function f, not
-the gradient at a public point. For the Gaussian mechanisms V varies with the minibatch.
+and DPOP it is an affine function of the whole released z (∇f at z) — whoever sees z and
+knows f learns it, without contradicting ε-DP, which protects the cost function f, not
+the gradient at a public point; the table's MI uses one coordinate of z (V's coordinate
+mixes both) and KSG's scale-dependence, so those cells stay low. For the Gaussian
+mechanisms V varies with the minibatch and the model.
 
 Writes experiments/out/leakage_table.json, .png and .md (the markdown table is printed).
 Run: python experiments/leakage_table.py [--trials N] [--steps T]
