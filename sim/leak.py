@@ -359,6 +359,8 @@ def run(
         seen = pick(np.concatenate(info[i]))
         ok = valid_v & np.isfinite(seen).all(axis=(0, 2))
         its = np.flatnonzero(ok)
+        if progress is not None:
+            progress(f"{att.label}: KSG estimates over {len(its)} iterations x {V.shape[0]} trials")
         if self_mi is None or not np.array_equal(its, self_mi[0]):
             part = leakage.leakage_curve(
                 V[:, its].swapaxes(0, 1), seen[:, its].swapaxes(0, 1), rng=g, k=k, workers=workers
