@@ -11,7 +11,8 @@ victim, then per attacker:
   update inversion for the D-SGD family, Whisper and DECOR minus the secrets the attacker
   holds, Zip-DL's cancelling weighted sum) and, when the attacker does not see enough
   messages for it, the generic linear-Gaussian estimator (GLS on O_A = AG + BZ) for
-  D-SGD-family plans and for Whisper/DECOR (under their cross-agent noise covariance), or
+  D-SGD-family plans and for Whisper/DECOR (under their cross-agent noise covariance; up to
+  :data:`MAX_LINEAR_UNKNOWNS` unknown gradients), or
   just the victim's messages it saw;
   encrypted links leave sizes and timing only;
 * the per-iteration NMI and M-NMI (paper 004 Eq. 43; KSG with k = 3, NPEET-exact), with
@@ -39,8 +40,10 @@ from edgedp.accounting import laplace as laplace_acc
 from sim import adversary, attacks, batch, engine, leakage
 from sim.adversary import Attacker, ObservationLog
 
-__all__ = ["estimates", "formal_guarantee", "has_network_effects", "run"]
+__all__ = ["MAX_LINEAR_UNKNOWNS", "estimates", "formal_guarantee", "has_network_effects", "run"]
 
+#: Largest linear system (T x unknown nodes) the generic estimator solves densely.
+MAX_LINEAR_UNKNOWNS = 3000
 _DSGD_FAMILY = {"dsgd", "dp-dsgd", "antipgd", "banded", "blt", "dense", "dmf", "mafalda"}
 
 
@@ -175,7 +178,9 @@ def estimates(
         return point, point, "update inversion (D-SGD family)"
     except ValueError:
         pass  # the attacker does not see enough messages for the algorithm's own attack
-    if mech in _DSGD_FAMILY and plan.cross_agent is None:
+    unknowns = plan.steps * (plan.n - len(log.members))
+    small = unknowns <= MAX_LINEAR_UNKNOWNS  # dense pseudo-inverses beyond this are too slow
+    if small and mech in _DSGD_FAMILY and plan.cross_agent is None:
         view = attacks.dsgd_linear_view(
             log,
             mixing_matrix=plan.mixing_matrix(),
@@ -189,7 +194,7 @@ def estimates(
         )
         point = view.of(attacks.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
-    if plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
+    if small and plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
         view = attacks.cross_linear_view(log, plan, batch_size=log.batch_size)
         y = attacks.cross_linear_observations(
             log, view, plan, theta0=theta0, first_trial=first_trial
