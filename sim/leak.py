@@ -397,19 +397,34 @@ def run(
             curve_s[its] = sc_curve.nmi
         nmi = np.full(plan.steps, np.nan)
         nmi[its] = part.nmi
+        low = set(its[part.degenerate].tolist())
+        # iterations where some trials lack a value (the event engine's dropouts and lost
+        # messages): estimated alone on the trials that have one, N_k reported
+        fin = np.isfinite(V).all(axis=2) & np.isfinite(seen).all(axis=2)  # (trials, T)
+        partial = np.flatnonzero(~ok & (fin.sum(axis=0) > 2 * k + 1))
+        for t in partial:
+            m = fin[:, t]
+            c = leakage.leakage_curve(V[m, t][None], seen[m, t][None], rng=g, k=k, workers=workers)
+            nmi[t] = c.nmi[0]
+            if c.degenerate[0]:
+                low.add(int(t))
+        best = int(np.nanargmax(nmi)) if np.isfinite(nmi).any() else None
         entry: dict[str, Any] = {
             "attacker": att.label,
             "estimator": names[i],
-            "m_nmi": None if math.isnan(part.m_nmi) else part.m_nmi,
-            "argmax_iteration": None
-            if part.argmax_iteration is None
-            else int(its[part.argmax_iteration]),
+            "m_nmi": None if best is None else float(nmi[best]),
+            "argmax_iteration": best,
+            **(
+                {"n_trials_per_iteration": [int(x) for x in fin.sum(axis=0)]}
+                if len(partial)
+                else {}
+            ),
             "n_trials": int(V.shape[0]),
             "k_neighbors": k,
             "reference_self_mi_bits": part.reference_self_mi,
             "nmi_curve": [None if not np.isfinite(x) else float(x) for x in nmi],
-            "low_variance_iterations": [int(x) for x in its[part.degenerate]],
-            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok)],
+            "low_variance_iterations": sorted(low),
+            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok) if x not in set(partial)],
             "information_dim": int(seen.shape[-1]),
             **(
                 {
@@ -428,9 +443,13 @@ def run(
         if pts and all(p is not None for p in pts):
             P_full = np.concatenate(pts)
             keep = np.isfinite(P_full).all(axis=(0, 2)) & valid_v
-            rec = attacks.reconstruction_error(P_full[:, keep], V_full[:, keep])
+            pairs = np.isfinite(P_full).all(axis=2) & np.isfinite(V_full).all(axis=2)
+            if pairs.any():  # pooled over the (trial, iteration) pairs that have both
+                rec = attacks.reconstruction_error(P_full[pairs][:, None], V_full[pairs][:, None])
+                entry.update(mse=rec.mse_mean, cosine=rec.cosine_mean)
+            else:
+                entry.update(mse=None, cosine=None)
             P = pick(P_full)
-            entry.update(mse=rec.mse_mean, cosine=rec.cosine_mean)
             if point_curve:
                 its_p = np.flatnonzero(keep)
                 pos = {int(t): j for j, t in enumerate(self_mi[0])}

@@ -556,6 +556,13 @@ def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
     assert len(entry["nmi_curve"]) == 6 and entry["estimator"]
     with pytest.raises(ValueError, match="network effects"):
         leak.run(sc, [adversary.tap_all()], trials=12, engine_name="batch")
+    # dropouts: the victim skips rounds in some trials; those iterations are estimated on
+    # the trials that have a value, and say how many
+    sc = scenarios.load(_small_table4(tmp_path, steps=4, extra="\n[faults]\ndropout = 0.04\n"))
+    entry = leak.run(sc, [adversary.tap_all()], trials=40)["attackers"][0]
+    counts = entry["n_trials_per_iteration"]
+    assert min(counts) < 40 and entry["m_nmi"] is not None
+    assert all(entry["nmi_curve"][t] is not None for t in range(4) if counts[t] > 7)
 
 
 def test_zero_sum_masking_is_transparent_to_the_eavesdropper():
