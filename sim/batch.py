@@ -59,9 +59,13 @@ def run(
     each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.laplace``
     returned (last call of the round) and the state at the start of the round. They only
     read; without observers nothing is recorded and the run is the same bit for bit.
+    ``data`` may be a :class:`~sim.datasets.PerTrialData` (other local data in every trial).
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
+    per_trial = data.x.ndim == 4  # sim.datasets.PerTrialData: other local data every trial
+    if per_trial and data.x.shape[0] < first_trial + trials:
+        raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
     algo = algorithms.for_mechanism(plan.mechanism)
     model = models.for_task(plan.task, data.features)
     d = model.dim
@@ -113,8 +117,12 @@ def run(
     for t in range(plan.steps):
         slot = t % per_epoch
         sel = orders[:, :, slot * batch : (slot + 1) * batch]
-        xb = data.x[node_idx, sel]
-        yb = data.y[node_idx, sel]
+        if per_trial:
+            rows = np.arange(first_trial, first_trial + trials)[:, None, None]
+            xb, yb = data.x[rows, node_idx, sel], data.y[rows, node_idx, sel]
+        else:
+            xb = data.x[node_idx, sel]
+            yb = data.y[node_idx, sel]
 
         def gradient(point, xb=xb, yb=yb):
             gsum, hit = clipping.clipped_sum(

@@ -299,6 +299,7 @@ def run(
     point_curve: bool = False,
     coordinate: int | None = None,
     standardized: bool = False,
+    data: Any = None,
 ) -> dict[str, Any]:
     """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
 
@@ -323,6 +324,8 @@ def run(
         ``m_nmi_standardized``, ``nmi_curve_standardized``. Mutual information is invariant
         to such rescaling, the KSG estimate (max norm, no standardization in NPEET) is not:
         components of very different scale in ℐ hide the dependence from it.
+      data: the engines' data instead of ``sc.data()`` — e.g. a
+        :class:`~sim.datasets.PerTrialData` with a fresh private dataset in every trial.
     """
     plan = sc.plan
     if not 0 <= victim < plan.n:
@@ -333,7 +336,9 @@ def run(
         engine_name = "event" if has_network_effects(sc) else "batch"
     if engine_name == "batch" and has_network_effects(sc):
         raise ValueError("The scenario has network effects; the batch engine cannot run them.")
-    data = sc.data()
+    data = sc.data() if data is None else data
+    if engine_name == "event" and data.x.ndim == 4:
+        raise ValueError("Per-trial data runs on the batch engine only.")
     model = models.for_task(plan.task, data.features)
     dim, theta0 = model.dim, model.init_params()
     started = time.perf_counter()

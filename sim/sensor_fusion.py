@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgedp import rng
-from sim.datasets import FederatedData
+from sim.datasets import FederatedData, PerTrialData
 
-__all__ = ["SensorFusion", "generate"]
+__all__ = ["SensorFusion", "generate", "per_trial"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -139,3 +139,18 @@ def generate(
     v = np.einsum("imp,p->im", M, truth) + g.normal(0.0, observation_noise, (nodes, observations))
     w = g.uniform(0.0, max_regularization, nodes)
     return SensorFusion(M, v, w)
+
+
+def per_trial(instances) -> PerTrialData:
+    """One instance per batch-engine trial (:class:`sim.datasets.PerTrialData`); the test set
+    is the first instance's (its test loss is ‖θ − x*‖² of that instance only)."""
+    feds = [sf.federated() for sf in instances]
+    if not feds:
+        raise ValueError("Expected at least one instance.")
+    return PerTrialData(
+        x=np.stack([f.x for f in feds]),
+        y=np.stack([f.y for f in feds]),
+        x_test=feds[0].x_test,
+        y_test=feds[0].y_test,
+        task=feds[0].task,
+    )

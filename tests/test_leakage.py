@@ -644,3 +644,17 @@ def test_scenarios_plan_sr_gt_and_name_bad_laplace_fields(tmp_path):
         scenarios.parse({**raw, "privacy": {"mechanism": "dp-dsgd", "gamma": 0.1}})
     with pytest.raises(scenarios.ScenarioError, match="q1 is required"):
         scenarios.parse({**raw, "privacy": {"mechanism": "sr-gt", "gamma": 0.1}})
+
+
+def test_per_trial_data_is_each_trial_run_on_its_own_instance():
+    from sim import sensor_fusion
+
+    p = _sr_gt_plan(steps=5)
+    inst = [sensor_fusion.generate(3, observations=1, dim=1, seed=s) for s in range(4)]
+    together = batch.run(p, sensor_fusion.per_trial(inst), trials=3, first_trial=1)
+    alone = [
+        batch.run(p, inst[i].federated(), trials=1, first_trial=i).digests[0] for i in (1, 2, 3)
+    ]
+    assert together.digests == alone
+    with pytest.raises(ValueError, match="trials up to"):
+        batch.run(p, sensor_fusion.per_trial(inst), trials=4, first_trial=1)
