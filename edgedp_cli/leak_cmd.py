@@ -115,7 +115,8 @@ def text_table(report: dict) -> str:
             lines.append(
                 f"{'':<4}V barely varies at iterations {low[:8]}{' ...' if len(low) > 8 else ''}"
             )
-    lines.append(f"formal guarantee: {report['attackers'][0]['guarantee']}")
+    for g in dict.fromkeys(e["guarantee"] for e in report["attackers"]):
+        lines.append(f"formal guarantee: {g}")
     lines.append(f"trust model: {report['attackers'][0]['trust_model']}")
     return "\n".join(lines)
 
