@@ -180,6 +180,9 @@ def estimates(
         pass  # the attacker does not see enough messages for the algorithm's own attack
     unknowns = plan.steps * (plan.n - len(log.members))
     small = unknowns <= MAX_LINEAR_UNKNOWNS  # dense pseudo-inverses beyond this are too slow
+    # the members' own gradients and noise move to the left-hand side (Lemma 11); the event
+    # engine's probes see traffic only, not the members' internals
+    small = small and (not log.members or "gradient" in log.own)
     if small and mech in _DSGD_FAMILY and plan.cross_agent is None:
         view = attacks.dsgd_linear_view(
             log,
