@@ -12,8 +12,9 @@ every round, per-example gradients clipped after projection as in paper 002 Alg.
 sends k floats instead of d.
 
 Variants at ε = 4 (d = 19,210, k = d/10): a fixed basis (``refresh=0``), a fixed basis with
-AntiPGD noise in the sketched space (certified: same sensitivity as MF-D-SGD's), Adam with
-noise-aware second moments, and clipping in ℝᵈ instead of after projection. Finished runs
+AntiPGD noise in the sketched space (certified: same sensitivity as MF-D-SGD's), Adam (plain;
+noise-aware second moments with γ' = 1e-8 and 1e-4), and clipping in ℝᵈ instead of after
+projection. Finished runs
 are read back from the JSON file, so an interrupted run resumes.
 
 The learning rate of each method is the best final test loss over a small grid (the same
@@ -68,6 +69,12 @@ EXTRAS = {
     "dome k=d/10 fixed basis": (0.1, (0.5, 1.0), {"refresh": 0}),
     "dome k=d/10 fixed basis + antipgd": (0.1, (0.5, 1.0), {"refresh": 0, "temporal": True}),
     "dome k=d/10 adam noise-aware": (0.1, (0.003,), {"optimizer": "adam", "noise_aware": True}),
+    "dome k=d/10 adam": (0.1, (0.003,), {"optimizer": "adam"}),
+    "dome k=d/10 adam noise-aware floor 1e-4": (
+        0.1,
+        (0.003,),
+        {"optimizer": "adam", "noise_aware": True, "floor": 1e-4},
+    ),
     "dome k=d/10 clip in R^d": (0.1, (0.5, 1.0), {"clip": "model"}),
 }
 EXTRA_SETTING = (SMALL, 4.0)
@@ -266,6 +273,7 @@ def plot(best: dict) -> None:
         ax.plot(eps_small, [np.nan if y is None else y for y in ys], "o-", c=colors[method])
         ax.plot([], [], "o-", c=colors[method], label=method)
     ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("ε (δ = 1e-5)")
     ax.set_ylabel("final test loss (mean over agents)")
     ax.set_title(f"{SMALL} (d = 19,210), T = {STEPS}")
@@ -277,11 +285,11 @@ def plot(best: dict) -> None:
             r = best[(model, eps, method)]
             if r.get("diverged", True):
                 continue
-            x = np.array(r["steps"]) * r["payload_bytes_per_round"]
+            x = np.array(r["steps"][1:]) * r["payload_bytes_per_round"]
             style = "-" if model == SMALL else ":"
             if eps == 4.0:
-                ax.plot(x, r["test_accuracy"], style, c=colors[method])
-    ax.set_xscale("symlog", linthresh=1e6)
+                ax.plot(x, r["test_accuracy"][1:], style, c=colors[method])
+    ax.set_xscale("log")
     ax.set_xlabel("cumulative payload bytes sent (whole network)")
     ax.set_ylabel("test accuracy")
     ax.set_title("ε = 4: accuracy vs bytes (solid d=19k, dotted d=77k)")
