@@ -53,6 +53,7 @@ def _rel(a: float, b: float) -> float:
 def test_public_modules():
     assert accounting.__all__ == [
         "cross_agent",
+        "dome",
         "gdp",
         "laplace",
         "mf",
