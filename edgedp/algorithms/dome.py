@@ -21,7 +21,10 @@ its neighbours' sketched *models* (step 4), runs its own optimizer on its own de
 update, and the bases are data-independent — a pure function of the plan's public sketch
 seed and the round (a PCA basis fed with a node's neighbourhood average would differ from
 node to node, and messages in different bases cannot be mixed). Consensus is reached only
-inside the sketched subspaces, which change every ``refresh`` rounds.
+inside the sketched subspaces, which change every ``refresh`` rounds. With SGD the local
+step lies in span(S_t), so nodes that start from the common θ₀ only ever differ inside
+the subspaces that were mixed; Adam's elementwise step leaves span(S_t), and that part of
+the model is never averaged (measured: experiments/dome_tradeoff.py).
 
 **Privacy (trust model LDP, every message is released).** Adding or removing one example
 moves Σ_b clip(Sᵀg_b, Δ) by at most Δ, and also Sᵀ Σ_b clip(g_b, Δ), since ‖Sᵀx‖ ≤ ‖x‖ for
