@@ -379,3 +379,29 @@ def test_reuse_last_dropout_rule_is_refused_when_the_basis_changes():
     with pytest.raises(ValueError, match="another sketch basis"):
         Agent(_plan(SketchSpec(dim=4)).share(0), **kw)
     Agent(_plan(SketchSpec(dim=4, refresh=0)).share(0), **kw)  # one basis: allowed
+
+
+def test_faulty_network_with_dropouts_and_a_crash():
+    """Lossy links, per-round dropouts and a crash/restart: deterministic, finite, every
+    node's k-dim noise stream advanced once per round (never reused or skipped)."""
+    from sim.churn import Crash, Faults
+    from sim.links import Latency, Network
+
+    p = _plan(SketchSpec(dim=4, optimizer="adam"), steps=16)
+    net = Network(
+        latency=Latency.from_dict({"kind": "lognormal", "median_ms": 20, "sigma": 0.5}),
+        bandwidth_mbps=10,
+        loss=0.05,
+        round_timeout_s=0.3,
+    )
+    faults = Faults(dropout=0.2, crashes=(Crash(3, 0.4, 0.5),))
+    a = engine.run(p, DATA, network=net, faults=faults, seed=1)
+    b = engine.run(p, DATA, network=net, faults=faults, seed=1)
+    assert a.model_digest == b.model_digest
+    assert a.lost_messages > 0 and a.skipped_rounds > 0 and a.crashes == 1
+    assert np.all(np.isfinite(a.test_loss))
+    sim = engine._Sim(p, DATA, net, Faults(dropout=0.3), 4, 5, None)
+    sim.run()
+    for agent in sim.agents:
+        assert agent.noise_state.step == p.steps and agent.done
+        assert agent.noise.dim == 4
