@@ -75,6 +75,9 @@ LAPLACE_MECHANISMS = ("sr-gt", "dpop")
 
 #: Mechanisms whose Gaussian noise is correlated across agents (a ``cross_agent`` section).
 CROSS_AGENT_MECHANISMS = cross_mod.KINDS
+#: Cross-agent kinds a ``dome`` plan may carry: one noise vector per node and step, mixed
+#: once (Zip-DL's per-message noise and Muffliato's K gossip rounds are not sketched).
+SKETCHED_CROSS_KINDS = ("whisper", "decor")
 for _name in CROSS_AGENT_MECHANISMS:
     _MECHANISMS[_name] = (factors.Identity, True)
 
@@ -353,14 +356,21 @@ def _certify(plan: NoisePlan) -> None:
 
 def _certify_cross_agent(plan: NoisePlan) -> None:
     spec = plan.cross_agent
-    if (spec is not None) != (plan.mechanism in CROSS_AGENT_MECHANISMS):
+    sketched = plan.mechanism == "dome" and spec is not None
+    if sketched and (spec.kind not in SKETCHED_CROSS_KINDS or plan.sketch is None):
+        raise PlanError(
+            f"A dome plan may carry a cross_agent section of kind {SKETCHED_CROSS_KINDS}, "
+            f"not {spec.kind!r}."
+        )
+    if not sketched and (spec is not None) != (plan.mechanism in CROSS_AGENT_MECHANISMS):
         raise PlanError(
             f"A cross_agent section belongs exactly to mechanisms {CROSS_AGENT_MECHANISMS}, "
             f"not {plan.mechanism!r}; build them with edgedp.planning.cross_agent.make_plan."
         )
     if spec is None:
         return
-    if spec.kind != plan.mechanism or spec.n != plan.n or plan.factor.kind != "identity":
+    kind_ok = spec.kind == plan.mechanism or sketched
+    if not kind_ok or spec.n != plan.n or plan.factor.kind != "identity":
         raise PlanError(
             f"cross_agent section ({spec.kind}, n={spec.n}) does not fit the plan "
             f"({plan.mechanism}, n={plan.n}, factor {plan.factor.kind})."

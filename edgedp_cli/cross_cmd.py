@@ -63,6 +63,9 @@ def cmd_plan_cross(args) -> None:
         models.for_task(task, datasets.load(task.dataset, seed=0).x_train.shape[1])
     except ValueError as exc:
         raise UsageError(f"task: {exc}") from None
+    from edgedp_cli import dome_cmd
+
+    sketch = dome_cmd.sketch_from_args(args, task)
     try:
         planned = planner.make_plan(
             args.mechanism,
@@ -83,6 +86,7 @@ def cmd_plan_cross(args) -> None:
             ridge=args.ridge,
             message_variance=args.message_variance,
             gossip_rounds=args.gossip_rounds,
+            sketch=sketch,
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -90,6 +94,8 @@ def cmd_plan_cross(args) -> None:
     Path(args.out).write_bytes(plan.to_bytes())
     payload = planner.report(plan, delta=args.delta if args.delta is not None else 1e-6)
     payload["planner_seconds"] = planned.info["planner_seconds"]
+    if sketch is not None:
+        payload.update(dome_cmd.report(plan, args.model_dim))
     spec, nu2 = plan.cross_agent, plan.noise_std**2
     total = np.diag(spec.covariance(plan.edges))
     payload["agent_independent_variance"] = (nu2 * spec.diag).tolist()

@@ -1,5 +1,8 @@
 """``edgedp plan --mechanism dome --sketch-dim k``: sketched (k-float) private messages.
 
+``--mechanism whisper|decor --sketch-dim k`` plans a ``dome`` plan whose k-dim noise is
+correlated across agents (:func:`edgedp.planning.cross_agent.make_plan` with ``sketch=``).
+
 The options build the plan's :class:`~edgedp.sketch.SketchSpec`; the report adds the floats
 and bytes per message and the per-step noise energy relative to DP-D-SGD at the same ε
 (paper 002 Lemma 3.1: k ν² instead of d ν²).
@@ -52,11 +55,12 @@ def add_plan_arguments(p) -> None:
 
 
 def sketch_from_args(args, task):
-    """The SketchSpec of ``args`` (None unless --mechanism dome), checked against the model."""
+    """The SketchSpec of ``args`` (dome; whisper/decor with --sketch-dim), checked against d."""
     if args.mechanism != "dome":
-        if args.sketch_dim is not None:
-            raise UsageError("--sketch-dim is only for --mechanism dome")
-        return None
+        if args.sketch_dim is None:
+            return None
+        if args.mechanism not in ("whisper", "decor"):
+            raise UsageError("--sketch-dim is only for --mechanism dome, whisper or decor")
     from edgedp import models
     from edgedp.sketch import SketchSpec
     from sim import datasets

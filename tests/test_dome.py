@@ -405,3 +405,52 @@ def test_faulty_network_with_dropouts_and_a_crash():
     for agent in sim.agents:
         assert agent.noise_state.step == p.steps and agent.done
         assert agent.noise.dim == 4
+
+
+@pytest.mark.parametrize("kind", ["whisper", "decor"])
+def test_cross_agent_noise_in_the_sketched_space(kind):
+    """dome + Whisper/DECOR: same guarantee as the unsketched plan, k-dim correlated noise,
+    batch engine == event engine (agents with their cross keys)."""
+    from edgedp.planning import cross_agent as planner
+
+    kw = {
+        "steps": 8,
+        "participation": Participation(8, 1),
+        "clip_norm": 1.0,
+        "learning_rate": 0.3,
+        "noise_multiplier": 1.5,
+        "seed": 4,
+        "task": TaskSpec(dataset="synthetic-logistic"),
+    }
+    plain = planner.make_plan(kind, GRAPH, **kw).plan
+    p = planner.make_plan(kind, GRAPH, sketch=SketchSpec(dim=5), **kw).plan
+    assert p.mechanism == "dome" and p.cross_agent.kind == kind
+    assert NoisePlan.from_bytes(p.to_bytes()).plan_hash == p.plan_hash
+    assert p.guarantee().mu == plain.guarantee().mu == 1 / 1.5
+    assert p.sensitivity == plain.sensitivity
+    assert dome_acc.guarantee(p).mu == p.guarantee().mu
+    res = batch.run(p, DATA)
+    assert res.bytes_sent == res.messages * 8 * 5
+    assert engine.run(p, DATA).model_digest == res.digests[0]
+    with pytest.raises(ValueError, match="combines with"):
+        planner.make_plan("zipdl", GRAPH, sketch=SketchSpec(dim=5), **kw)
+    with pytest.raises(ValueError, match="not derived"):
+        planner.make_plan(
+            kind, GRAPH, sketch=SketchSpec(dim=5, optimizer="adam", noise_aware=True), **kw
+        )
+
+
+def test_cli_plan_whisper_with_sketch(tmp_path):
+    out = tmp_path / "w.plan"
+    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "--topology", "er:8:0.5:2"]
+    cmd += ["--steps", "10", "--participation", "10,1", "--mechanism", "whisper"]
+    cmd += ["--sketch-dim", "5", "--dataset", "synthetic-logistic", "--target-eps", "4"]
+    cmd += ["--delta", "1e-5", "--out", str(out), "--json"]
+    payload = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    assert payload["mechanism"] == "dome" and payload["sketch_dim"] == 5
+    assert payload["epsilon"] == pytest.approx(4.0)
+    p = NoisePlan.from_bytes(out.read_bytes())
+    assert p.cross_agent.kind == "whisper" and p.sketch.dim == 5
+    zipdl = [c if c != "whisper" else "zipdl" for c in cmd]
+    res = subprocess.run(zipdl, capture_output=True, text=True)
+    assert res.returncode == 2 and "only for --mechanism dome, whisper or decor" in res.stderr

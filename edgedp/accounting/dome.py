@@ -21,12 +21,13 @@ k ν² instead of d ν².
 
 Not covered: the paper's server-side guarantee with Secure Aggregation (distributed DP,
 noise of B clients summed) — there is no server here, every message is released.
-Cross-agent correlated noise in the sketched space is not built (plans refuse it).
+Plans with Whisper / DECOR noise in the sketched space are certified by
+:mod:`edgedp.accounting.cross_agent` (its per-step bounds are coordinate-free likewise).
 """
 
 from __future__ import annotations
 
-from edgedp.accounting import mf
+from edgedp.accounting import cross_agent, mf
 
 __all__ = ["guarantee", "noise_energy"]
 
@@ -47,6 +48,8 @@ def guarantee(plan, *, steps_done: int | None = None) -> mf.LDPGuarantee:
     """
     if getattr(plan, "sketch", None) is None:
         raise ValueError("Expected a dome plan with a sketch section.")
+    if getattr(plan, "cross_agent", None) is not None:  # Whisper / DECOR noise in ℝᵏ
+        return cross_agent.guarantee(plan, steps_done=steps_done)
     return mf.ldp_guarantee(
         plan.factor.strategy(plan.steps),
         participation=plan.participation,

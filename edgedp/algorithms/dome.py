@@ -38,7 +38,10 @@ mechanism on the stream x_t = S_tᵀ g_t ∈ ℝᵏ; paper 000 Thm 7's bound
 coordinates, so :mod:`edgedp.accounting.dome` certifies it with the same sensitivity as
 MF-D-SGD. The noise then cancels in coefficient space: with a basis that changes
 (``refresh ≥ 1``) the decoded noises live in different subspaces and do not cancel in the
-model, so temporal factors are only useful with ``refresh=0``.
+model, so temporal factors are only useful with ``refresh=0``. Whisper / DECOR noise
+(R̃ ⊗ I_k across nodes; a ``cross_agent`` section) is certified by
+:mod:`edgedp.accounting.cross_agent` unchanged: its per-step bounds are coordinate-free and
+every node decodes with the same S_t, so the noise cancels in the mixing as in ℝᵈ.
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ def check_plan(plan) -> None:
     spec = getattr(plan, "sketch", None)
     if spec is None:
         raise ValueError("A dome plan needs a sketch section (sketch=SketchSpec(dim=k)).")
+    if spec.noise_aware and getattr(plan, "cross_agent", None) is not None:
+        raise ValueError(
+            "noise_aware moments assume each node's noise has variance ν² per coordinate; "
+            "with cross-agent noise it is ν²·R̃_uu (not derived)."
+        )
     if spec.noise_aware and plan.factor.kind != "identity":
         raise ValueError(
             "noise_aware moments subtract the variance of independent per-step noise; "

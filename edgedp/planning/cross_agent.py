@@ -38,7 +38,7 @@ from edgedp import cross_agent as cross_mod
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
-from edgedp.plan import NoisePlan, TaskSpec
+from edgedp.plan import SKETCHED_CROSS_KINDS, NoisePlan, TaskSpec
 from edgedp.planning import compact_covariance, whisper
 
 __all__ = ["CrossAgentPlan", "make_plan", "post_mixing_variance", "replan_alive", "report"]
@@ -128,6 +128,7 @@ def make_plan(
     form: str = "local",
     rank: int = 8,
     ridge: float = whisper.DEFAULT_RIDGE,
+    sketch: Any = None,
     message_variance: float = 1.0,
     gossip_rounds: int = 1,
 ) -> CrossAgentPlan:
@@ -136,6 +137,9 @@ def make_plan(
     Exactly one of ``noise_multiplier`` σ or ``target_epsilon`` (with ``delta``) sets the
     noise: the eavesdropper guarantee is μ = 1/σ with k = the plan's participations
     (gradient rounds for Muffliato). ``steps`` counts rounds (K·T' for Muffliato).
+    ``sketch=SketchSpec(...)`` (whisper, decor) gives a ``dome`` plan whose k-dim releases
+    carry this noise, R̃ ⊗ I_k: every per-step bound of :mod:`edgedp.accounting.cross_agent`
+    is coordinate-free, and all nodes share S_t, so the noise cancels in the mixing as in ℝᵈ.
 
     Raises:
       ValueError: on unknown mechanism/form or inconsistent arguments.
@@ -149,6 +153,10 @@ def make_plan(
     """
     if mechanism not in cross_mod.KINDS:
         raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {cross_mod.KINDS}.")
+    if sketch is not None and mechanism not in SKETCHED_CROSS_KINDS:
+        raise ValueError(
+            f"sketch=... (DOME messages) combines with {SKETCHED_CROSS_KINDS}, not {mechanism!r}."
+        )
     if (noise_multiplier is None) == (target_epsilon is None):
         raise ValueError("Give exactly one of noise_multiplier or target_epsilon (with delta).")
     if target_epsilon is not None:
@@ -185,7 +193,7 @@ def make_plan(
 
         task = dataclasses.replace(task, model=models.pin_onnx(task.model))
     plan = NoisePlan(
-        mechanism=mechanism,
+        mechanism=mechanism if sketch is None else "dome",
         topology=topology_name or graph.name or f"graph:{graph.n}",
         n=graph.n,
         edges=edges,
@@ -203,6 +211,7 @@ def make_plan(
         task=task,
         seed=seed,
         cross_agent=spec,
+        sketch=sketch,
     )
     plan = dataclasses.replace(plan, sensitivity=cross_acc.guarantee(plan).sensitivity)
     plan = NoisePlan.from_bytes(plan.to_bytes())  # certifies (hash, factors, sensitivity)
