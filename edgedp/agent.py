@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, clipping, rng, wire
+from edgedp import algorithms, clipping, rng, sketch_adaptive, wire
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
 from edgedp.errors import BudgetExhaustedError, PlanError
@@ -175,6 +175,13 @@ class Agent:
                 f"Model init_params has shape {theta0.shape}, expected ({model.dim},)."
             )
         self.state: dict[str, np.ndarray] = self.algo.init_state(theta0)
+        self.aggregator = None  # adaptive DOME: the spanning-tree all-reduce and the bases
+        if share.sketch is not None and share.sketch.basis == "adaptive":
+            if share.tree is None:
+                raise PlanError(f"node {share.node}: an adaptive dome share needs its tree.")
+            self.aggregator = sketch_adaptive.TreeAggregator(
+                share.sketch, model.dim, tree=share.tree, node=share.node, batch_size=self.batch
+            )
         self.round = 0
         self.message: np.ndarray | None = None  # this round's outgoing vector, once begun
         self._ctx = None
@@ -187,7 +194,7 @@ class Agent:
             plan_hash=bytes.fromhex(share.plan_hash),
             neighbours=frozenset(self.neighbours),
             shapes=((self.message_dim,),),
-            max_bytes=wire.MAX_HEADER_BYTES + 8 * self.message_dim + 1024,
+            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
         )
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
@@ -241,6 +248,11 @@ class Agent:
             b.shape != e.shape for b, e in zip(buffers, expected, strict=True)
         ):
             raise PlanError("Checkpoint noise state does not match the plan's temporal factor.")
+        if self.aggregator is not None and r > 0:
+            raise NotImplementedError(
+                "Resuming an adaptive dome basis mid-run is not built: the spanning-tree "
+                "frames in flight and the PCA state (U, Λ, bases) are not checkpointed."
+            )
         self.state, self.round = state, r
         self.noise_state = StreamState(r, buffers)
         self.last_seen = {
@@ -315,13 +327,34 @@ class Agent:
             sketch=self.share.sketch,
             noise_std=self.share.noise_std,
             sketch_gradient=sketch_gradient,
+            basis=None if self.aggregator is None else self.aggregator.basis(self.round),
+            release=None if self.aggregator is None else self._release,
         )
         self.state, self.message = self.algo.send(self.state, self._ctx)
         self.metrics.sent += len(self.neighbours)
         if self.message.ndim == 2:  # one message per padded-row slot (Zip-DL)
             return self._per_recipient(self.message)
+        if self.aggregator is not None:  # + a k-float frame on each spanning-tree edge
+            tree = self.aggregator.frames_out(self.round)
+            frames = {
+                v: wire.encode(
+                    wire.Message(
+                        self.context.plan_hash,
+                        self.round,
+                        self.node,
+                        "model",
+                        (self.message,) + ((tree[v],) if v in tree else ()),
+                    )
+                )
+                for v in self.neighbours
+            }
+            first = frames[self.neighbours[0]] if self.neighbours else []
+            return Outgoing(self.round, self.neighbours, first, self._noise_digest, frames)
         msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.message,))
         return Outgoing(self.round, self.neighbours, wire.encode(msg), self._noise_digest)
+
+    def _release(self, coef: np.ndarray) -> None:
+        self.aggregator.release(self.round, coef)
 
     def _per_recipient(self, slots: np.ndarray) -> Outgoing:
         """Encode slot j's message for the j-th entry of the row; keep the own slot."""
@@ -359,9 +392,12 @@ class Agent:
         """Take a message; returns False (and counts why) if it is rejected."""
         try:
             msg = wire.decode(frames, max_bytes=self.context.max_bytes)
+            context = self.context
+            if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
+                context = replace(context, shapes=context.shapes * 2)  # model + tree frame
             wire.check(
                 msg,
-                self.context,
+                context,
                 round_lo=self.round,
                 round_hi=self.round + self.round_window,
                 authenticated_sender=authenticated_sender,
@@ -378,6 +414,8 @@ class Agent:
             self.metrics.rejected["Replayed"] += 1
             return False
         slot[msg.sender] = np.array(msg.arrays[0], dtype=np.float64)  # own copy
+        if len(msg.arrays) == 2:
+            self.aggregator.take(msg.sender, msg.round, np.array(msg.arrays[1], dtype=np.float64))
         self.announced[msg.sender] = 0
         self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
         self.metrics.received += 1
@@ -404,8 +442,17 @@ class Agent:
         """Mix (fixed order; dropout rule for missing neighbours) and advance the round."""
         if self.message is None:
             raise RuntimeError("end_round() before begin_round()")
-        got = self.inbox.pop(self.round, {})
+        got = self.inbox.get(self.round, {})
         missing = tuple(v for v in self.neighbours if v not in got)
+        if self.aggregator is not None and any(
+            self.aggregator.expects(v, self.round) for v in missing
+        ):  # checked before any change: the round can be retried if the frame still comes
+            self.metrics.rejected["MissingAggregateError"] += 1
+            raise sketch_adaptive.MissingAggregateError(
+                f"node {self.node}: a spanning-tree frame of round {self.round} did not "
+                f"arrive (from {missing}); the adaptive basis needs every frame"
+            )
+        self.inbox.pop(self.round, None)
         weights, vectors = self._mixing_terms(got, set(missing))
         before = self.theta
         self.state = self.algo.receive(
@@ -414,6 +461,8 @@ class Agent:
         update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
         for v, vec in got.items():
             self.last_seen[v] = vec
+        if self.aggregator is not None:
+            self.aggregator.end_round(self.round)
         report = RoundReport(self.round, missing, self._clipped, update_norm)
         self.metrics.rounds += 1
         self.metrics.missing += len(missing)

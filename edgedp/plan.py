@@ -290,7 +290,17 @@ class NoisePlan:
                 )
             ),
             sketch=self.sketch,
+            tree=self._aggregate_tree(),
         )
+
+    def _aggregate_tree(self):
+        """The public spanning tree of an adaptive DOME basis (None otherwise)."""
+        if self.sketch is None or self.sketch.basis != sketch_mod.ADAPTIVE:
+            return None
+        from edgedp import sketch_adaptive
+        from edgedp.algorithms import dome
+
+        return sketch_adaptive.spanning_tree(dome._graph(self))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -313,6 +323,7 @@ class NodeShare:
     laplace: laplace_acc.LaplaceSchedule | None = None
     cross_agent: cross_mod.NodeCrossAgent | None = None
     sketch: sketch_mod.SketchSpec | None = None
+    tree: Any = None  # adaptive DOME: the public spanning tree (edgedp.sketch_adaptive.Tree)
 
 
 def _certify(plan: NoisePlan) -> None:

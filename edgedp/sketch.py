@@ -30,10 +30,22 @@ import numpy as np
 
 from edgedp import _validate, rng
 
-__all__ = ["BASES", "CLIP_SPACES", "OPTIMIZERS", "Basis", "SketchSpec", "basis", "basis_index"]
+__all__ = [
+    "ADAPTIVE",
+    "BASES",
+    "CLIP_SPACES",
+    "OPTIMIZERS",
+    "Basis",
+    "SketchSpec",
+    "basis",
+    "basis_index",
+]
 
-#: Families of shared orthonormal bases.
+#: Families of shared data-independent orthonormal bases.
 BASES = ("block", "gaussian")
+#: The data-dependent family: paper 002 Alg. 2 fed by a lagged network aggregate of the
+#: released coefficients (:mod:`edgedp.sketch_adaptive`).
+ADAPTIVE = "adaptive"
 #: Where per-example gradients are clipped to Δ: after projection (paper 002 Alg. 1 line 11)
 #: or before it, in ℝᵈ. Both bound the sensitivity of the k-dim release by Δ.
 CLIP_SPACES = ("sketch", "model")
@@ -49,7 +61,7 @@ class SketchSpec:
 
     Args:
       dim: k, the number of floats per message (1 ≤ k ≤ d, checked against the model).
-      basis: one of :data:`BASES`.
+      basis: one of :data:`BASES` or :data:`ADAPTIVE`.
       clip: one of :data:`CLIP_SPACES` — ``sketch`` clips ‖Sᵀg_b‖ (the paper's choice: the
         whole budget Δ goes to the part of g_b the message carries), ``model`` clips ‖g_b‖.
       seed: public seed of the shared bases.
@@ -59,6 +71,12 @@ class SketchSpec:
       beta1, beta2, floor: Adam's β₁, β₂ and γ' (θ ← θ − η m̂ / √max(v̂, γ')).
       noise_aware: subtract the known noise variance a²·Diag(S Sᵀ) from the second moment
         (paper 002 Lemma 3.2, Alg. 1 line 19).
+      energy: ``adaptive`` only — q, the proportion of spectral energy the kept PCA
+        columns must carry (Alg. 2 line 10).
+      probes: ``adaptive`` only — at least this many Gaussian probe columns (r ≤ k − probes).
+      lag: ``adaptive`` only — D ≥ 1: the basis of window w (``refresh`` rounds each) is
+        built from the network aggregates of windows ≤ w − D (checked against the
+        topology's spanning-tree height by the plan).
     """
 
     dim: int
@@ -71,12 +89,15 @@ class SketchSpec:
     beta2: float = 0.999
     floor: float = 1e-8
     noise_aware: bool = False
+    energy: float = 0.9
+    probes: int = 1
+    lag: int = 0
 
     def __post_init__(self) -> None:
         _validate.integer(minimum=1, dim=self.dim)
         _validate.integer(minimum=0, seed=self.seed, refresh=self.refresh)
-        if self.basis not in BASES:
-            raise ValueError(f"Unknown basis={self.basis!r}; expected one of {BASES}.")
+        if self.basis not in (*BASES, ADAPTIVE):
+            raise ValueError(f"Unknown basis={self.basis!r}; expected one of {(*BASES, ADAPTIVE)}.")
         if self.clip not in CLIP_SPACES:
             raise ValueError(f"Unknown clip={self.clip!r}; expected one of {CLIP_SPACES}.")
         if self.optimizer not in OPTIMIZERS:
@@ -86,6 +107,18 @@ class SketchSpec:
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"Expected 0 <= {name}={value!r} < 1.")
         _validate.positive(floor=self.floor)
+        if self.basis == "adaptive":
+            if self.refresh < 1 or self.lag < 1:
+                raise ValueError(
+                    f"An adaptive basis needs refresh={self.refresh} >= 1 and lag={self.lag} >= 1."
+                )
+            if not 0.0 < self.energy <= 1.0:
+                raise ValueError(f"Expected 0 < energy={self.energy!r} <= 1.")
+            _validate.integer(minimum=0, probes=self.probes)
+            if self.probes > self.dim:
+                raise ValueError(f"Expected probes={self.probes} <= dim={self.dim}.")
+        elif (self.energy, self.probes, self.lag) != (0.9, 1, 0):
+            raise ValueError("energy, probes and lag belong to basis='adaptive' only.")
         if self.noise_aware and self.optimizer != "adam":
             raise ValueError(
                 "noise_aware=True corrects Adam's second moment; use optimizer='adam'."
@@ -103,6 +136,12 @@ class SketchSpec:
             "beta2": self.beta2,
             "floor": self.floor,
             "noise_aware": self.noise_aware,
+            # adaptive-only fields: absent otherwise, so earlier plans keep their hash
+            **(
+                {"energy": self.energy, "probes": self.probes, "lag": self.lag}
+                if self.basis == "adaptive"
+                else {}
+            ),
         }
 
     @classmethod
@@ -118,6 +157,9 @@ class SketchSpec:
             beta2=float(d["beta2"]),
             floor=float(d["floor"]),
             noise_aware=bool(d["noise_aware"]),
+            energy=float(d.get("energy", 0.9)),
+            probes=int(d.get("probes", 1)),
+            lag=int(d.get("lag", 0)),
         )
 
 
@@ -204,6 +246,11 @@ def basis(spec: SketchSpec, round_: int, d: int) -> Basis:
     """
     _validate.integer(minimum=1, d=d)
     _validate.integer(minimum=0, round_=round_)
+    if spec.basis == "adaptive":
+        raise ValueError(
+            "An adaptive basis depends on the network aggregate, not on the round alone; "
+            "use edgedp.sketch_adaptive.AdaptiveSketch."
+        )
     k = spec.dim
     if k > d:
         raise ValueError(f"Expected sketch dim={k} <= model dimension d={d}.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import algorithms, clipping, models, rng
+from edgedp import algorithms, clipping, models, rng, sketch_adaptive
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms._gossip import StepContext
 from edgedp.models import model_digest
@@ -37,6 +37,8 @@ class BatchResult:
     clipped_fraction: float = 0.0
     messages: int = 0
     bytes_sent: int = 0
+    aggregate_bytes: int = 0  # adaptive DOME: the spanning tree's k-float frames (in bytes_sent)
+    bases: list = field(default_factory=list)  # adaptive DOME: each trial's last basis
 
     @property
     def digests(self) -> list[str]:
@@ -83,6 +85,14 @@ def run(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
     )
     state = source.init()
+    adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
+    if adaptive:  # one view per trial; the network sum emulated in the tree's order
+        tree = sketch_adaptive.spanning_tree(algo._graph(plan))
+        trackers = [
+            sketch_adaptive.AdaptiveSketch(plan.sketch, d, nodes=plan.n, batch_size=batch)
+            for _ in range(trials)
+        ]
+    released: dict[str, np.ndarray] = {}
     # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
     cross = (
         None if plan.cross_agent is None else cross_mod.CrossNoise.for_plan(plan, secret, trial_ids)
@@ -171,6 +181,8 @@ def run(
             sketch=plan.sketch,
             noise_std=plan.noise_std,
             sketch_gradient=sketch_gradient,
+            basis=sketch_adaptive.PerTrial([tr.basis(t) for tr in trackers]) if adaptive else None,
+            release=(lambda c: released.__setitem__("c", c)) if adaptive else None,
         )
         before = alg_state
         drawn.clear()
@@ -184,6 +196,12 @@ def run(
             view = RoundView(t, message, drawn.get("gradient"), drawn.get("noise"), before, batch)
             for obs in observers:
                 obs.observe(view)
+        if adaptive:  # A(t) = tree sum of the releases (every node receives the same bits)
+            total = sketch_adaptive.tree_sum(tree, released.pop("c"))
+            if t + 1 == plan.steps:
+                result.bases = [tr.basis(t) for tr in trackers]
+            for i, tr in enumerate(trackers):
+                tr.deliver(t, total[i])
         theta = algo.model(alg_state)
         if not np.all(np.isfinite(theta)):
             raise FloatingPointError(
@@ -198,4 +216,7 @@ def run(
     result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
     result.messages = degree_sum * plan.steps * trials
     result.bytes_sent = result.messages * msg_dim * 8
+    if adaptive:  # a k-float frame up and one down each tree edge per round
+        result.aggregate_bytes = 2 * (plan.n - 1) * msg_dim * 8 * plan.steps * trials
+        result.bytes_sent += result.aggregate_bytes
     return result

@@ -76,6 +76,15 @@ class _Sim:
     ) -> None:
         self.observers = tuple(observers)
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
+        adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
+        if adaptive and (
+            faults.dropout or faults.crashes or faults.churn_rate_per_s or network.loss
+        ):
+            raise ValueError(
+                "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
+                "churn and message loss are not supported with it (use a block or gaussian "
+                "basis)."
+            )
         self.env = simpy.Environment()
         self.model = models.for_task(plan.task, data.features)
         self.secret = rng.seed_secret(plan.seed)

@@ -60,6 +60,9 @@ class StepContext:
     k-dimensional, ``noise_std`` is ν, the std of its coordinates, and
     ``sketch_gradient(point, project)`` returns Σ_b clip(project(g_b), Δ) — per-example
     gradients projected, then clipped and summed in order (paper 002 Alg. 1 lines 10-11).
+    With an adaptive sketch (``sketch.basis == "adaptive"``) the engine also passes
+    ``basis``, the round's shared basis (:class:`~edgedp.sketch_adaptive.AdaptiveSketch`),
+    and ``release(c)``, which hands the node's released coefficients to the aggregate.
     """
 
     round: int
@@ -74,6 +77,8 @@ class StepContext:
     sketch: Any = None
     noise_std: float = 0.0
     sketch_gradient: Callable[[np.ndarray, Callable], np.ndarray] | None = None
+    basis: Any = None
+    release: Callable[[np.ndarray], None] | None = None
 
 
 def local_step(

@@ -84,11 +84,29 @@ def check_plan(plan) -> None:
             "noise_aware moments assume each node's noise has variance ν² per coordinate; "
             "with cross-agent noise it is ν²·R̃_uu (not derived)."
         )
+    if spec.basis == "adaptive":
+        from edgedp import sketch_adaptive
+
+        tree = sketch_adaptive.spanning_tree(_graph(plan))
+        need = sketch_adaptive.min_lag(tree.height, spec.refresh)
+        if spec.lag < need:
+            raise ValueError(
+                f"sketch lag={spec.lag} is too short: the spanning tree has height "
+                f"{tree.height}, so refresh={spec.refresh} needs lag >= {need}."
+            )
     if spec.noise_aware and plan.factor.kind != "identity":
         raise ValueError(
             "noise_aware moments subtract the variance of independent per-step noise; "
             f"they are not derived for the temporal factor {plan.factor.kind!r}."
         )
+
+
+def _graph(plan) -> list[list[int]]:
+    """Each node's graph neighbours (non-zero mixing weight) from the plan's padded rows."""
+    return [
+        [int(v) for v, w in zip(idx, wt, strict=True) if w != 0]
+        for idx, wt in zip(plan.mixing_index, plan.mixing_weight, strict=True)
+    ]
 
 
 def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
@@ -99,6 +117,10 @@ def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
 def _basis(theta: np.ndarray, ctx: StepContext) -> sketch.Basis:
     if ctx.sketch is None:
         raise ValueError("dome needs the plan's sketch section in the step context.")
+    if ctx.sketch.basis == "adaptive":
+        if ctx.basis is None or ctx.release is None:
+            raise ValueError("an adaptive dome sketch needs the engine's basis and release.")
+        return ctx.basis
     return sketch.basis(ctx.sketch, ctx.round, theta.shape[-1])
 
 
@@ -114,6 +136,8 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
     noise = ctx.noise()
     if noise is not None:
         coef = coef + noise
+    if ctx.release is not None:  # the released c_u feeds the adaptive basis' aggregate
+        ctx.release(coef)
     update = S.lift(coef) / ctx.batch_size
     m, v = state["m"], state["v"]
     if spec.optimizer == "adam":
