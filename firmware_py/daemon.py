@@ -24,7 +24,7 @@ import time
 import numpy as np
 import zmq.auth
 
-from edgedp import cross_agent, keys, models, rng
+from edgedp import cross_agent, keys, models, rng, sketch_adaptive
 from edgedp.agent import Agent
 from edgedp.errors import PlanError
 from edgedp.noise import node_noise_key
@@ -151,7 +151,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     if snap is not None:
         try:
             agent.restore(snap)
-        except PlanError as exc:
+        except (PlanError, NotImplementedError) as exc:
             raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
     if sent > agent.round:
         raise RefusedError(
@@ -214,7 +214,10 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                     )
             if stop["signal"]:
                 return 128 + stop["signal"]
-            report = agent.end_round()
+            try:
+                report = agent.end_round()
+            except sketch_adaptive.MissingAggregateError as exc:  # adaptive dome, faults
+                raise RefusedError(EXIT_UNSAFE, str(exc)) from None
             metrics.write(
                 json.dumps(
                     {

@@ -69,6 +69,19 @@ def test_dome_agent_processes_equal_the_batch_engine(tmp_path):
     assert model_digest(run.final_models()) == _batch_digest(p)
 
 
+def test_adaptive_dome_agent_processes_equal_the_batch_engine(tmp_path):
+    """Paper 002 Alg. 2 bases from the spanning-tree aggregate, over real ZeroMQ links."""
+    from edgedp.sketch import SketchSpec
+
+    spec = SketchSpec(dim=4, basis="adaptive", lag=6)  # er:8:0.5:4: tree height 3
+    p = _write_plan(tmp_path / "run.plan", "dome", sketch=spec)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
+    assert run.wait(timeout=120) == [0] * 8
+    assert model_digest(run.final_models()) == _batch_digest(p)
+    done = [run.metrics(u)[-1] for u in range(8)]
+    assert all(d["event"] == "done" and d["missing"] == 0 and not d["rejected"] for d in done)
+
+
 def _wait_for_round(run, u, r, timeout=60):
     deadline = time.monotonic() + timeout
     path = run.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
