@@ -65,7 +65,7 @@ def cmd_plan_cross(args) -> None:
         raise UsageError(f"task: {exc}") from None
     from edgedp_cli import dome_cmd
 
-    sketch = dome_cmd.sketch_from_args(args, task)
+    sketch = dome_cmd.sketch_from_args(args, task, g)
     try:
         planned = planner.make_plan(
             args.mechanism,

@@ -21,8 +21,28 @@ def add_plan_arguments(p) -> None:
     p.add_argument(
         "--sketch-basis",
         default="block",
-        choices=["block", "gaussian"],
-        help="dome: block (O(d) per round, device default) or gaussian (CGS2, O(d k^2))",
+        choices=["block", "gaussian", "adaptive"],
+        help="dome: block (O(d) per round, device default), gaussian (CGS2, O(d k^2)) or "
+        "adaptive (paper 002 Alg. 2 from a lagged spanning-tree aggregate; O(d k^2))",
+    )
+    p.add_argument(
+        "--sketch-energy",
+        type=float,
+        default=0.9,
+        help="dome adaptive: proportion q of spectral energy the kept PCA columns carry",
+    )
+    p.add_argument(
+        "--sketch-probes",
+        type=int,
+        default=1,
+        help="dome adaptive: at least this many random probe columns",
+    )
+    p.add_argument(
+        "--sketch-lag",
+        type=int,
+        default=0,
+        help="dome adaptive: windows between an aggregate and its use (0 = the minimum "
+        "the topology's spanning tree allows)",
     )
     p.add_argument(
         "--sketch-clip",
@@ -54,7 +74,7 @@ def add_plan_arguments(p) -> None:
     )
 
 
-def sketch_from_args(args, task):
+def sketch_from_args(args, task, graph=None):
     """The SketchSpec of ``args`` (dome; whisper/decor with --sketch-dim), checked against d."""
     if args.mechanism != "dome":
         if args.sketch_dim is None:
@@ -67,8 +87,18 @@ def sketch_from_args(args, task):
 
     if args.sketch_dim is None:
         raise UsageError("--mechanism dome needs --sketch-dim k")
+    adaptive = {}
+    if args.sketch_basis == "adaptive":
+        from edgedp import sketch_adaptive
+
+        lag = args.sketch_lag
+        if lag == 0 and graph is not None:
+            tree = sketch_adaptive.spanning_tree([graph.neighbours(u) for u in range(graph.n)])
+            lag = sketch_adaptive.min_lag(tree.height, max(1, args.sketch_refresh))
+        adaptive = {"energy": args.sketch_energy, "probes": args.sketch_probes, "lag": lag}
     try:
         spec = SketchSpec(
+            **adaptive,
             dim=args.sketch_dim,
             basis=args.sketch_basis,
             clip=args.sketch_clip,
@@ -105,6 +135,12 @@ def report(p, model_dim: int) -> dict:
         "sketch_dim": p.sketch.dim,
         "model_dim": model_dim,
         "sketch_basis": p.sketch.basis,
+        # adaptive: a k-float frame up and one down each spanning-tree edge per round
+        **(
+            {"sketch_lag": p.sketch.lag, "aggregate_floats_per_round": 2 * (p.n - 1) * p.sketch.dim}
+            if p.sketch.basis == "adaptive"
+            else {}
+        ),
         "payload_bytes_per_message": 8 * p.sketch.dim,
         "payload_ratio_to_dp_dsgd": p.sketch.dim / model_dim,
         "noise_energy_ratio_to_dp_dsgd": energy["ratio"],

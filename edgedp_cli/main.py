@@ -115,7 +115,7 @@ def cmd_plan(args) -> None:
         factor, planned = _planned_factor(args, g, participation)
     from edgedp_cli import dome_cmd
 
-    sketch = dome_cmd.sketch_from_args(args, task)
+    sketch = dome_cmd.sketch_from_args(args, task, g)
     factor = factor or dome_cmd.factor_from_args(args)
     try:
         p = plan_mod.make_plan(
