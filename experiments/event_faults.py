@@ -25,24 +25,43 @@ def main() -> None:
     base = Path(scenarios.__file__).parent
     for name in SCENARIOS:
         sc = scenarios.load(base / f"{name}.toml")
-        clean = dataclasses.replace(sc, faults=Faults(),
-                                    network=dataclasses.replace(sc.network, loss=0.0))
+        clean = dataclasses.replace(
+            sc, faults=Faults(), network=dataclasses.replace(sc.network, loss=0.0)
+        )
         t = time.perf_counter()
         faulty = runner.run_scenario(sc, engine_name="event")
         ideal = runner.run_scenario(clean, engine_name="event")
-        print(f"{name}: faulty {faulty['final_test_loss']:.4f} vs fault-free "
-              f"{ideal['final_test_loss']:.4f} ({time.perf_counter() - t:.1f} s)", flush=True)
+        print(
+            f"{name}: faulty {faulty['final_test_loss']:.4f} vs fault-free "
+            f"{ideal['final_test_loss']:.4f} ({time.perf_counter() - t:.1f} s)",
+            flush=True,
+        )
         g = sc.plan.guarantee() if sc.plan.noise_multiplier > 0 else None
-        rows.append({
-            "scenario": name, "nodes": sc.plan.n, "rounds": sc.plan.steps,
-            "mu": g.mu if g else math.inf, "epsilon": g.epsilon(1e-6) if g else math.inf,
-            "faulty_final_test_loss": faulty["final_test_loss"],
-            "fault_free_final_test_loss": ideal["final_test_loss"],
-            "faulty": {k: faulty[k] for k in ("dropped_messages", "lost_messages", "offline_drops",
-                                              "late_or_rejected", "missing", "skipped_rounds",
-                                              "crashes", "simulated_seconds")},
-            "fault_free_simulated_seconds": ideal["simulated_seconds"],
-        })
+        rows.append(
+            {
+                "scenario": name,
+                "nodes": sc.plan.n,
+                "rounds": sc.plan.steps,
+                "mu": g.mu if g else math.inf,
+                "epsilon": g.epsilon(1e-6) if g else math.inf,
+                "faulty_final_test_loss": faulty["final_test_loss"],
+                "fault_free_final_test_loss": ideal["final_test_loss"],
+                "faulty": {
+                    k: faulty[k]
+                    for k in (
+                        "dropped_messages",
+                        "lost_messages",
+                        "offline_drops",
+                        "late_or_rejected",
+                        "missing",
+                        "skipped_rounds",
+                        "crashes",
+                        "simulated_seconds",
+                    )
+                },
+                "fault_free_simulated_seconds": ideal["simulated_seconds"],
+            }
+        )
     out = Path(OUT)
     out.mkdir(parents=True, exist_ok=True)
     (out / "event_faults.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -53,10 +72,18 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["fault_free_final_test_loss"] for r in rows], 0.4,
-           label="fault-free")
-    ax.bar([x + 0.2 for x in xs], [r["faulty_final_test_loss"] for r in rows], 0.4,
-           label="with faults (as written)")
+    ax.bar(
+        [x - 0.2 for x in xs],
+        [r["fault_free_final_test_loss"] for r in rows],
+        0.4,
+        label="fault-free",
+    )
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [r["faulty_final_test_loss"] for r in rows],
+        0.4,
+        label="with faults (as written)",
+    )
     ax.set_xticks(list(xs), [r["scenario"] for r in rows])
     ax.set_ylabel("final test loss (mean over nodes)")
     ax.set_title("Event engine: example scenarios, same plan and privacy")
@@ -65,9 +92,11 @@ def main() -> None:
     fig.savefig(out / "event_faults.png", dpi=110)
     print(f"{'scenario':<22}{'fault-free':>12}{'faulty':>10}{'missing':>9}{'crashes':>9}")
     for r in rows:
-        print(f"{r['scenario']:<22}{r['fault_free_final_test_loss']:>12.4f}"
-              f"{r['faulty_final_test_loss']:>10.4f}{r['faulty']['missing']:>9}"
-              f"{r['faulty']['crashes']:>9}")
+        print(
+            f"{r['scenario']:<22}{r['fault_free_final_test_loss']:>12.4f}"
+            f"{r['faulty_final_test_loss']:>10.4f}{r['faulty']['missing']:>9}"
+            f"{r['faulty']['crashes']:>9}"
+        )
 
 
 if __name__ == "__main__":
