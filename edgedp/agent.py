@@ -328,6 +328,7 @@ class Agent:
             noise_std=self.share.noise_std,
             sketch_gradient=sketch_gradient,
             basis=None if self.aggregator is None else self.aggregator.basis(self.round),
+            mean=None if self.aggregator is None else self.aggregator.sketch.mean(self.round),
             release=None if self.aggregator is None else self._release,
         )
         self.state, self.message = self.algo.send(self.state, self._ctx)

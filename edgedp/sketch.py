@@ -77,6 +77,9 @@ class SketchSpec:
       lag: ``adaptive`` only — D ≥ 1: the basis of window w (``refresh`` rounds each) is
         built from the network aggregates of windows ≤ w − D (checked against the
         topology's spanning-tree height by the plan).
+      mean_removal: ``adaptive`` only — paper 002 Alg. 1 lines 9 and 17: per-example
+        gradients minus m̂ before projection, m̂ added back to the decoded update; m̂ is
+        the bias-corrected β₁-average of the decoded network aggregates, with the basis' lag.
     """
 
     dim: int
@@ -92,6 +95,7 @@ class SketchSpec:
     energy: float = 0.9
     probes: int = 1
     lag: int = 0
+    mean_removal: bool = False
 
     def __post_init__(self) -> None:
         _validate.integer(minimum=1, dim=self.dim)
@@ -117,8 +121,15 @@ class SketchSpec:
             _validate.integer(minimum=0, probes=self.probes)
             if self.probes > self.dim:
                 raise ValueError(f"Expected probes={self.probes} <= dim={self.dim}.")
-        elif (self.energy, self.probes, self.lag) != (0.9, 1, 0):
-            raise ValueError("energy, probes and lag belong to basis='adaptive' only.")
+            if self.mean_removal and self.clip != "sketch":
+                raise ValueError(
+                    "mean_removal subtracts m̂ from each example before projection and "
+                    "clipping; it needs clip='sketch'."
+                )
+        elif (self.energy, self.probes, self.lag, self.mean_removal) != (0.9, 1, 0, False):
+            raise ValueError(
+                "energy, probes, lag and mean_removal belong to basis='adaptive' only."
+            )
         if self.noise_aware and self.optimizer != "adam":
             raise ValueError(
                 "noise_aware=True corrects Adam's second moment; use optimizer='adam'."
@@ -138,7 +149,12 @@ class SketchSpec:
             "noise_aware": self.noise_aware,
             # adaptive-only fields: absent otherwise, so earlier plans keep their hash
             **(
-                {"energy": self.energy, "probes": self.probes, "lag": self.lag}
+                {
+                    "energy": self.energy,
+                    "probes": self.probes,
+                    "lag": self.lag,
+                    "mean_removal": self.mean_removal,
+                }
                 if self.basis == "adaptive"
                 else {}
             ),
@@ -160,6 +176,7 @@ class SketchSpec:
             energy=float(d.get("energy", 0.9)),
             probes=int(d.get("probes", 1)),
             lag=int(d.get("lag", 0)),
+            mean_removal=bool(d.get("mean_removal", False)),
         )
 
 

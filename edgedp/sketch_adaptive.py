@@ -227,6 +227,9 @@ class AdaptiveSketch:
         self.spec, self.d = spec, d
         self.scale = 1.0 / (nodes * spec.refresh * batch_size)
         self.bases: dict[int, sketch.Basis] = {w: initial_basis(spec, d) for w in range(spec.lag)}
+        # mean removal: m̂ of each window (zeros until the first aggregate is in)
+        self.means: dict[int, np.ndarray] = {w: np.zeros(d) for w in range(spec.lag)}
+        self.moment, self.consumed = np.zeros(d), 0
         self.U: np.ndarray | None = None
         self.lam: np.ndarray | None = None
         self.next_round = 0  # next round whose aggregate deliver() expects
@@ -241,6 +244,13 @@ class AdaptiveSketch:
                 f"have not all arrived (delivered up to round {self.next_round - 1})"
             )
         return self.bases[w]
+
+    def mean(self, round_: int) -> np.ndarray | None:
+        """m̂ of round t's window with ``mean_removal`` (paper 002 Alg. 1 line 9), else None."""
+        if not self.spec.mean_removal:
+            return None
+        self.basis(round_)  # same availability as the basis
+        return self.means[round_ // self.spec.refresh]
 
     def deliver(self, round_: int, aggregate: np.ndarray) -> None:
         if round_ != self.next_round:
@@ -257,12 +267,19 @@ class AdaptiveSketch:
         S_j = self.bases[j]  # noqa: N806
         g_hat = S_j.lift(self.window_sum) * self.scale
         self.window_sum = None
+        if self.spec.mean_removal:  # Alg. 1 lines 17-18 on the network aggregate
+            b1 = self.spec.beta1
+            g_hat = g_hat + self.means[j]
+            self.moment = b1 * self.moment + (1.0 - b1) * g_hat
+            self.consumed += 1
+            self.means[j + D] = self.moment / (1.0 - b1**self.consumed)
         newest = self.bases[j + D - 1]
         self.bases[j + D], self.U, self.lam = update_sketch(
             self.spec, newest, self.U, self.lam, g_hat, j
         )
         for w in [w for w in self.bases if w < j + 1]:
             del self.bases[w]
+            self.means.pop(w, None)
 
 
 class PerTrial:

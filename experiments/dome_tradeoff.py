@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import topologies
-from edgedp import factors, models, wire
+from edgedp import factors, models, sketch_adaptive, wire
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
@@ -78,6 +78,21 @@ EXTRAS = {
     "dome k=d/10 clip in R^d": (0.1, (0.5, 1.0), {"clip": "model"}),
 }
 EXTRA_SETTING = (SMALL, 4.0)
+#: the adaptive basis (paper 002 Alg. 2 from the lagged spanning-tree aggregate) against the
+#: random ones at ε = 4 on a smaller MLP: its basis is dense (O(d·k) per projection of each
+#: per-example gradient, O(d·k²) per update), too slow for d = 19,210 on 2 cores
+TINY = "mlp:64-32-10"  # d = 2,410
+ADAPTIVE_SETTING = (TINY, 4.0)
+#: method -> (k/d or None for DP-D-SGD, learning-rate grid, SketchSpec options)
+ADAPTIVE_METHODS = {
+    "dp-dsgd": (None, (0.25, 0.5), {}),
+    "dome k=d/100": (0.01, (2.0, 4.0), {}),
+    "dome k=d/10": (0.1, (0.5, 1.0), {}),
+    "dome k=d/100 gaussian": (0.01, (2.0, 4.0), {"basis": "gaussian"}),
+    "dome k=d/10 gaussian": (0.1, (0.5, 1.0), {"basis": "gaussian"}),
+    "dome k=d/100 adaptive": (0.01, (2.0, 4.0), {"basis": "adaptive"}),
+    "dome k=d/10 adaptive": (0.1, (0.5, 1.0), {"basis": "adaptive"}),
+}
 OUT = Path(__file__).resolve().parent / "out"
 
 
@@ -89,8 +104,15 @@ def run_one(model: str, eps: float, method: str, lr: float) -> dict:
     data = load()
     task = TaskSpec(model=model, dataset="digits", partition="iid", batch_size=0)
     d = models.for_task(task, data.features).dim
-    frac, _, opts = (*METHODS[method], {}) if method in METHODS else EXTRAS[method]
+    if model == TINY:
+        frac, _, opts = ADAPTIVE_METHODS[method]
+    else:
+        frac, _, opts = (*METHODS[method], {}) if method in METHODS else EXTRAS[method]
     opts = dict(opts)
+    if opts.get("basis") == "adaptive":  # the shortest lag the BFS tree allows
+        graph = topologies.parse(GRAPH)
+        tree = sketch_adaptive.spanning_tree([graph.neighbours(u) for u in range(graph.n)])
+        opts["lag"] = sketch_adaptive.min_lag(tree.height, 1)
     extra = {}
     if opts.pop("temporal", False):
         extra["factor"] = factors.AntiPGD()
@@ -140,6 +162,8 @@ def run_one(model: str, eps: float, method: str, lr: float) -> dict:
         "final_accuracy": float(acc[-1]),
         "messages_per_round": res.messages // STEPS,
         "payload_bytes_per_round": res.bytes_sent // STEPS,
+        "aggregate_bytes_per_round": res.aggregate_bytes // STEPS,  # adaptive: tree frames
+        "sketch_lag": opts.get("lag"),
         "wire_bytes_per_message": sum(len(f) for f in header),
         "seconds": time.time() - start,
     }
@@ -161,6 +185,8 @@ _COLUMNS = (
     "final_loss",
     "final_accuracy",
     "payload_bytes_per_round",
+    "aggregate_bytes_per_round",
+    "sketch_lag",
     "wire_bytes_per_message",
     "messages_per_round",
     "noise_energy_per_message",
@@ -190,6 +216,11 @@ def _write(data, runs: dict, table: list) -> None:
                 m: {"k_over_d": f, "lr_grid": g, "options": o} for m, (f, g, o) in EXTRAS.items()
             },
             "extra_setting": EXTRA_SETTING,
+            "adaptive_methods": {
+                m: {"k_over_d": f, "lr_grid": g, "options": o}
+                for m, (f, g, o) in ADAPTIVE_METHODS.items()
+            },
+            "adaptive_setting": ADAPTIVE_SETTING,
         },
         "table": table,
         "runs": [r for rs in runs.values() for r in rs],
@@ -211,8 +242,13 @@ def main() -> None:
         for method, (_, grid) in METHODS.items()
         for lr in (grid if model == SMALL else (LARGE_LR[method],))
     ] + [(*EXTRA_SETTING, method, lr) for method, (_, grid, _) in EXTRAS.items() for lr in grid]
-    # the large model's runs first: they are the longest
-    jobs.sort(key=lambda j: j[0] != LARGE)
+    jobs += [
+        (*ADAPTIVE_SETTING, method, lr)
+        for method, (_, grid, _) in ADAPTIVE_METHODS.items()
+        for lr in grid
+    ]
+    # the longest runs first: the large model, then the dense k = d/10 bases
+    jobs.sort(key=lambda j: (j[0] != LARGE, "d/10 " not in j[2] + " "))
     runs: dict[tuple, list[dict]] = {}
     path = OUT / "dome_tradeoff.json"
     if path.exists():  # resume: keep finished runs of this configuration
@@ -243,6 +279,7 @@ def main() -> None:
     best = {key: _best(rs) for key, rs in runs.items()}
     keys = [(m, e, method) for m, e in SETTINGS for method in METHODS]
     keys += [(*EXTRA_SETTING, method) for method in EXTRAS]
+    keys += [(*ADAPTIVE_SETTING, method) for method in ADAPTIVE_METHODS]
     table = [_row(key, best[key]) for key in keys]
     _write(data, runs, table)
     plot(best)

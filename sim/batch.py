@@ -182,6 +182,11 @@ def run(
             noise_std=plan.noise_std,
             sketch_gradient=sketch_gradient,
             basis=sketch_adaptive.PerTrial([tr.basis(t) for tr in trackers]) if adaptive else None,
+            mean=(
+                np.stack([tr.mean(t) for tr in trackers])
+                if adaptive and plan.sketch.mean_removal
+                else None
+            ),
             release=(lambda c: released.__setitem__("c", c)) if adaptive else None,
         )
         before = alg_state

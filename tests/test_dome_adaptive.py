@@ -104,6 +104,10 @@ def test_update_sketch_is_orthonormal_deterministic_and_tracks_the_aggregate(k, 
         ({"dim": 3, "basis": "adaptive", "lag": 2, "energy": 0.0}, "energy=0.0"),
         ({"dim": 3, "basis": "adaptive", "lag": 2, "probes": 4}, "probes=4 <= dim=3"),
         ({"dim": 3, "lag": 2}, "'adaptive' only"),
+        (
+            {"dim": 3, "basis": "adaptive", "lag": 2, "mean_removal": True, "clip": "model"},
+            "clip='sketch'",
+        ),
     ],
 )
 def test_adaptive_spec_errors_name_the_value(bad, needle):
@@ -133,6 +137,10 @@ CASES = {
     "windows-adam": (
         SketchSpec(dim=3, basis="adaptive", lag=2, refresh=3, optimizer="adam", noise_aware=True),
         8,
+    ),
+    "mean-removal": (
+        SketchSpec(dim=4, basis="adaptive", lag=3, refresh=2, mean_removal=True, probes=2),
+        0,
     ),
 }
 

@@ -62,7 +62,9 @@ class StepContext:
     gradients projected, then clipped and summed in order (paper 002 Alg. 1 lines 10-11).
     With an adaptive sketch (``sketch.basis == "adaptive"``) the engine also passes
     ``basis``, the round's shared basis (:class:`~edgedp.sketch_adaptive.AdaptiveSketch`),
-    and ``release(c)``, which hands the node's released coefficients to the aggregate.
+    ``release(c)``, which hands the node's released coefficients to the aggregate, and
+    ``mean`` (m̂ of the window with ``mean_removal``, else None; ``(trials, d)`` in the
+    batch engine).
     """
 
     round: int
@@ -78,6 +80,7 @@ class StepContext:
     noise_std: float = 0.0
     sketch_gradient: Callable[[np.ndarray, Callable], np.ndarray] | None = None
     basis: Any = None
+    mean: np.ndarray | None = None
     release: Callable[[np.ndarray], None] | None = None
 
 

@@ -129,7 +129,15 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
     spec = ctx.sketch
     theta = state["theta"]
     S = _basis(theta, ctx)  # noqa: N806 (paper letter)
-    if spec.clip == "sketch":
+    mean = ctx.mean
+    if mean is not None:  # mean removal (Alg. 1 line 9): project g_b − m̂, m̂ is public
+
+        def project(g, mean=mean):
+            shape = mean.shape[:-1] + (1,) * (g.ndim - mean.ndim) + mean.shape[-1:]
+            return S.project(g - mean.reshape(shape))
+
+        coef = ctx.sketch_gradient(theta, project)
+    elif spec.clip == "sketch":
         coef = ctx.sketch_gradient(theta, S.project)
     else:
         coef = S.project(ctx.gradient(theta))
@@ -139,6 +147,10 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
     if ctx.release is not None:  # the released c_u feeds the adaptive basis' aggregate
         ctx.release(coef)
     update = S.lift(coef) / ctx.batch_size
+    if mean is not None:  # ĝ = S c / B + m̂ (Alg. 1 line 17)
+        update = update + mean.reshape(
+            mean.shape[:-1] + (1,) * (theta.ndim - mean.ndim) + mean.shape[-1:]
+        )
     m, v = state["m"], state["v"]
     if spec.optimizer == "adam":
         t = ctx.round + 1
