@@ -38,6 +38,11 @@ def add_plan_arguments(p) -> None:
         help="dome adaptive: at least this many random probe columns",
     )
     p.add_argument(
+        "--sketch-mean-removal",
+        action="store_true",
+        help="dome adaptive: remove the lagged network mean m̂ before projecting (Alg. 1 l. 9)",
+    )
+    p.add_argument(
         "--sketch-lag",
         type=int,
         default=0,
@@ -95,7 +100,12 @@ def sketch_from_args(args, task, graph=None):
         if lag == 0 and graph is not None:
             tree = sketch_adaptive.spanning_tree([graph.neighbours(u) for u in range(graph.n)])
             lag = sketch_adaptive.min_lag(tree.height, max(1, args.sketch_refresh))
-        adaptive = {"energy": args.sketch_energy, "probes": args.sketch_probes, "lag": lag}
+        adaptive = {
+            "energy": args.sketch_energy,
+            "probes": args.sketch_probes,
+            "lag": lag,
+            "mean_removal": args.sketch_mean_removal,
+        }
     try:
         spec = SketchSpec(
             **adaptive,
