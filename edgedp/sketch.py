@@ -78,8 +78,9 @@ class SketchSpec:
         built from the network aggregates of windows ≤ w − D (checked against the
         topology's spanning-tree height by the plan).
       mean_removal: ``adaptive`` only — paper 002 Alg. 1 lines 9 and 17: per-example
-        gradients minus m̂ before projection, m̂ added back to the decoded update; m̂ is
-        the bias-corrected β₁-average of the decoded network aggregates, with the basis' lag.
+        gradients minus m̄ before projection, m̄ added back to the decoded update; m̄ (the
+        paper's m̂) is the bias-corrected β₁-average of the decoded network aggregates,
+        with the basis' lag.
     """
 
     dim: int
@@ -123,7 +124,7 @@ class SketchSpec:
                 raise ValueError(f"Expected probes={self.probes} <= dim={self.dim}.")
             if self.mean_removal and self.clip != "sketch":
                 raise ValueError(
-                    "mean_removal subtracts m̂ from each example before projection and "
+                    "mean_removal subtracts m̄ from each example before projection and "
                     "clipping; it needs clip='sketch'."
                 )
         elif (self.energy, self.probes, self.lag, self.mean_removal) != (0.9, 1, 0, False):

@@ -227,7 +227,7 @@ class AdaptiveSketch:
         self.spec, self.d = spec, d
         self.scale = 1.0 / (nodes * spec.refresh * batch_size)
         self.bases: dict[int, sketch.Basis] = {w: initial_basis(spec, d) for w in range(spec.lag)}
-        # mean removal: m̂ of each window (zeros until the first aggregate is in)
+        # mean removal: m̄ of each window (zeros until the first aggregate is in)
         self.means: dict[int, np.ndarray] = {w: np.zeros(d) for w in range(spec.lag)}
         self.moment, self.consumed = np.zeros(d), 0
         self.U: np.ndarray | None = None
@@ -246,7 +246,7 @@ class AdaptiveSketch:
         return self.bases[w]
 
     def mean(self, round_: int) -> np.ndarray | None:
-        """m̂ of round t's window with ``mean_removal`` (paper 002 Alg. 1 line 9), else None."""
+        """m̄ of round t's window with ``mean_removal`` (paper 002 Alg. 1 line 9), else None."""
         if not self.spec.mean_removal:
             return None
         self.basis(round_)  # same availability as the basis

@@ -40,7 +40,7 @@ def add_plan_arguments(p) -> None:
     p.add_argument(
         "--sketch-mean-removal",
         action="store_true",
-        help="dome adaptive: remove the lagged network mean m̂ before projecting (Alg. 1 l. 9)",
+        help="dome adaptive: remove the lagged network mean before projecting (Alg. 1 l. 9)",
     )
     p.add_argument(
         "--sketch-lag",

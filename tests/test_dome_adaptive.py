@@ -245,3 +245,36 @@ def test_cli_plan_adaptive_picks_the_minimum_lag(tmp_path):
         cmd[:-3] + ["--sketch-lag", "2", "--out", str(out)], capture_output=True, text=True
     )
     assert res.returncode == 2 and "needs lag >= 4" in res.stderr
+
+
+def test_adaptive_basis_with_whisper_noise_is_identical_in_both_engines():
+    """Releases with noise correlated across agents feed the same tree aggregate."""
+    from edgedp.planning import cross_agent as planner
+
+    spec = SketchSpec(dim=4, basis="adaptive", lag=4)
+    kw = {"steps": 10, "participation": Participation(10, 1), "clip_norm": 1.0}
+    kw |= {"learning_rate": 0.3, "noise_multiplier": 1.5, "seed": 4}
+    p = planner.make_plan(
+        "whisper", GRAPH, sketch=spec, task=TaskSpec(dataset="synthetic-logistic"), **kw
+    ).plan
+    assert engine.run(p, DATA).model_digest == batch.run(p, DATA).digests[0]
+
+
+def test_a_malformed_tree_frame_is_rejected_and_counted():
+    p = _plan(SketchSpec(dim=4, basis="adaptive", lag=4), steps=4)
+    agents = _agents(p)
+    tree = p.share(0).tree
+    child = tree.depth.index(tree.height)  # the deepest nodes send partial sums from round 0
+    parent = tree.parent[child]
+    outs = [a.begin_round() for a in agents]
+    good = [bytes(f) for f in outs[child].frames_for(parent)]
+    assert len(wire.decode(good).arrays) == 2  # model + the child's partial sum
+    msg = wire.decode(good)
+    bad = wire.encode(wire.Message(msg.plan_hash, 0, child, "model", (msg.arrays[0],)))
+    assert not agents[parent].receive([bytes(f) for f in bad], authenticated_sender=child)
+    nan = wire.encode(
+        wire.Message(msg.plan_hash, 0, child, "model", (msg.arrays[0], msg.arrays[1] * np.nan))
+    )
+    assert not agents[parent].receive([bytes(f) for f in nan], authenticated_sender=child)
+    assert agents[parent].metrics.rejected["BadPayload"] == 2 and child in agents[parent].missing()
+    assert agents[parent].receive(good, authenticated_sender=child)

@@ -63,7 +63,7 @@ class StepContext:
     With an adaptive sketch (``sketch.basis == "adaptive"``) the engine also passes
     ``basis``, the round's shared basis (:class:`~edgedp.sketch_adaptive.AdaptiveSketch`),
     ``release(c)``, which hands the node's released coefficients to the aggregate, and
-    ``mean`` (m̂ of the window with ``mean_removal``, else None; ``(trials, d)`` in the
+    ``mean`` (m̄ of the window with ``mean_removal``, else None; ``(trials, d)`` in the
     batch engine).
     """
 

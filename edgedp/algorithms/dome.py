@@ -4,8 +4,8 @@ Round t at node u, with the shared basis S = S_t ∈ ℝ^{d×k} (:mod:`edgedp.sk
 
 1. c_u = Σ_b clip(Sᵀg_b, Δ) + z_u,  z_u ~ ν·(C_local⁻¹ Z)[t] ∈ ℝᵏ (ν = σ·sens·Δ) — the
    node's privatized sketched gradient (Alg. 1 lines 10-14; with ``clip="model"``
-   c_u = Sᵀ Σ_b clip(g_b, Δ) + z_u instead);
-2. ĝ_u = S c_u / B, the decoded private update (line 17); with ``optimizer="adam"`` the
+   c_u = Sᵀ Σ_b clip(g_b, Δ) + z_u instead; with mean removal g_b − m̄, line 9);
+2. ĝ_u = S c_u / B (+ m̄), the decoded private update (line 17); with ``optimizer="adam"`` the
    bias-corrected moments of ĝ_u (lines 18-20, optionally noise-aware: the second moment
    minus a²·Diag(S Sᵀ), a = ν/B, Lemma 3.2 with the basis that decoded ĝ — the paper
    prints S_{t−1} there); the step is η m̂/√max(v̂, γ') or η ĝ_u;
@@ -16,15 +16,21 @@ Round t at node u, with the shared basis S = S_t ∈ ℝ^{d×k} (:mod:`edgedp.sk
 **How this differs from the paper.** Paper 002 has a server: clients send c_i through
 Secure Aggregation, the server decodes the *aggregate*, runs Adam and updates the sketch
 by streaming PCA of the aggregate plus orthogonal random probes (Alg. 2), and broadcasts
-θ and S. Here there is no server and no aggregate that every node sees: each node mixes
-its neighbours' sketched *models* (step 4), runs its own optimizer on its own decoded
-update, and the bases are data-independent — a pure function of the plan's public sketch
-seed and the round (a PCA basis fed with a node's neighbourhood average would differ from
-node to node, and messages in different bases cannot be mixed). Consensus is reached only
-inside the sketched subspaces, which change every ``refresh`` rounds. With SGD the local
-step lies in span(S_t), so nodes that start from the common θ₀ only ever differ inside
-the subspaces that were mixed; Adam's elementwise step leaves span(S_t), and that part of
-the model is never averaged (measured: experiments/dome_tradeoff.py).
+θ and S. Here there is no server: each node mixes its neighbours' sketched *models*
+(step 4) and runs its own optimizer on its own decoded update. The bases are shared
+without a server in one of two ways. ``block`` / ``gaussian``: data-independent, a pure
+function of the plan's public sketch seed and the round. ``adaptive``
+(:mod:`edgedp.sketch_adaptive`): Alg. 2 fed by the network sum of the released c_u's,
+all-reduced along a public spanning tree (k-float frames piggybacked on the messages of
+tree edges, fixed summation order) and used after a public lag of D windows, so every
+node computes the same bits; optionally with the paper's mean removal (lines 9, 17; the
+mean m̄, the paper's m̂, is the β₁-average of the same lagged aggregates, ``ctx.mean``).
+No Secure Aggregation: the aggregate is a sum of values already released. Consensus is
+reached only inside the sketched subspaces, which change every ``refresh`` rounds. With
+SGD the local step lies in span(S_t) (plus m̄, the same at every node, with mean
+removal), so nodes that start from the common θ₀ only ever differ inside the subspaces
+that were mixed; Adam's elementwise step leaves span(S_t), and that part of the model is
+never averaged (measured: experiments/dome_tradeoff.py).
 
 **Privacy (trust model LDP, every message is released).** Adding or removing one example
 moves Σ_b clip(Sᵀg_b, Δ) by at most Δ, and also Sᵀ Σ_b clip(g_b, Δ), since ‖Sᵀx‖ ≤ ‖x‖ for
@@ -130,7 +136,7 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
     theta = state["theta"]
     S = _basis(theta, ctx)  # noqa: N806 (paper letter)
     mean = ctx.mean
-    if mean is not None:  # mean removal (Alg. 1 line 9): project g_b − m̂, m̂ is public
+    if mean is not None:  # mean removal (Alg. 1 line 9): project g_b − m̄, m̄ is public
 
         def project(g, mean=mean):
             shape = mean.shape[:-1] + (1,) * (g.ndim - mean.ndim) + mean.shape[-1:]
@@ -147,7 +153,7 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
     if ctx.release is not None:  # the released c_u feeds the adaptive basis' aggregate
         ctx.release(coef)
     update = S.lift(coef) / ctx.batch_size
-    if mean is not None:  # ĝ = S c / B + m̂ (Alg. 1 line 17)
+    if mean is not None:  # ĝ = S c / B + m̄ (Alg. 1 line 17)
         update = update + mean.reshape(
             mean.shape[:-1] + (1,) * (theta.ndim - mean.ndim) + mean.shape[-1:]
         )
