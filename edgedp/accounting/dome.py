@@ -19,6 +19,12 @@ DP-D-SGD's) for the same σ and participation: μ = 1/σ-GDP per node and exampl
 attacker who sees every message. What changes is the noise energy per message:
 k ν² instead of d ν².
 
+An adaptive basis (:mod:`edgedp.sketch_adaptive`: paper 002 Alg. 2 and mean removal fed by
+the spanning-tree sum of the releases c_u) is a function of released values only, hence
+post-processing: S_t and m̄ are chosen adaptively, which the bound above already allows (the
+mean m̄ is fixed before the round's examples are clipped, so each example still moves
+Σ_b clip(S_tᵀ(g_b − m̄), Δ) by at most Δ). Same guarantee.
+
 Not covered: the paper's server-side guarantee with Secure Aggregation (distributed DP,
 noise of B clients summed) — there is no server here, every message is released.
 Plans with Whisper / DECOR noise in the sketched space are certified by

@@ -93,6 +93,13 @@ def check_plan(plan) -> None:
     if spec.basis == "adaptive":
         from edgedp import sketch_adaptive
 
+        if getattr(plan, "cross_agent", None) is not None:
+            raise ValueError(
+                "an adaptive basis sends subtree sums of other nodes' releases along the "
+                "spanning tree; the cross-agent accountant's insider and neighbourhood views "
+                "do not include them (only the all-messages view would hold): not combined."
+            )
+
         tree = sketch_adaptive.spanning_tree(_graph(plan))
         need = sketch_adaptive.min_lag(tree.height, spec.refresh)
         if spec.lag < need:
