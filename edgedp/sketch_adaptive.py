@@ -145,32 +145,37 @@ def initial_basis(spec: sketch.SketchSpec, d: int) -> sketch.Basis:
 
 
 def _orthonormalize(vectors, fallback, Q):  # noqa: N803
-    """CGS2 of ``vectors`` rows after the rows of Q; returns (rows, column norms of R)."""
-    rows = list(Q)
-    norms = []
+    """CGS2 of ``vectors`` rows after the rows of Q; returns (rows, column norms of R).
+
+    R's column j holds the projection coefficients of both passes (summed) and the residual
+    norm; a dependent row is replaced by ``fallback[j]`` orthogonalized (its R column is
+    still that of the original row).
+    """
+    m = len(Q)
+    out = np.empty((m + len(vectors), vectors.shape[1]))
+    if m:
+        out[:m] = Q
+    norms = np.empty(len(vectors))
     for j, y in enumerate(vectors):
-        v = y
-        coef_sq = 0.0
+        i = m + j
+        v, coef = y, np.zeros(i)
         for _ in range(2):
-            if rows:
-                basis = np.stack(rows)
-                c = sketch._row_dots(basis, v)
-                v = v - sketch._combine(basis, c)
-                coef_sq += float(np.sum(c * c))
+            if i:
+                c = sketch._row_dots(out[:i], v)
+                v = v - sketch._combine(out[:i], c)
+                coef = coef + c
         res = math.sqrt(float(np.sum(v * v)))
-        scale = math.sqrt(float(np.sum(y * y)))
-        norms.append(math.sqrt(coef_sq + res * res))
-        if not res > _DEPENDENT * max(scale, 1e-300):
+        norms[j] = math.sqrt(float(np.sum(coef * coef)) + res * res)
+        if not res > _DEPENDENT * math.sqrt(float(np.sum(y * y))):
             v = fallback[j]
             for _ in range(2):
-                if rows:
-                    basis = np.stack(rows)
-                    v = v - sketch._combine(basis, sketch._row_dots(basis, v))
+                if i:
+                    v = v - sketch._combine(out[:i], sketch._row_dots(out[:i], v))
             res = math.sqrt(float(np.sum(v * v)))
             if not res > _DEPENDENT:
                 raise FloatingPointError("adaptive sketch: no independent completion column")
-        rows.append(v / res)
-    return rows[len(Q) :], np.array(norms)
+        out[i] = v / res
+    return out[m:], norms
 
 
 def update_sketch(
@@ -193,21 +198,18 @@ def update_sketch(
     Y = dots[:, None] * g_hat[None, :]  # noqa: N806 (rows: ĝ ĝᵀ u_j)
     if U is not None:
         Y = lam[:, None] * U + Y  # noqa: N806
-    U_new, lam_new = _orthonormalize(Y, prev_rows, [])  # noqa: N806
-    U_new = np.stack(U_new)  # noqa: N806
+    U_new, lam_new = _orthonormalize(Y, prev_rows, np.empty((0, d)))  # noqa: N806
     energy = lam_new * lam_new
     total = float(np.sum(energy))
-    r_max = k - spec.probes
-    if total > 0:
-        cum = np.cumsum(energy)
-        r = int(np.argmax(cum >= spec.energy * total)) + 1
-    else:
-        r = 0
-    r = min(r, r_max)
+    # Alg. 2 line 10: the first r columns carry a proportion q of the energy (r = 0 for a
+    # zero aggregate; rounding in the cumulative sum never makes q = 1 keep fewer than all)
+    reached = np.nonzero(np.cumsum(energy) >= spec.energy * total)[0]
+    r = 0 if total == 0 else (int(reached[0]) + 1 if reached.size else k)
+    r = min(r, k - spec.probes)
     key = rng.derive_key(_PROBE_SECRET, spec.seed, d, k)
     omega = rng.generator(key, index).standard_normal((k - r, d))
-    probes, _ = _orthonormalize(omega, omega, list(U_new[:r]))
-    rows = np.stack(list(U_new[:r]) + probes) if k else np.empty((0, d))
+    probes, _ = _orthonormalize(omega, omega, U_new[:r])
+    rows = np.concatenate([U_new[:r], probes])
     return sketch.Basis("gaussian", d, k, rows=rows), U_new, lam_new
 
 
