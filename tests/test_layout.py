@@ -25,6 +25,7 @@ DEVICE_MODULES = [
     "edgedp.accounting.cross_agent",
     "edgedp.accounting.dome",
     "edgedp.sketch",
+    "edgedp.sketch_adaptive",
     "edgedp.algorithms.dome",
     "edgedp.cross_agent",
     "edgedp.models.least_squares",
