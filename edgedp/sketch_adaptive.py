@@ -314,16 +314,16 @@ class MissingAggregateError(EdgeDPError, RuntimeError):
 class TreeAggregator:
     """One device's part of the spanning-tree all-reduce of the releases, and its bases.
 
-    Node u at depth D_u (tree height H) sends, with its round-t gossip message, the partial
-    sum of round t − (H − D_u) to its parent and the total of round t − H − D_u to its
+    Node u at depth ℓ_u (tree height H) sends, with its round-t gossip message, the partial
+    sum of round t − (H − ℓ_u) to its parent and the total of round t − H − ℓ_u to its
     children (one k-float frame per tree edge and direction). It learns A(s) at the end of
-    round s + max(H, 1) − 1 (root) or s + H + D_u − 1, and hands it to its
+    round s + max(H, 1) − 1 (root) or s + H + ℓ_u − 1, and hands it to its
     :class:`AdaptiveSketch`. Without faults every frame arrives within its round.
     """
 
     def __init__(self, spec, d: int, *, tree: Tree, node: int, batch_size: int) -> None:
         self.tree, self.node = tree, node
-        self.H, self.D = tree.height, tree.depth[node]  # noqa: N806
+        self.H, self.level = tree.height, tree.depth[node]  # noqa: N806 (H: height)
         self.parent, self.children = tree.parent[node], tree.children[node]
         self.sketch = AdaptiveSketch(spec, d, nodes=len(tree.parent), batch_size=batch_size)
         self.own: dict[int, np.ndarray] = {}
@@ -350,19 +350,19 @@ class TreeAggregator:
 
     def expects(self, sender: int, round_: int) -> bool:
         """Whether ``sender``'s round-``round_`` message carries a tree frame for us."""
-        if sender == self.parent:  # total of round t − H − D_parent
+        if sender == self.parent:  # total of round t − H − ℓ_parent
             return round_ - self.H - self.tree.depth[sender] >= 0
-        if sender in self.children:  # partial of round t − (H − D_child)
+        if sender in self.children:  # partial of round t − (H − ℓ_child)
             return round_ - self.H + self.tree.depth[sender] >= 0
         return False
 
     def frames_out(self, round_: int) -> dict[int, np.ndarray]:
         """The frame for each tree neighbour, after this round's release."""
         out = {}
-        s_up = round_ - (self.H - self.D)
+        s_up = round_ - (self.H - self.level)
         if self.parent >= 0 and s_up >= 0:
             out[self.parent] = self._partial(s_up)
-        s_down = round_ - self.H - self.D
+        s_down = round_ - self.H - self.level
         if s_down >= 0 and self.children:
             total = self.totals.get(s_down)
             if total is None:
@@ -385,7 +385,7 @@ class TreeAggregator:
             if s >= 0:
                 self.totals[s] = self._partial(s)
         else:
-            s = round_ - self.H - self.D + 1
+            s = round_ - self.H - self.level + 1
         if s >= 0:
             if s not in self.totals:
                 raise MissingAggregateError(
