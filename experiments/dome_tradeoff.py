@@ -93,21 +93,21 @@ TINY = "mlp:64-32-10"  # d = 2,410
 ADAPTIVE_SETTING = (TINY, 4.0)
 #: method -> (k/d or None for DP-D-SGD, learning-rate grid, SketchSpec options)
 ADAPTIVE_METHODS = {
-    "dp-dsgd": (None, (0.25, 0.5), {}),
-    "dome k=d/100": (0.01, (2.0, 4.0), {}),
-    "dome k=d/10": (0.1, (0.5, 1.0), {}),
-    "dome k=d/100 gaussian": (0.01, (2.0, 4.0), {"basis": "gaussian"}),
-    "dome k=d/10 gaussian": (0.1, (0.5, 1.0), {"basis": "gaussian"}),
-    "dome k=d/100 adaptive": (0.01, (2.0, 4.0), {"basis": "adaptive"}),
-    "dome k=d/10 adaptive": (0.1, (0.5, 1.0), {"basis": "adaptive"}),
+    "dp-dsgd": (None, (0.125, 0.25, 0.5), {}),
+    "dome k=d/100": (0.01, (1.0, 2.0, 4.0), {}),
+    "dome k=d/10": (0.1, (0.25, 0.5, 1.0), {}),
+    "dome k=d/100 gaussian": (0.01, (1.0, 2.0, 4.0), {"basis": "gaussian"}),
+    "dome k=d/10 gaussian": (0.1, (0.25, 0.5, 1.0), {"basis": "gaussian"}),
+    "dome k=d/100 adaptive": (0.01, (1.0, 2.0, 4.0), {"basis": "adaptive"}),
+    "dome k=d/10 adaptive": (0.1, (0.25, 0.5, 1.0), {"basis": "adaptive"}),
     "dome k=d/100 adaptive + mean removal": (
         0.01,
-        (2.0, 4.0),
+        (1.0, 2.0, 4.0),
         {"basis": "adaptive", "mean_removal": True},
     ),
     "dome k=d/10 adaptive + mean removal": (
         0.1,
-        (0.5, 1.0),
+        (0.25, 0.5, 1.0),
         {"basis": "adaptive", "mean_removal": True},
     ),
 }
