@@ -11,6 +11,7 @@ __all__ = [
     "UsageError",
     "emit",
     "json_value",
+    "key_value_lines",
     "load_plan",
     "parse_graph",
     "parse_participation",
@@ -25,6 +26,12 @@ def json_value(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
+
+
+def key_value_lines(payload: dict) -> str:
+    """``key  value`` lines with the values aligned after the longest key."""
+    width = max((len(str(k)) for k in payload), default=0) + 2
+    return "\n".join(f"{k:<{width}}{v}" for k, v in payload.items())
 
 
 def emit(args, payload: dict, text: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from edgedp_cli._common import (
     UsageError,
     emit,
+    key_value_lines,
     load_plan,
     parse_graph,
     parse_participation,
@@ -158,7 +159,7 @@ def cmd_plan(args) -> None:
             payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
             payload["device_state_floats_per_dim"] = p.factor.state_bytes(1) // 8
     payload["out"] = args.out
-    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+    emit(args, payload, key_value_lines(payload))
 
 
 def _check_task(task) -> None:
@@ -254,7 +255,7 @@ def cmd_account(args) -> None:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
     payload = _plan_report(p, args.delta, args.steps_done)
     payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
-    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+    emit(args, payload, key_value_lines(payload))
 
 
 def _account_pndp(p, args) -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, load_plan
+from edgedp_cli._common import UsageError, emit, key_value_lines, load_plan
 
 __all__ = ["register"]
 
@@ -29,7 +29,7 @@ def cmd_sim_run(args) -> None:
         )
     except (scenarios.ScenarioError, ValueError, FloatingPointError) as exc:
         raise UsageError(str(exc)) from None
-    text = "\n".join(f"{k:<20}{v}" for k, v in summary.items())
+    text = key_value_lines(summary)
     emit(args, summary, text)
 
 

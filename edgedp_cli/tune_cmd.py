@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, parse_graph
+from edgedp_cli._common import UsageError, emit, key_value_lines, parse_graph
 
 __all__ = ["add_plan_arguments", "cmd_plan_laplace", "laplace_report", "register"]
 
@@ -104,7 +104,7 @@ def cmd_plan_laplace(args) -> None:
     Path(args.out).write_bytes(p.to_bytes())
     payload = laplace_report(p)
     payload["out"] = args.out
-    emit(args, payload, "\n".join(f"{k:<20}{v}" for k, v in payload.items()))
+    emit(args, payload, key_value_lines(payload))
 
 
 def _example_delta(task, nodes: int, clip: float) -> tuple[float, int, int]:
