@@ -1,6 +1,6 @@
 """MAFALDA planning for a 271-node connected ER graph, T = 2,000, (k, b) = (20, 100).
 
-DESIGN §4 / issue 3: "a 271-node graph with T = 2,000 must plan on a laptop". Measures, for
+DESIGN §4: "a 271-node graph with T = 2,000 must plan on a laptop". Measures, for
 G(271, p = 0.05) with Metropolis–Hastings weights:
 
 (a) the workload Gram H = Σᵢ AᵢᵀAᵢ of paper 000 Lemma 10 (``mafalda.workload_gram``): median
