@@ -374,32 +374,29 @@ def run(
         its = np.flatnonzero(ok)
         if progress is not None:
             progress(f"{att.label}: KSG estimates over {len(its)} iterations x {V.shape[0]} trials")
-        if self_mi is None or not np.array_equal(its, self_mi[0]):
-            part = leakage.leakage_curve(
-                V[:, its].swapaxes(0, 1), seen[:, its].swapaxes(0, 1), rng=g, k=k, workers=workers
-            )
+        cached = self_mi is not None and np.array_equal(its, self_mi[0])
+        part = leakage.leakage_curve(
+            V[:, its].swapaxes(0, 1),
+            seen[:, its].swapaxes(0, 1),
+            rng=g,
+            k=k,
+            workers=workers,
+            self_mi=self_mi[1] if cached else None,
+        )
+        if not cached:
             self_mi = (its, part.self_mi)
-        else:
-            part = leakage.leakage_curve(
-                V[:, its].swapaxes(0, 1),
-                seen[:, its].swapaxes(0, 1),
-                rng=g,
-                k=k,
-                workers=workers,
-                self_mi=self_mi[1],
-            )
         if standardized:
             vz, iz = _zscore(V[:, its]), _zscore(seen[:, its])
-            cached = self_mi_std is not None and np.array_equal(its, self_mi_std[0])
+            cached_std = self_mi_std is not None and np.array_equal(its, self_mi_std[0])
             sc_curve = leakage.leakage_curve(
                 vz.swapaxes(0, 1),
                 iz.swapaxes(0, 1),
                 rng=g,
                 k=k,
                 workers=workers,
-                self_mi=self_mi_std[1] if cached else None,
+                self_mi=self_mi_std[1] if cached_std else None,
             )
-            if not cached:
+            if not cached_std:
                 self_mi_std = (its, sc_curve.self_mi)
             curve_s = np.full(plan.steps, np.nan)
             curve_s[its] = sc_curve.nmi
