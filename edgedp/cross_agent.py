@@ -229,32 +229,13 @@ def simulation_keys(secret: bytes, node: int, neighbours, *, trial: int = 0) -> 
 def gaussian_draws(keys: np.ndarray, step: int, shape: tuple[int, ...]) -> np.ndarray:
     """``rng.gaussian(key, step, shape)`` for every key, stacked: ``keys.shape + shape``.
 
-    Re-keys one Philox generator through its documented state (counter ``[0, 0, step, 0]``,
-    empty buffer — the state of a fresh ``rng.generator(key, step)``), so the bits equal
-    per-key calls (tested) at a fraction of the cost.
+    Bit for bit the per-key calls (tested), through :func:`edgedp.rng.stacked`.
 
     >>> keys = np.array([rng.derive_key(b"doc", "x", u) for u in range(2)], dtype=object)
     >>> bool(np.array_equal(gaussian_draws(keys, 3, (4,))[1], rng.gaussian(keys[1], 3, (4,))))
     True
     """
-    keys = np.asarray(keys, dtype=object)
-    out = np.empty((*keys.shape, *shape))
-    bit_gen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
-    gen = np.random.Generator(bit_gen)
-    inner = {"counter": np.array([0, 0, int(step), 0], dtype=np.uint64), "key": None}
-    state = {
-        "bit_generator": "Philox",
-        "state": inner,
-        "buffer": np.zeros(4, dtype=np.uint64),
-        "buffer_pos": 4,
-        "has_uint32": 0,
-        "uinteger": 0,
-    }
-    for index in np.ndindex(keys.shape):
-        inner["key"] = np.array(keys[index].words, dtype=np.uint64)
-        bit_gen.state = state
-        out[index] = gen.standard_normal(shape)
-    return out
+    return rng.stacked(keys, step, shape, lambda gen: gen.standard_normal(shape))
 
 
 def reverse_slots(mixing_index: np.ndarray) -> np.ndarray:

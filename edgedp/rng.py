@@ -18,6 +18,7 @@ False
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "laplace",
     "permutation",
     "seed_secret",
+    "stacked",
 ]
 
 _DOMAIN = b"edgedp.rng.v1"
@@ -97,6 +99,47 @@ def generator(key: StreamKey, step: int) -> np.random.Generator:
         counter=np.array([0, 0, int(step), 0], dtype=np.uint64),
     )
     return np.random.Generator(bit_gen)
+
+
+def stacked(
+    keys: np.ndarray,
+    step: int,
+    shape: tuple[int, ...],
+    sample: Callable[[np.random.Generator], np.ndarray],
+) -> np.ndarray:
+    """``sample(generator(key, step))`` for every key, stacked: ``keys.shape + shape``.
+
+    Instead of building a Philox generator per key it re-keys one through numpy's documented
+    ``bit_generator.state`` (counter ``[0, 0, step, 0]``, empty buffer — exactly the state of
+    a fresh :func:`generator`), so the bits equal per-key calls (tested) at a fraction of the
+    cost: the batch engine draws for 10⁵ (trial, node) streams per step. ``sample`` must
+    return an array of ``shape``.
+
+    >>> keys = np.array([derive_key(b"doc", "x", u) for u in range(2)], dtype=object)
+    >>> out = stacked(keys, 3, (4,), lambda g: g.standard_normal((4,)))
+    >>> out.shape, bool(np.array_equal(out[1], gaussian(keys[1], 3, (4,))))
+    ((2, 4), True)
+    """
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
+    keys = np.asarray(keys, dtype=object)
+    out = np.empty((*keys.shape, *shape))
+    bit_gen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
+    gen = np.random.Generator(bit_gen)
+    inner = {"counter": np.array([0, 0, int(step), 0], dtype=np.uint64), "key": None}
+    state = {
+        "bit_generator": "Philox",
+        "state": inner,
+        "buffer": np.zeros(4, dtype=np.uint64),
+        "buffer_pos": 4,
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+    for index in np.ndindex(keys.shape):
+        inner["key"] = np.array(keys[index].words, dtype=np.uint64)
+        bit_gen.state = state
+        out[index] = sample(gen)
+    return out
 
 
 def gaussian(key: StreamKey, step: int, shape: tuple[int, ...]) -> np.ndarray:
