@@ -86,9 +86,8 @@ class NoiseSource:
         """Standard normals of step ``step`` for every key, shape ``keys.shape + (d,)``."""
         if self.memoize and step in self._memo:
             return self._memo[step]
-        out = np.empty(self.shape)
-        for index in np.ndindex(self.keys.shape):
-            out[index] = rng.gaussian(self.keys[index], step, (self.dim,))
+        d = (self.dim,)
+        out = rng.stacked(self.keys, step, d, lambda gen: gen.standard_normal(d))
         if self.memoize:
             out.setflags(write=False)
             self._memo[step] = out
