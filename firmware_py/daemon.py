@@ -189,10 +189,8 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
         while not agent.done:
             out = agent.begin_round()
             checkpoint.atomic_write(sent_path, str(out.round).encode())
-            for v in out.recipients if out.per_recipient else ():
-                transport.send((v,), out.frames_for(v))  # one message per recipient (Zip-DL)
-            if not out.per_recipient:
-                transport.send(out.recipients, out.frames)
+            for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
+                transport.send((v,), out.frames_for(v))
             started = time.monotonic()
             limit = cfg.startup_timeout if out.round == first_round else cfg.round_timeout
             while not agent.ready() and not stop["signal"]:
