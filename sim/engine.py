@@ -175,8 +175,12 @@ class _Sim:
             first = False
 
     def transmit(self, u: int, out):
+        # one copy for all recipients; per recipient only where frames differ (Zip-DL, DOME)
+        per_recipient = out.per_recipient is not None
+        frames = None if per_recipient else [bytes(f) for f in out.frames]
         for v in out.recipients:
-            frames = [bytes(f) for f in out.frames_for(v)]  # per recipient (Zip-DL)
+            if per_recipient:
+                frames = [bytes(f) for f in out.frames_for(v)]
             size = sum(len(f) for f in frames)
             delay = self.network.serialization_s(size)
             if delay:
