@@ -11,13 +11,12 @@ its per-iteration curve, reconstruction MSE/cosine, and the plan's formal guaran
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import tomllib
 from pathlib import Path
 
-from edgedp_cli._common import UsageError
+from edgedp_cli._common import UsageError, emit, json_value
 
 __all__ = ["register"]
 
@@ -79,13 +78,12 @@ def _flatten(report: dict) -> dict:
 
 
 def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    """:func:`json_value` through nested dicts and lists."""
     if isinstance(x, dict):
         return {k: _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
-    return x
+    return json_value(x)
 
 
 def _fmt(x, spec=".4g") -> str:
@@ -178,10 +176,7 @@ def cmd_leak(args) -> None:
     if args.plot:
         plot(report, Path(args.plot))
         report["plot"] = args.plot
-    if args.json:
-        sys.stdout.write(json.dumps(_clean(_flatten(report)), sort_keys=True) + "\n")
-    else:
-        sys.stdout.write(text_table(report) + "\n")
+    emit(args, _clean(_flatten(report)), text_table(report))
 
 
 def register(sub, add) -> None:
