@@ -121,36 +121,33 @@ def run(
 
     evaluate(0, theta)
     alg_state = algo.init_state(theta)
-    counters = {"clipped": 0}
+    clipped = 0
     observers = tuple(observers)
     drawn: dict[str, np.ndarray | None] = {}
+    rows = np.arange(first_trial, first_trial + trials)[:, None, None]  # per-trial data
+
+    def clipped_sum(grads):  # DOME clips in the sketch: the private value then lives in R^k
+        nonlocal clipped
+        gsum, hit = clipping.clipped_sum(grads, plan.clip_norm)
+        clipped += int(hit.sum())
+        if observers:
+            drawn["gradient"] = gsum
+        return gsum
+
     for t in range(plan.steps):
         slot = t % per_epoch
         sel = orders[:, :, slot * batch : (slot + 1) * batch]
         if per_trial:
-            rows = np.arange(first_trial, first_trial + trials)[:, None, None]
             xb, yb = data.x[rows, node_idx, sel], data.y[rows, node_idx, sel]
         else:
             xb = data.x[node_idx, sel]
             yb = data.y[node_idx, sel]
 
         def gradient(point, xb=xb, yb=yb):
-            gsum, hit = clipping.clipped_sum(
-                model.per_example_gradients(point, xb, yb), plan.clip_norm
-            )
-            counters["clipped"] += int(hit.sum())
-            if observers:
-                drawn["gradient"] = gsum
-            return gsum
+            return clipped_sum(model.per_example_gradients(point, xb, yb))
 
         def sketch_gradient(point, project, xb=xb, yb=yb):
-            gsum, hit = clipping.clipped_sum(
-                project(model.per_example_gradients(point, xb, yb)), plan.clip_norm
-            )
-            counters["clipped"] += int(hit.sum())
-            if observers:  # DOME clipping in the sketch: the private value lives in R^k
-                drawn["gradient"] = gsum
-            return gsum
+            return clipped_sum(project(model.per_example_gradients(point, xb, yb)))
 
         def noise(t=t):
             nonlocal state
@@ -216,7 +213,6 @@ def run(
             evaluate(t + 1, theta)
         if progress is not None:
             progress(t + 1)
-    clipped = counters["clipped"]
     result.models = theta
     result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
     result.messages = degree_sum * plan.steps * trials
