@@ -22,6 +22,7 @@ Two families, both with orthonormal columns (SᵀS = I_k up to rounding, so ‖S
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -269,14 +270,26 @@ def basis(spec: SketchSpec, round_: int, d: int) -> Basis:
             "An adaptive basis depends on the network aggregate, not on the round alone; "
             "use edgedp.sketch_adaptive.AdaptiveSketch."
         )
+    if spec.dim > d:
+        raise ValueError(f"Expected sketch dim={spec.dim} <= model dimension d={d}.")
+    return _basis_at(spec, basis_index(spec, round_), d)
+
+
+@functools.lru_cache(maxsize=2)
+def _basis_at(spec: SketchSpec, index: int, d: int) -> Basis:
+    """The basis of window ``index``, kept for the next calls: a DOME node asks for it in
+    ``send`` and ``receive`` of every round (and every node of a simulation asks), while it
+    changes only every ``refresh`` rounds; a Gaussian basis costs O(k²d) to build. Two
+    entries, so nodes on either side of a refresh boundary do not evict each other; the
+    arrays are read-only since callers share them."""
     k = spec.dim
-    if k > d:
-        raise ValueError(f"Expected sketch dim={k} <= model dimension d={d}.")
     key = rng.derive_key(_BASIS_SECRET, spec.basis, spec.seed, d, k)
-    gen = rng.generator(key, basis_index(spec, round_))
-    if spec.basis == "block":
-        return _block(gen, d, k)
-    return _gaussian(gen, d, k)
+    gen = rng.generator(key, index)
+    out = _block(gen, d, k) if spec.basis == "block" else _gaussian(gen, d, k)
+    for array in (out.index, out.weight, out.rows):
+        if array is not None:
+            array.setflags(write=False)
+    return out
 
 
 def _block(gen: np.random.Generator, d: int, k: int) -> Basis:
