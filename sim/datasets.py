@@ -65,47 +65,30 @@ class FederatedData:
     y_test: np.ndarray
     task: str
 
+    # indexed from the end: PerTrialData adds a leading trial axis
     @property
     def nodes(self) -> int:
-        return int(self.x.shape[0])
+        return int(self.x.shape[-3])
 
     @property
     def local_size(self) -> int:
-        return int(self.x.shape[1])
+        return int(self.x.shape[-2])
 
     @property
     def features(self) -> int:
-        return int(self.x.shape[2])
+        return int(self.x.shape[-1])
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class PerTrialData:
+class PerTrialData(FederatedData):
     """A different federated dataset in every batch-engine trial: x ``(trials, n, m, f)``,
     y ``(trials, n, m)`` (trial i of a run with ``first_trial`` f uses row f + i); the test
     set is shared (e.g. the first instance's). For Monte Carlo over private data, e.g. a
     fresh problem instance per trial in leakage experiments."""
 
-    x: np.ndarray
-    y: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    task: str
-
     @property
     def trials(self) -> int:
         return int(self.x.shape[0])
-
-    @property
-    def nodes(self) -> int:
-        return int(self.x.shape[1])
-
-    @property
-    def local_size(self) -> int:
-        return int(self.x.shape[2])
-
-    @property
-    def features(self) -> int:
-        return int(self.x.shape[3])
 
 
 def _split(name, x, y, task, rng, test_fraction=0.2, scale_y=False) -> Dataset:
