@@ -335,24 +335,17 @@ class Agent:
         self.metrics.sent += len(self.neighbours)
         if self.message.ndim == 2:  # one message per padded-row slot (Zip-DL)
             return self._per_recipient(self.message)
-        if self.aggregator is not None:  # + a k-float frame on each spanning-tree edge
-            tree = self.aggregator.frames_out(self.round)
-            frames = {
-                v: wire.encode(
-                    wire.Message(
-                        self.context.plan_hash,
-                        self.round,
-                        self.node,
-                        "model",
-                        (self.message,) + ((tree[v],) if v in tree else ()),
-                    )
-                )
-                for v in self.neighbours
-            }
-            first = frames[self.neighbours[0]] if self.neighbours else []
-            return Outgoing(self.round, self.neighbours, first, self._noise_digest, frames)
         msg = wire.Message(self.context.plan_hash, self.round, self.node, "model", (self.message,))
-        return Outgoing(self.round, self.neighbours, wire.encode(msg), self._noise_digest)
+        plain = wire.encode(msg)
+        if self.aggregator is None:
+            return Outgoing(self.round, self.neighbours, plain, self._noise_digest)
+        tree = self.aggregator.frames_out(self.round)  # + a k-float frame on each tree edge
+        frames = {
+            v: wire.encode(replace(msg, arrays=(self.message, tree[v]))) if v in tree else plain
+            for v in self.neighbours
+        }
+        first = frames[self.neighbours[0]] if self.neighbours else []
+        return Outgoing(self.round, self.neighbours, first, self._noise_digest, frames)
 
     def _release(self, coef: np.ndarray) -> None:
         self.aggregator.release(self.round, coef)
