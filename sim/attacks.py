@@ -77,16 +77,8 @@ def dsgd_inversion(
       ValueError: the attacker does not see the victim's or a neighbour's messages (use the
         generic :func:`solve` then).
     """
-    row = [int(v) for v, w in zip(mixing_index[victim], mixing_weight[victim], strict=True)]
+    m, cols = _row_messages(log, victim, mixing_index)
     weights = np.asarray(mixing_weight[victim], dtype=np.float64)
-    missing = sorted({victim, *row} - set(log.senders))
-    if log.messages is None or missing:
-        raise ValueError(
-            f"Attacker {log.attacker.label} does not see the messages of nodes {missing or 'any'}"
-            f" needed to invert node {victim}'s update; use the linear estimator (solve)."
-        )
-    m = log.messages
-    cols = [log.senders.index(v) for v in row]
     theta = np.empty(m.shape[:2] + m.shape[3:])
     theta[:, 0] = theta0
     prev = m[:, :-1][:, :, cols]  # (trials, T-1, width, d)
