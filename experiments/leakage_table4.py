@@ -72,6 +72,20 @@ def scenario_for(eps: float, steps: int | None):
     return scenarios.parse(raw, base=SCENARIO.parent)
 
 
+def m_nmi_fields(hbc: dict, eav: dict) -> dict:
+    """The M-NMI columns of a table row from the HbC and eavesdropper entries."""
+    return {
+        "eavesdropper": eav["m_nmi"],
+        "hbc": hbc["m_nmi"],
+        "eavesdropper_argmax_iteration": eav["argmax_iteration"],
+        "hbc_argmax_iteration": hbc["argmax_iteration"],
+        "eavesdropper_standardized": eav["m_nmi_standardized"],
+        "hbc_standardized": hbc["m_nmi_standardized"],
+        "eavesdropper_scalar_inversion": eav.get("m_nmi_point"),
+        "hbc_scalar_inversion": hbc.get("m_nmi_point"),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=5000)
@@ -96,14 +110,7 @@ def main() -> None:
         by = {e["attacker"]: e for e in rep["attackers"]}
         hbc, eav = by["hbc:1,2"], by["eavesdropper:all"]
         rows[f"sr-gt eps={eps:g}"] = {
-            "eavesdropper": eav["m_nmi"],
-            "hbc": hbc["m_nmi"],
-            "eavesdropper_argmax_iteration": eav["argmax_iteration"],
-            "hbc_argmax_iteration": hbc["argmax_iteration"],
-            "eavesdropper_standardized": eav["m_nmi_standardized"],
-            "hbc_standardized": hbc["m_nmi_standardized"],
-            "eavesdropper_scalar_inversion": eav.get("m_nmi_point"),
-            "hbc_scalar_inversion": hbc.get("m_nmi_point"),
+            **m_nmi_fields(hbc, eav),
             "epsilon_spent": hbc["epsilon"],
             "mse_inversion": hbc["mse"],
             "cosine_inversion": hbc["cosine"],
@@ -150,14 +157,7 @@ def main() -> None:
         by = {e["attacker"]: e for e in rep["attackers"]}
         hbc, eav = by["hbc:1,2"], by["eavesdropper:all"]
         rows[f"sr-gt eps={eps:g} (instance per trial)"] = {
-            "eavesdropper": eav["m_nmi"],
-            "hbc": hbc["m_nmi"],
-            "eavesdropper_argmax_iteration": eav["argmax_iteration"],
-            "hbc_argmax_iteration": hbc["argmax_iteration"],
-            "eavesdropper_standardized": eav["m_nmi_standardized"],
-            "hbc_standardized": hbc["m_nmi_standardized"],
-            "eavesdropper_scalar_inversion": eav.get("m_nmi_point"),
-            "hbc_scalar_inversion": hbc.get("m_nmi_point"),
+            **m_nmi_fields(hbc, eav),
             "low_variance_iterations": hbc["low_variance_iterations"],
             "seconds": round(time.perf_counter() - t0, 1),
         }
