@@ -15,6 +15,8 @@ __all__ = [
     "load_plan",
     "parse_graph",
     "parse_participation",
+    "task_from_args",
+    "task_model",
 ]
 
 
@@ -58,6 +60,31 @@ def parse_graph(spec: str):
         return topologies.parse(spec)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def task_from_args(args):
+    """The TaskSpec of ``plan``'s --model, --dataset, --partition, --batch-size and --loss."""
+    from edgedp.plan import TaskSpec
+
+    return TaskSpec(
+        model=args.model,
+        dataset=args.dataset,
+        partition=args.partition,
+        batch_size=args.batch_size,
+        loss=args.loss or "",
+    )
+
+
+def task_model(task):
+    """(model, dataset) of ``task``, built once so a bad model/loss fails at plan time."""
+    from edgedp import models
+    from sim import datasets
+
+    try:
+        data = datasets.load(task.dataset, seed=0)
+        return models.for_task(task, data.x_train.shape[1]), data
+    except ValueError as exc:
+        raise UsageError(f"task: {exc}") from None
 
 
 def load_plan(path: str):

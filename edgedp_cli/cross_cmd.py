@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgedp_cli._common import UsageError, emit, parse_graph, parse_participation
+from edgedp_cli._common import UsageError, emit
 
 __all__ = ["add_plan_arguments", "cmd_plan_cross"]
 
@@ -39,39 +39,18 @@ def add_plan_arguments(p) -> None:
     )
 
 
-def cmd_plan_cross(args) -> None:
-    from edgedp import models
-    from edgedp.plan import TaskSpec
+def cmd_plan_cross(args, g, task, participation, model_dim: int) -> None:
+    """The rest of ``edgedp plan`` once main.cmd_plan has checked the shared options."""
     from edgedp.planning import cross_agent as planner
-    from sim import datasets
-
-    if (args.target_eps is None) == (args.noise_multiplier is None):
-        raise UsageError(
-            "give exactly one of --target-eps E (with --delta) or --noise-multiplier S"
-        )
-    if args.target_eps is not None and args.delta is None:
-        raise UsageError("--target-eps needs --delta D (e.g. --delta 1e-6)")
-    g = parse_graph(args.topology)
-    task = TaskSpec(
-        model=args.model,
-        dataset=args.dataset,
-        partition=args.partition,
-        batch_size=args.batch_size,
-        loss=args.loss or "",
-    )
-    try:
-        models.for_task(task, datasets.load(task.dataset, seed=0).x_train.shape[1])
-    except ValueError as exc:
-        raise UsageError(f"task: {exc}") from None
     from edgedp_cli import dome_cmd
 
-    sketch = dome_cmd.sketch_from_args(args, task, g)
+    sketch = dome_cmd.sketch_from_args(args, model_dim, g)
     try:
         planned = planner.make_plan(
             args.mechanism,
             g,
             steps=args.steps,
-            participation=parse_participation(args.participation),
+            participation=participation,
             clip_norm=args.clip_norm,
             learning_rate=args.learning_rate,
             noise_multiplier=args.noise_multiplier,
@@ -95,7 +74,7 @@ def cmd_plan_cross(args) -> None:
     payload = planner.report(plan, delta=args.delta if args.delta is not None else 1e-6)
     payload["planner_seconds"] = planned.info["planner_seconds"]
     if sketch is not None:
-        payload.update(dome_cmd.report(plan, args.model_dim))
+        payload.update(dome_cmd.report(plan, model_dim))
     spec, nu2 = plan.cross_agent, plan.noise_std**2
     total = np.diag(spec.covariance(plan.edges))
     payload["agent_independent_variance"] = (nu2 * spec.diag).tolist()

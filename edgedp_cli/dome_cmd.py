@@ -79,16 +79,14 @@ def add_plan_arguments(p) -> None:
     )
 
 
-def sketch_from_args(args, task, graph=None):
+def sketch_from_args(args, model_dim: int, graph=None):
     """The SketchSpec of ``args`` (dome; whisper/decor with --sketch-dim), checked against d."""
     if args.mechanism != "dome":
         if args.sketch_dim is None:
             return None
         if args.mechanism not in ("whisper", "decor"):
             raise UsageError("--sketch-dim is only for --mechanism dome, whisper or decor")
-    from edgedp import models
     from edgedp.sketch import SketchSpec
-    from sim import datasets
 
     if args.sketch_dim is None:
         raise UsageError("--mechanism dome needs --sketch-dim k")
@@ -117,13 +115,10 @@ def sketch_from_args(args, task, graph=None):
             optimizer=args.optimizer,
             noise_aware=args.noise_aware,
         )
-        data = datasets.load(task.dataset, seed=0)
-        d = models.for_task(task, data.x_train.shape[1]).dim
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if spec.dim > d:
-        raise UsageError(f"--sketch-dim {spec.dim} exceeds the model dimension d={d}")
-    args.model_dim = d
+    if spec.dim > model_dim:
+        raise UsageError(f"--sketch-dim {spec.dim} exceeds the model dimension d={model_dim}")
     return spec
 
 

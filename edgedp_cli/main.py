@@ -22,6 +22,8 @@ from edgedp_cli._common import (
     load_plan,
     parse_graph,
     parse_participation,
+    task_from_args,
+    task_model,
 )
 
 __all__ = ["main"]
@@ -91,10 +93,6 @@ def cmd_plan(args) -> None:
         raise UsageError(f"--mechanism {args.mechanism} needs --participation k,b")
     if args.learning_rate is None:
         args.learning_rate = 0.5
-    if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
-        from edgedp_cli import cross_cmd
-
-        return cross_cmd.cmd_plan_cross(args)
     g = parse_graph(args.topology)
     if args.mechanism != "dsgd" and (args.target_eps is None) == (args.noise_multiplier is None):
         raise UsageError(
@@ -102,21 +100,19 @@ def cmd_plan(args) -> None:
         )
     if args.target_eps is not None and args.delta is None:
         raise UsageError("--target-eps needs --delta D (e.g. --delta 1e-6)")
-    task = plan_mod.TaskSpec(
-        model=args.model,
-        dataset=args.dataset,
-        partition=args.partition,
-        batch_size=args.batch_size,
-        loss=args.loss or "",
-    )
+    task = task_from_args(args)
     participation = parse_participation(args.participation)
-    _check_task(task)
+    model_dim = task_model(task)[0].dim
+    if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
+        from edgedp_cli import cross_cmd
+
+        return cross_cmd.cmd_plan_cross(args, g, task, participation, model_dim)
     factor, planned = None, None
     if args.mechanism in PLANNED_MECHANISMS:
         factor, planned = _planned_factor(args, g, participation)
     from edgedp_cli import dome_cmd
 
-    sketch = dome_cmd.sketch_from_args(args, task, g)
+    sketch = dome_cmd.sketch_from_args(args, model_dim, g)
     factor = factor or dome_cmd.factor_from_args(args)
     try:
         p = plan_mod.make_plan(
@@ -147,7 +143,7 @@ def cmd_plan(args) -> None:
             p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
         )
     if sketch is not None:
-        payload.update(dome_cmd.report(p, args.model_dim))
+        payload.update(dome_cmd.report(p, model_dim))
     if planned is not None:
         payload.update(
             factorization_loss=planned.loss,
@@ -160,18 +156,6 @@ def cmd_plan(args) -> None:
             payload["device_state_floats_per_dim"] = p.factor.state_bytes(1) // 8
     payload["out"] = args.out
     emit(args, payload, key_value_lines(payload))
-
-
-def _check_task(task) -> None:
-    """Build the task's model once on its dataset, so a bad model/loss fails at plan time."""
-    from edgedp import models
-    from sim import datasets
-
-    try:
-        data = datasets.load(task.dataset, seed=0)
-        models.for_task(task, data.x_train.shape[1])
-    except ValueError as exc:
-        raise UsageError(f"task: {exc}") from None
 
 
 #: Mechanisms whose temporal factor the offline planner computes for the topology.

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, key_value_lines, parse_graph
+from edgedp_cli._common import (
+    UsageError,
+    emit,
+    key_value_lines,
+    parse_graph,
+    task_from_args,
+    task_model,
+)
 
 __all__ = ["add_plan_arguments", "cmd_plan_laplace", "laplace_report", "register"]
 
@@ -40,7 +47,6 @@ def cmd_plan_laplace(args) -> None:
     """``edgedp plan --mechanism sr-gt|dpop``: write the plan, report its ε."""
     from edgedp import plan as plan_mod
     from edgedp.accounting import laplace
-    from edgedp_cli.main import _check_task
 
     m = args.mechanism
     if args.noise_multiplier is not None or args.delta is not None:
@@ -59,13 +65,7 @@ def cmd_plan_laplace(args) -> None:
     if m == "dpop" and args.beta not in (None, 0.0):
         raise UsageError("--mechanism dpop has no tracking variable: drop --beta")
     g = parse_graph(args.topology)
-    task = plan_mod.TaskSpec(
-        model=args.model,
-        dataset=args.dataset,
-        partition=args.partition,
-        batch_size=args.batch_size,
-        loss=args.loss or "",
-    )
+    task = task_from_args(args)
     clip = args.clip_norm
     delta_grad = args.delta_grad
     if args.adjacency == "example":
@@ -74,7 +74,7 @@ def cmd_plan_laplace(args) -> None:
     elif delta_grad is None:
         raise UsageError("--adjacency problem needs --delta-grad D (your L1 gradient-gap bound)")
     else:
-        _check_task(task)
+        task_model(task)
     try:
         sched = laplace.LaplaceSchedule(
             gamma=args.gamma,
@@ -109,15 +109,9 @@ def cmd_plan_laplace(args) -> None:
 
 def _example_delta(task, nodes: int, clip: float) -> tuple[float, int, int]:
     """(2Δ√d/B, d, B) for the task's model and local batch (replace-one adjacency)."""
-    from edgedp import models
     from edgedp.accounting import laplace
-    from sim import datasets
 
-    try:
-        data = datasets.load(task.dataset, seed=0)
-        model = models.for_task(task, data.x_train.shape[1])
-    except ValueError as exc:
-        raise UsageError(f"task: {exc}") from None
+    model, data = task_model(task)
     local = len(data.y_train) // nodes
     if local < 1:
         raise UsageError(f"{task.dataset} has too few examples for {nodes} nodes")
