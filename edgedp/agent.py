@@ -285,18 +285,18 @@ class Agent:
         self._noise_digest = ""
         self.last_gradient: np.ndarray | None = None
 
-        def gradient(point: np.ndarray) -> np.ndarray:
+        def sketch_gradient(point: np.ndarray, project=None) -> np.ndarray:
             grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
+            if project is not None:
+                grads = project(grads)
             gsum, hit = clipping.clipped_sum(grads, self.share.clip_norm)
             self._clipped += int(hit)
-            self.last_gradient = gsum  # read by simulator probes (ground truth), never sent
             return gsum
 
-        def sketch_gradient(point: np.ndarray, project) -> np.ndarray:
-            grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
-            gsum, hit = clipping.clipped_sum(project(grads), self.share.clip_norm)
-            self._clipped += int(hit)
-            return gsum
+        def gradient(point: np.ndarray) -> np.ndarray:
+            # read by simulator probes (ground truth), never sent
+            self.last_gradient = sketch_gradient(point)
+            return self.last_gradient
 
         def noise() -> np.ndarray | None:
             if self.share.noise_std == 0:
