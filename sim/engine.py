@@ -75,6 +75,8 @@ class _Sim:
         observers: Sequence[LinkObserver] = (),
     ) -> None:
         self.observers = tuple(observers)
+        # ground-truth recorders: the observers that also want each node's round
+        self.round_observers = tuple(o for o in self.observers if hasattr(o, "on_round"))
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
         adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
         if adaptive and (
@@ -165,11 +167,8 @@ class _Sim:
                     return  # crashed while waiting: this process dies with the node
             report = agent.end_round()
             self.result.missing += len(report.missing)
-            for obs in self.observers:  # ground-truth recorders: the round's private gradient
-                if hasattr(obs, "on_round"):
-                    obs.on_round(
-                        node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch
-                    )
+            for obs in self.round_observers:  # the round's private gradient
+                obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
             self.snapshots[u] = copy.deepcopy(agent.snapshot())
             self._finish_round(u, r)
             first = False
