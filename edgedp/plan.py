@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,14 @@ class TaskSpec:
             int(d["batch_size"]),
             str(d.get("loss", "")),
         )
+
+    def pinned(self) -> TaskSpec:
+        """The task with an ``onnx:PATH`` model pinned to the file's hash (``models.pin_onnx``)."""
+        if not self.model.startswith("onnx:"):
+            return self
+        from edgedp import models
+
+        return replace(self, model=models.pin_onnx(self.model))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -496,13 +504,7 @@ def make_plan(
                 strategy, participation=participation, noise_multiplier=noise_multiplier
             )
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
-    task = task or TaskSpec()
-    if task.model.startswith("onnx:"):
-        from edgedp import models
-
-        task = TaskSpec(
-            models.pin_onnx(task.model), task.dataset, task.partition, task.batch_size, task.loss
-        )
+    task = (task or TaskSpec()).pinned()
     plan = NoisePlan(
         mechanism=mechanism,
         topology=topology_name or graph.name or f"graph:{graph.n}",

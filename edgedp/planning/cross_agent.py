@@ -187,11 +187,7 @@ def make_plan(
         gossip_rounds=gossip_rounds,
     )
     spec = _normalized(spec, edges, index, weight)
-    task = task or TaskSpec()
-    if task.model.startswith("onnx:"):
-        from edgedp import models
-
-        task = dataclasses.replace(task, model=models.pin_onnx(task.model))
+    task = (task or TaskSpec()).pinned()
     plan = NoisePlan(
         mechanism=mechanism if sketch is None else "dome",
         topology=topology_name or graph.name or f"graph:{graph.n}",
