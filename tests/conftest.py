@@ -4,6 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+from edgedp import cross_agent, models
+from edgedp import rng as rng_mod
+from edgedp.agent import Agent
+from edgedp.noise import node_noise_key
+
 settings.register_profile("edgedp", derandomize=True, database=None, deadline=None, max_examples=40)
 settings.load_profile("edgedp")
 
@@ -11,3 +16,30 @@ settings.load_profile("edgedp")
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+def _in_process_agents(plan, data, **agent_kw):
+    secret = rng_mod.seed_secret(plan.seed)
+    model = models.for_task(plan.task, data.features)
+    return [
+        Agent(
+            plan.share(u),
+            model=model,
+            x=data.x[u],
+            y=data.y[u],
+            noise_key=node_noise_key(secret, u),
+            batch_key=rng_mod.derive_key(secret, "batch", 0, u),
+            cross_keys=None
+            if plan.cross_agent is None
+            else cross_agent.simulation_keys(secret, u, plan.share(u).neighbours),
+            **agent_kw,
+        )
+        for u in range(plan.n)
+    ]
+
+
+@pytest.fixture
+def make_agents():
+    """``make_agents(plan, data, **agent_kw)``: one in-process Agent per node, keyed from the
+    plan seed the way the simulators key them (noise, batches, cross-agent pairs)."""
+    return _in_process_agents

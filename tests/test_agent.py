@@ -4,12 +4,10 @@ import numpy as np
 import pytest
 
 import topologies
-from edgedp import rng, wire
+from edgedp import wire
 from edgedp.accounting.participation import Participation
-from edgedp.agent import Agent
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.models.linear import LinearModel
-from edgedp.noise import node_noise_key
 from edgedp.plan import TaskSpec, make_plan
 from sim import batch, datasets
 
@@ -32,23 +30,6 @@ def _plan(mechanism="dp-dsgd", steps=12):
     )
 
 
-def _agents(plan, **kw):
-    secret = rng.seed_secret(plan.seed)
-    model = LinearModel(plan.task.model, DATA.features)
-    return [
-        Agent(
-            plan.share(u),
-            model=model,
-            x=DATA.x[u],
-            y=DATA.y[u],
-            noise_key=node_noise_key(secret, u),
-            batch_key=rng.derive_key(secret, "batch", 0, u),
-            **kw,
-        )
-        for u in range(plan.n)
-    ]
-
-
 def _run(agents, rounds, drop=lambda r, s, d: False, deliver_order=None):
     for _ in range(rounds):
         outs = [a.begin_round() for a in agents]
@@ -64,32 +45,32 @@ def _run(agents, rounds, drop=lambda r, s, d: False, deliver_order=None):
 
 
 @pytest.mark.parametrize("mechanism", ["dsgd", "dp-dsgd", "antipgd"])
-def test_agents_equal_batch_engine_bitwise(mechanism):
+def test_agents_equal_batch_engine_bitwise(mechanism, make_agents):
     p = _plan(mechanism)
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     # deliver in reverse order: arrival order must not matter
     _run(agents, p.steps, deliver_order=lambda pairs: pairs[::-1])
     digest = batch.model_digest(np.stack([a.theta for a in agents]))
     assert digest == batch.run(p, DATA).digests[0]
 
 
-def test_budget_guard():
+def test_budget_guard(make_agents):
     p = _plan(steps=2)
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     _run(agents, 2)
     assert all(a.done for a in agents)
     with pytest.raises(BudgetExhaustedError):
         agents[0].begin_round()
 
 
-def test_snapshot_restore_reproduces_the_run():
+def test_snapshot_restore_reproduces_the_run(make_agents):
     p = _plan("antipgd", steps=10)
-    full = _agents(p)
+    full = make_agents(p, DATA)
     _run(full, 10)
-    part = _agents(p)
+    part = make_agents(p, DATA)
     _run(part, 4)
     snaps = [a.snapshot() for a in part]
-    fresh = _agents(p)
+    fresh = make_agents(p, DATA)
     for a, s in zip(fresh, snaps, strict=True):
         a.restore(s)
     _run(fresh, 6)
@@ -98,11 +79,11 @@ def test_snapshot_restore_reproduces_the_run():
         fresh[1].restore(snaps[0])
 
 
-def test_bad_frames_are_counted_and_change_nothing():
+def test_bad_frames_are_counted_and_change_nothing(make_agents):
     p = _plan()
-    a, b = _agents(p)[:2]
+    a, b = make_agents(p, DATA)[:2]
     sender = next(v for v in a.neighbours)
-    out = _agents(p)[sender].begin_round()
+    out = make_agents(p, DATA)[sender].begin_round()
     good = [bytes(f) for f in out.frames]
     before = a.theta.copy()
     hdr = wire.decode(good)
@@ -132,9 +113,9 @@ def test_bad_frames_are_counted_and_change_nothing():
 
 
 @pytest.mark.parametrize("rule", ["renormalize", "reuse-last", "self"])
-def test_dropout_rules_keep_weights_stochastic(rule):
+def test_dropout_rules_keep_weights_stochastic(rule, make_agents):
     p = _plan("dsgd", steps=6)
-    agents = _agents(p, dropout_rule=rule)
+    agents = make_agents(p, DATA, dropout_rule=rule)
     dropped = lambda r, s, d: s == 0 and r >= 2  # node 0 goes silent from round 2  # noqa: E731
     _run(agents, 6, drop=dropped)
     for a in agents:
@@ -142,7 +123,7 @@ def test_dropout_rules_keep_weights_stochastic(rule):
         if 0 in a.neighbours:
             assert a.metrics.missing == 4
     # every rule mixes with weights summing to 1: all-equal models stay equal
-    same = _agents(p, dropout_rule=rule)
+    same = make_agents(p, DATA, dropout_rule=rule)
     for ag in same:
         ag.model = LinearModel("linear", DATA.features)  # any model; learning rate below is 0
         ag.share = type(ag.share)(
@@ -154,9 +135,9 @@ def test_dropout_rules_keep_weights_stochastic(rule):
         np.testing.assert_allclose(ag.theta, 3.0, rtol=1e-15)
 
 
-def test_hopeless_neighbours_are_detected():
+def test_hopeless_neighbours_are_detected(make_agents):
     p = _plan("dsgd", steps=4)
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     a = agents[0]
     v = a.neighbours[0]
     agents[v].begin_round()

@@ -12,10 +12,7 @@ import topologies
 from edgedp import cross_agent, rng
 from edgedp.accounting import cross_agent as acc
 from edgedp.accounting.participation import Participation
-from edgedp.agent import Agent
 from edgedp.errors import PlanError
-from edgedp.models.linear import LinearModel
-from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
 from sim import batch, datasets
@@ -55,23 +52,6 @@ def _plan(case: Case, steps=6, **kw):
     ).plan
 
 
-def _agents(plan):
-    secret = rng.seed_secret(plan.seed)
-    model = LinearModel(plan.task.model, DATA.features)
-    return [
-        Agent(
-            plan.share(u),
-            model=model,
-            x=DATA.x[u],
-            y=DATA.y[u],
-            noise_key=node_noise_key(secret, u),
-            batch_key=rng.derive_key(secret, "batch", 0, u),
-            cross_keys=cross_agent.simulation_keys(secret, u, plan.share(u).neighbours),
-        )
-        for u in range(plan.n)
-    ]
-
-
 def _run(agents, rounds):
     for _ in range(rounds):
         outs = [a.begin_round() for a in agents]
@@ -87,9 +67,9 @@ def _run(agents, rounds):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.mechanism}-{c.options}")
-def test_agents_equal_batch_engine_bitwise(case):
+def test_agents_equal_batch_engine_bitwise(case, make_agents):
     p = _plan(case)
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     _run(agents, p.steps)
     digest = batch.model_digest(np.stack([a.theta for a in agents]))
     assert digest == batch.run(p, DATA, trials=2).digests[0]

@@ -242,22 +242,6 @@ def test_noise_aware_second_moment_is_unbiased():
 
 
 # ---------------------------------------------------------------- engines
-def _agents(plan):
-    secret = rng.seed_secret(plan.seed)
-    model = LinearModel(plan.task.model, DATA.features)
-    return [
-        Agent(
-            plan.share(u),
-            model=model,
-            x=DATA.x[u],
-            y=DATA.y[u],
-            noise_key=node_noise_key(secret, u),
-            batch_key=rng.derive_key(secret, "batch", 0, u),
-        )
-        for u in range(plan.n)
-    ]
-
-
 CASES = {
     "block-sgd": (SketchSpec(dim=4), None, 0),
     "block-clip-model": (SketchSpec(dim=6, clip="model", refresh=3), None, 8),
@@ -271,14 +255,14 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_engines_agree_bitwise(case):
+def test_engines_agree_bitwise(case, make_agents):
     spec, factor, bs = CASES[case]
     p = _plan(spec, factor=factor, batch_size=bs)
     res = batch.run(p, DATA)
     digest = res.digests[0]
     ev = engine.run(p, DATA)
     assert ev.model_digest == digest
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     for _ in range(p.steps):
         outs = [a.begin_round() for a in agents]
         for o, a in reversed(list(zip(outs, agents, strict=True))):  # any arrival order
@@ -296,10 +280,10 @@ def test_engines_agree_bitwise(case):
     assert ev.bytes_sent - res.bytes_sent < ev.messages * 200
 
 
-def test_snapshot_restore_with_adam_state():
+def test_snapshot_restore_with_adam_state(make_agents):
     p = _plan(SketchSpec(dim=4, optimizer="adam", noise_aware=True), steps=8)
-    full = _agents(p)
-    part = _agents(p)
+    full = make_agents(p, DATA)
+    part = make_agents(p, DATA)
     for agents, rounds in ((full, 8), (part, 3)):
         for _ in range(rounds):
             outs = [a.begin_round() for a in agents]
@@ -308,7 +292,7 @@ def test_snapshot_restore_with_adam_state():
                     agents[dst].receive([bytes(f) for f in o.frames], authenticated_sender=a.node)
             for a in agents:
                 a.end_round()
-    fresh = _agents(p)
+    fresh = make_agents(p, DATA)
     for a, s in zip(fresh, [a.snapshot() for a in part], strict=True):
         a.restore(s)
     for _ in range(5):
@@ -321,9 +305,9 @@ def test_snapshot_restore_with_adam_state():
     assert [a.theta.tobytes() for a in fresh] == [a.theta.tobytes() for a in full]
 
 
-def test_agent_rejects_a_d_float_message():
+def test_agent_rejects_a_d_float_message(make_agents):
     p = _plan(SketchSpec(dim=4))
-    a = _agents(p)[0]
+    a = make_agents(p, DATA)[0]
     sender = a.neighbours[0]
     msg = wire.Message(bytes.fromhex(p.plan_hash), 0, sender, "model", (np.zeros(D),))
     assert not a.receive(wire.encode(msg), authenticated_sender=sender)

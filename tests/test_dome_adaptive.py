@@ -4,11 +4,8 @@ import numpy as np
 import pytest
 
 import topologies
-from edgedp import rng, sketch, sketch_adaptive, wire
+from edgedp import sketch, sketch_adaptive, wire
 from edgedp.accounting.participation import Participation
-from edgedp.agent import Agent
-from edgedp.models.linear import LinearModel
-from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
 from sim import batch, datasets, engine
@@ -34,22 +31,6 @@ def _plan(spec, *, steps=14, batch_size=0):
         task=TaskSpec(dataset="synthetic-logistic", batch_size=batch_size),
         sketch=spec,
     )
-
-
-def _agents(plan):
-    secret = rng.seed_secret(plan.seed)
-    model = LinearModel(plan.task.model, DATA.features)
-    return [
-        Agent(
-            plan.share(u),
-            model=model,
-            x=DATA.x[u],
-            y=DATA.y[u],
-            noise_key=node_noise_key(secret, u),
-            batch_key=rng.derive_key(secret, "batch", 0, u),
-        )
-        for u in range(plan.n)
-    ]
 
 
 # ---------------------------------------------------------------- the pure parts
@@ -146,7 +127,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_adaptive_engines_agree_bitwise(case):
+def test_adaptive_engines_agree_bitwise(case, make_agents):
     spec, bs = CASES[case]
     p = _plan(spec, batch_size=bs)
     res = batch.run(p, DATA, trials=2)
@@ -156,7 +137,7 @@ def test_adaptive_engines_agree_bitwise(case):
     assert not np.array_equal(res.bases[0].dense(), sketch_adaptive.initial_basis(spec, D).dense())
     ev = engine.run(p, DATA)
     assert ev.model_digest == digest
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     tree = p.share(0).tree
     for _ in range(p.steps):
         outs = [a.begin_round() for a in agents]
@@ -197,11 +178,11 @@ def test_the_basis_is_a_function_of_the_released_values_only():
     # the releases (and the public plan) enters AdaptiveSketch
 
 
-def test_faults_are_refused_and_a_missing_tree_frame_changes_nothing():
+def test_faults_are_refused_and_a_missing_tree_frame_changes_nothing(make_agents):
     p = _plan(SketchSpec(dim=4, basis="adaptive", lag=4), steps=6)
     with pytest.raises(ValueError, match="spanning-tree frame"):
         engine.run(p, DATA, faults=Faults(dropout=0.1))
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     tree = p.share(0).tree
     for t in range(p.steps):
         outs = [a.begin_round() for a in agents]
@@ -260,9 +241,9 @@ def test_adaptive_basis_is_refused_with_cross_agent_noise():
         )
 
 
-def test_a_malformed_tree_frame_is_rejected_and_counted():
+def test_a_malformed_tree_frame_is_rejected_and_counted(make_agents):
     p = _plan(SketchSpec(dim=4, basis="adaptive", lag=4), steps=4)
-    agents = _agents(p)
+    agents = make_agents(p, DATA)
     tree = p.share(0).tree
     child = tree.depth.index(tree.height)  # the deepest nodes send partial sums from round 0
     parent = tree.parent[child]

@@ -10,7 +10,6 @@ import topologies
 from edgedp import models, noise, rng
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
-from edgedp.agent import Agent
 from edgedp.errors import PlanError
 from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
@@ -41,22 +40,6 @@ def _logistic_plan(mechanism, steps=12):
     params = dict(PARAMS[mechanism], gamma=0.3, beta=3.0 if mechanism == "sr-gt" else 0.0)
     sched = LaplaceSchedule(q1=0.9, q2=0.95, delta_grad=need, epsilon=5.0, **params)
     return make_plan(mechanism, GRAPH, steps=steps, clip_norm=1.0, laplace=sched, task=task)
-
-
-def _agents(plan, data):
-    secret = rng.seed_secret(plan.seed)
-    model = models.for_task(plan.task, data.features)
-    return [
-        Agent(
-            plan.share(u),
-            model=model,
-            x=data.x[u],
-            y=data.y[u],
-            noise_key=node_noise_key(secret, u),
-            batch_key=rng.derive_key(secret, "batch", 0, u),
-        )
-        for u in range(plan.n)
-    ]
 
 
 def _run(agents, rounds):
@@ -111,9 +94,9 @@ def test_batch_engine_equals_a_direct_transcription(mechanism):
     np.testing.assert_allclose(got, x, rtol=1e-9, atol=1e-12)
 
 
-def test_y_is_never_sent_and_tracks_the_disagreement():
+def test_y_is_never_sent_and_tracks_the_disagreement(make_agents):
     p = _sf_plan("sr-gt", steps=3)
-    agents = _agents(p, SF_DATA)
+    agents = make_agents(p, SF_DATA)
     _run(agents, 3)
     # 1ᵀ y = 0 (W doubly stochastic, paper 004 §5.1 after Eq. 13): y sums to zero over nodes
     total = np.sum([a.state["y"] for a in agents], axis=0)
@@ -124,39 +107,39 @@ def test_y_is_never_sent_and_tracks_the_disagreement():
 # ---------------------------------------------------------------- engine equivalence
 @pytest.mark.parametrize("mechanism", ["sr-gt", "dpop"])
 @pytest.mark.parametrize("task", ["sensor-fusion", "logistic"])
-def test_batch_agents_and_event_engine_are_bitwise_equal(mechanism, task):
+def test_batch_agents_and_event_engine_are_bitwise_equal(mechanism, task, make_agents):
     if task == "sensor-fusion":
         p, data = _sf_plan(mechanism, steps=10), SF_DATA
     else:
         p, data = _logistic_plan(mechanism), LOGISTIC
     want = batch.run(p, data).digests[0]
-    agents = _agents(p, data)
+    agents = make_agents(p, data)
     _run(agents, p.steps)
     assert batch.model_digest(np.stack([a.theta for a in agents])) == want
     assert engine.run(p, data).model_digest == want
 
 
-def test_sr_gt_agents_resume_from_a_snapshot():
+def test_sr_gt_agents_resume_from_a_snapshot(make_agents):
     p = _logistic_plan("sr-gt", steps=8)
-    full = _agents(p, LOGISTIC)
+    full = make_agents(p, LOGISTIC)
     _run(full, 8)
-    part = _agents(p, LOGISTIC)
+    part = make_agents(p, LOGISTIC)
     _run(part, 3)
-    fresh = _agents(p, LOGISTIC)
+    fresh = make_agents(p, LOGISTIC)
     for a, snap in zip(fresh, [a.snapshot() for a in part], strict=True):
         a.restore(snap)
     _run(fresh, 5)
     assert [a.theta.tobytes() for a in fresh] == [a.theta.tobytes() for a in full]
 
 
-def test_engines_refuse_a_delta_below_the_task_bound():
+def test_engines_refuse_a_delta_below_the_task_bound(make_agents):
     p = _logistic_plan("dpop")
     sched = LaplaceSchedule(**(p.laplace.to_dict() | {"delta_grad": 1e-3}))
     weak = make_plan("dpop", GRAPH, steps=3, clip_norm=1.0, laplace=sched, task=p.task)
     with pytest.raises(PlanError, match="re-plan with --delta-grad"):
         batch.run(weak, LOGISTIC)
     with pytest.raises(PlanError, match="delta_grad"):
-        _agents(weak, LOGISTIC)
+        make_agents(weak, LOGISTIC)
 
 
 # ---------------------------------------------------------------- plans
