@@ -406,7 +406,8 @@ def run(
         # iterations where some trials lack a value (the event engine's dropouts and lost
         # messages): estimated alone on the trials that have one, N_k reported
         fin = np.isfinite(V).all(axis=2) & np.isfinite(seen).all(axis=2)  # (trials, T)
-        partial = np.flatnonzero(~ok & (fin.sum(axis=0) > 2 * k + 1))
+        enough = fin.sum(axis=0) > 2 * k + 1
+        partial = np.flatnonzero(~ok & enough)
         for t in partial:
             m = fin[:, t]
             c = leakage.leakage_curve(V[m, t][None], seen[m, t][None], rng=g, k=k, workers=workers)
@@ -429,7 +430,7 @@ def run(
             "reference_self_mi_bits": part.reference_self_mi,
             "nmi_curve": [None if not np.isfinite(x) else float(x) for x in nmi],
             "low_variance_iterations": sorted(low),
-            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok) if x not in set(partial)],
+            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok & ~enough)],
             "information_dim": int(seen.shape[-1]),
             **(
                 {
