@@ -20,12 +20,12 @@ W = topology.metropolis_hastings(GRAPH)
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=1), 10, seed=1)
 
 
-@pytest.mark.parametrize("mechanism", ["dmf", "mafalda"])
-def test_planned_plans_certify_and_run_identically(mechanism):
-    part = Participation(4, 6)  # 24 steps, minibatches of 1/6 of the local data
-    planned = factorization.plan_factor(mechanism, W, steps=24, participation=part)
-    assert planned.gap < 1e-3 and planned.dual_bound <= planned.loss * (1 + 1e-12)
-    bs = DATA.local_size // 6
+def _planned_plan(mechanism, **planner_options):
+    """(planner result, plan) for 24 steps, minibatches of 1/6 of the local data."""
+    part = Participation(4, 6)
+    planned = factorization.plan_factor(
+        mechanism, W, steps=24, participation=part, **planner_options
+    )
     p = make_plan(
         mechanism,
         GRAPH,
@@ -36,8 +36,15 @@ def test_planned_plans_certify_and_run_identically(mechanism):
         noise_multiplier=1.0,
         factor=planned.factor,
         seed=3,
-        task=TaskSpec(dataset="synthetic-logistic", batch_size=bs),
+        task=TaskSpec(dataset="synthetic-logistic", batch_size=DATA.local_size // 6),
     )
+    return planned, p
+
+
+@pytest.mark.parametrize("mechanism", ["dmf", "mafalda"])
+def test_planned_plans_certify_and_run_identically(mechanism):
+    planned, p = _planned_plan(mechanism)
+    assert planned.gap < 1e-3 and planned.dual_bound <= planned.loss * (1 + 1e-12)
     # X = CᵀC is zero off the diagonal on co-participating pairs up to rounding, so the Thm 7
     # bound (sum of |X|) is 1 to within rounding
     assert p.sensitivity == pytest.approx(1.0, rel=1e-9)
@@ -136,22 +143,8 @@ def test_cli_mf_optimize_and_plan(tmp_path):
 
 @pytest.mark.parametrize("mechanism, kw", [("banded", {"bandwidth": 3}), ("blt", {"buffers": 2})])
 def test_compact_plans_certify_and_run_identically(mechanism, kw):
-    part = Participation(4, 6)
-    planned = factorization.plan_factor(mechanism, W, steps=24, participation=part, **kw)
+    planned, p = _planned_plan(mechanism, **kw)
     assert planned.loss_ratio_to_dense >= 1 - 1e-3
-    bs = DATA.local_size // 6
-    p = make_plan(
-        mechanism,
-        GRAPH,
-        steps=24,
-        participation=part,
-        clip_norm=1.0,
-        learning_rate=0.2,
-        noise_multiplier=1.0,
-        factor=planned.factor,
-        seed=3,
-        task=TaskSpec(dataset="synthetic-logistic", batch_size=bs),
-    )
     assert NoisePlan.from_bytes(p.to_bytes()).plan_hash == p.plan_hash
     assert p.factor.state_bytes(10) <= 8 * 10 * max(kw.values())  # bounded device state
     assert engine.run(p, DATA).model_digest == batch.run(p, DATA).digests[0]
