@@ -279,6 +279,22 @@ class CrossNoise:
     recipient_weights: np.ndarray  # (..., m)
     message_keys: np.ndarray  # (...) object, Zip-DL only
     shared_axis: int = 0  # number of node axes to insert after the trial axis for U·s
+    # each edge is drawn once per step and used by both ends: the distinct edge keys, and
+    # for each slot of ``edge_keys`` the position of its key among them (−1 at padding)
+    _edge_unique: np.ndarray = field(init=False, repr=False)
+    _edge_slot: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        position: dict[rng.StreamKey, int] = {}
+        slot = np.full(self.edge_keys.shape, -1, dtype=np.int64)
+        for index in np.ndindex(self.edge_keys.shape):
+            key = self.edge_keys[index]
+            if key is not None:
+                slot[index] = position.setdefault(key, len(position))
+        unique = np.empty(len(position), dtype=object)
+        unique[:] = list(position)
+        object.__setattr__(self, "_edge_unique", unique)
+        object.__setattr__(self, "_edge_slot", slot)
 
     @classmethod
     def for_node(cls, share: NodeCrossAgent, keys: CrossKeys, *, scale: float) -> CrossNoise:
@@ -365,19 +381,12 @@ class CrossNoise:
         return self._messages(out, step, d)
 
     def _edge_draws(self, step: int, d: int) -> np.ndarray:
-        keys = self.edge_keys
-        if keys.ndim == 1:  # one node: every slot is a real edge
-            return gaussian_draws(keys, step, (d,))
-        out = np.zeros((*keys.shape, d))
-        where = {}  # each edge is drawn once and used by both ends
-        for index in np.ndindex(keys.shape):
-            if keys[index] is not None:
-                where.setdefault(keys[index], []).append(index)
-        unique = np.empty(len(where), dtype=object)
-        unique[:] = list(where)
-        for draw, indices in zip(gaussian_draws(unique, step, (d,)), where.values(), strict=True):
-            for index in indices:
-                out[index] = draw
+        if self.edge_keys.ndim == 1:  # one node: every slot is a real edge
+            return gaussian_draws(self.edge_keys, step, (d,))
+        draws = gaussian_draws(self._edge_unique, step, (d,))
+        out = np.zeros((*self.edge_keys.shape, d))
+        real = self._edge_slot >= 0
+        out[real] = draws[self._edge_slot[real]]
         return out
 
     def _messages(self, common: np.ndarray, step: int, d: int) -> np.ndarray:
