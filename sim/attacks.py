@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from edgedp.algorithms._gossip import mix_gathered
 from sim.adversary import ObservationLog
 
 __all__ = [
@@ -81,11 +82,7 @@ def dsgd_inversion(
     weights = np.asarray(mixing_weight[victim], dtype=np.float64)
     theta = np.empty(m.shape[:2] + m.shape[3:])
     theta[:, 0] = theta0
-    prev = m[:, :-1][:, :, cols]  # (trials, T-1, width, d)
-    acc = np.zeros(prev.shape[:2] + prev.shape[3:])
-    for j in range(len(cols)):
-        acc = acc + weights[j] * prev[:, :, j]
-    theta[:, 1:] = acc
+    theta[:, 1:] = mix_gathered(weights, m[:, :-1][:, :, cols])  # (trials, T-1, width, d)
     return (theta - m[:, :, log.senders.index(victim)]) / learning_rate
 
 
@@ -127,8 +124,6 @@ def sr_gt_estimate(
         raise ValueError("sr_gt_estimate needs an sr-gt plan (a Laplace schedule with beta > 0).")
     if form not in ("paper", "inversion"):
         raise ValueError(f"Unknown form={form!r}; expected 'paper' or 'inversion'.")
-    from edgedp.algorithms._gossip import mix_gathered
-
     weights = np.asarray(plan.mixing_weight[victim], dtype=np.float64)
     z = m[:, :, log.senders.index(victim)]
     zbar = mix_gathered(weights, m[:, :, cols])  # (trials, T, d)
@@ -153,8 +148,6 @@ def dpop_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
     m, cols = _row_messages(log, victim, plan.mixing_index)
     if plan.laplace is None:
         raise ValueError("dpop_estimate needs a dpop plan (a Laplace schedule).")
-    from edgedp.algorithms._gossip import mix_gathered
-
     zbar = mix_gathered(np.asarray(plan.mixing_weight[victim], dtype=np.float64), m[:, :, cols])
     z = m[:, :, log.senders.index(victim)]
     T = m.shape[1]
