@@ -43,3 +43,23 @@ def make_agents():
     """``make_agents(plan, data, **agent_kw)``: one in-process Agent per node, keyed from the
     plan seed the way the simulators key them (noise, batches, cross-agent pairs)."""
     return _in_process_agents
+
+
+def _run_rounds(agents, rounds, *, reverse=False, drop=None):
+    for _ in range(rounds):
+        outs = [a.begin_round() for a in agents]
+        sends = [(o, a.node, v) for o, a in zip(outs, agents, strict=True) for v in o.recipients]
+        for o, u, v in reversed(sends) if reverse else sends:
+            if drop is None or not drop(o.round, u, v):
+                frames = [bytes(f) for f in o.frames_for(v)]
+                assert agents[v].receive(frames, authenticated_sender=u)
+        for a in agents:
+            a.end_round()
+
+
+@pytest.fixture
+def run_rounds():
+    """``run_rounds(agents, rounds, *, reverse=False, drop=None)``: deliver every message in
+    process (last sent first if ``reverse``), asserting each is accepted; ``drop(round,
+    sender, recipient)`` loses a message."""
+    return _run_rounds

@@ -30,50 +30,36 @@ def _plan(mechanism="dp-dsgd", steps=12):
     )
 
 
-def _run(agents, rounds, drop=lambda r, s, d: False, deliver_order=None):
-    for _ in range(rounds):
-        outs = [a.begin_round() for a in agents]
-        pairs = [(o, dst) for o in outs for dst in o.recipients]
-        if deliver_order is not None:
-            pairs = deliver_order(pairs)
-        for o, dst in pairs:
-            if not drop(o.round, agents[outs.index(o)].node, dst):
-                frames = [bytes(f) for f in o.frames]
-                assert agents[dst].receive(frames, authenticated_sender=agents[outs.index(o)].node)
-        for a in agents:
-            a.end_round()
-
-
 @pytest.mark.parametrize("mechanism", ["dsgd", "dp-dsgd", "antipgd"])
-def test_agents_equal_batch_engine_bitwise(mechanism, make_agents):
+def test_agents_equal_batch_engine_bitwise(mechanism, make_agents, run_rounds):
     p = _plan(mechanism)
     agents = make_agents(p, DATA)
     # deliver in reverse order: arrival order must not matter
-    _run(agents, p.steps, deliver_order=lambda pairs: pairs[::-1])
+    run_rounds(agents, p.steps, reverse=True)
     digest = batch.model_digest(np.stack([a.theta for a in agents]))
     assert digest == batch.run(p, DATA).digests[0]
 
 
-def test_budget_guard(make_agents):
+def test_budget_guard(make_agents, run_rounds):
     p = _plan(steps=2)
     agents = make_agents(p, DATA)
-    _run(agents, 2)
+    run_rounds(agents, 2)
     assert all(a.done for a in agents)
     with pytest.raises(BudgetExhaustedError):
         agents[0].begin_round()
 
 
-def test_snapshot_restore_reproduces_the_run(make_agents):
+def test_snapshot_restore_reproduces_the_run(make_agents, run_rounds):
     p = _plan("antipgd", steps=10)
     full = make_agents(p, DATA)
-    _run(full, 10)
+    run_rounds(full, 10)
     part = make_agents(p, DATA)
-    _run(part, 4)
+    run_rounds(part, 4)
     snaps = [a.snapshot() for a in part]
     fresh = make_agents(p, DATA)
     for a, s in zip(fresh, snaps, strict=True):
         a.restore(s)
-    _run(fresh, 6)
+    run_rounds(fresh, 6)
     assert [a.theta.tobytes() for a in fresh] == [a.theta.tobytes() for a in full]
     with pytest.raises(PlanError, match="another plan or node"):
         fresh[1].restore(snaps[0])
@@ -113,11 +99,11 @@ def test_bad_frames_are_counted_and_change_nothing(make_agents):
 
 
 @pytest.mark.parametrize("rule", ["renormalize", "reuse-last", "self"])
-def test_dropout_rules_keep_weights_stochastic(rule, make_agents):
+def test_dropout_rules_keep_weights_stochastic(rule, make_agents, run_rounds):
     p = _plan("dsgd", steps=6)
     agents = make_agents(p, DATA, dropout_rule=rule)
     dropped = lambda r, s, d: s == 0 and r >= 2  # node 0 goes silent from round 2  # noqa: E731
-    _run(agents, 6, drop=dropped)
+    run_rounds(agents, 6, drop=dropped)
     for a in agents:
         assert np.all(np.isfinite(a.theta))
         if 0 in a.neighbours:
@@ -130,7 +116,7 @@ def test_dropout_rules_keep_weights_stochastic(rule, make_agents):
             **{**{f: getattr(ag.share, f) for f in ag.share.__slots__}, "learning_rate": 0.0}
         )
         ag.theta = np.full(ag.model.dim, 3.0)
-    _run(same, 3, drop=dropped)
+    run_rounds(same, 3, drop=dropped)
     for ag in same:
         np.testing.assert_allclose(ag.theta, 3.0, rtol=1e-15)
 

@@ -52,25 +52,11 @@ def _plan(case: Case, steps=6, **kw):
     ).plan
 
 
-def _run(agents, rounds):
-    for _ in range(rounds):
-        outs = [a.begin_round() for a in agents]
-        pairs = [
-            (o, a.node, dst) for o, a in zip(outs, agents, strict=True) for dst in o.recipients
-        ]
-        for o, src, dst in reversed(pairs):  # arrival order must not matter
-            assert agents[dst].receive(
-                [bytes(f) for f in o.frames_for(dst)], authenticated_sender=src
-            )
-        for a in agents:
-            a.end_round()
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.mechanism}-{c.options}")
-def test_agents_equal_batch_engine_bitwise(case, make_agents):
+def test_agents_equal_batch_engine_bitwise(case, make_agents, run_rounds):
     p = _plan(case)
     agents = make_agents(p, DATA)
-    _run(agents, p.steps)
+    run_rounds(agents, p.steps, reverse=True)  # arrival order must not matter
     digest = batch.model_digest(np.stack([a.theta for a in agents]))
     assert digest == batch.run(p, DATA, trials=2).digests[0]
 

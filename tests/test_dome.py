@@ -280,28 +280,16 @@ def test_engines_agree_bitwise(case, make_agents):
     assert ev.bytes_sent - res.bytes_sent < ev.messages * 200
 
 
-def test_snapshot_restore_with_adam_state(make_agents):
+def test_snapshot_restore_with_adam_state(make_agents, run_rounds):
     p = _plan(SketchSpec(dim=4, optimizer="adam", noise_aware=True), steps=8)
     full = make_agents(p, DATA)
     part = make_agents(p, DATA)
-    for agents, rounds in ((full, 8), (part, 3)):
-        for _ in range(rounds):
-            outs = [a.begin_round() for a in agents]
-            for o, a in zip(outs, agents, strict=True):
-                for dst in o.recipients:
-                    agents[dst].receive([bytes(f) for f in o.frames], authenticated_sender=a.node)
-            for a in agents:
-                a.end_round()
+    run_rounds(full, 8)
+    run_rounds(part, 3)
     fresh = make_agents(p, DATA)
     for a, s in zip(fresh, [a.snapshot() for a in part], strict=True):
         a.restore(s)
-    for _ in range(5):
-        outs = [a.begin_round() for a in fresh]
-        for o, a in zip(outs, fresh, strict=True):
-            for dst in o.recipients:
-                fresh[dst].receive([bytes(f) for f in o.frames], authenticated_sender=a.node)
-        for a in fresh:
-            a.end_round()
+    run_rounds(fresh, 5)
     assert [a.theta.tobytes() for a in fresh] == [a.theta.tobytes() for a in full]
 
 

@@ -42,19 +42,6 @@ def _logistic_plan(mechanism, steps=12):
     return make_plan(mechanism, GRAPH, steps=steps, clip_norm=1.0, laplace=sched, task=task)
 
 
-def _run(agents, rounds):
-    for _ in range(rounds):
-        outs = [a.begin_round() for a in agents]
-        for o in reversed(outs):  # delivery order must not matter
-            for dst in o.recipients:
-                sender = agents[outs.index(o)].node
-                assert agents[dst].receive(
-                    [bytes(f) for f in o.frames], authenticated_sender=sender
-                )
-        for a in agents:
-            a.end_round()
-
-
 # ---------------------------------------------------------------- noise
 def test_laplace_draw_equals_one_generator_per_key():
     secret = rng.seed_secret(11)
@@ -94,10 +81,10 @@ def test_batch_engine_equals_a_direct_transcription(mechanism):
     np.testing.assert_allclose(got, x, rtol=1e-9, atol=1e-12)
 
 
-def test_y_is_never_sent_and_tracks_the_disagreement(make_agents):
+def test_y_is_never_sent_and_tracks_the_disagreement(make_agents, run_rounds):
     p = _sf_plan("sr-gt", steps=3)
     agents = make_agents(p, SF_DATA)
-    _run(agents, 3)
+    run_rounds(agents, 3, reverse=True)
     # 1ᵀ y = 0 (W doubly stochastic, paper 004 §5.1 after Eq. 13): y sums to zero over nodes
     total = np.sum([a.state["y"] for a in agents], axis=0)
     np.testing.assert_allclose(total, 0, atol=1e-9)
@@ -107,28 +94,28 @@ def test_y_is_never_sent_and_tracks_the_disagreement(make_agents):
 # ---------------------------------------------------------------- engine equivalence
 @pytest.mark.parametrize("mechanism", ["sr-gt", "dpop"])
 @pytest.mark.parametrize("task", ["sensor-fusion", "logistic"])
-def test_batch_agents_and_event_engine_are_bitwise_equal(mechanism, task, make_agents):
+def test_batch_agents_and_event_engine_are_bitwise_equal(mechanism, task, make_agents, run_rounds):
     if task == "sensor-fusion":
         p, data = _sf_plan(mechanism, steps=10), SF_DATA
     else:
         p, data = _logistic_plan(mechanism), LOGISTIC
     want = batch.run(p, data).digests[0]
     agents = make_agents(p, data)
-    _run(agents, p.steps)
+    run_rounds(agents, p.steps, reverse=True)
     assert batch.model_digest(np.stack([a.theta for a in agents])) == want
     assert engine.run(p, data).model_digest == want
 
 
-def test_sr_gt_agents_resume_from_a_snapshot(make_agents):
+def test_sr_gt_agents_resume_from_a_snapshot(make_agents, run_rounds):
     p = _logistic_plan("sr-gt", steps=8)
     full = make_agents(p, LOGISTIC)
-    _run(full, 8)
+    run_rounds(full, 8, reverse=True)
     part = make_agents(p, LOGISTIC)
-    _run(part, 3)
+    run_rounds(part, 3, reverse=True)
     fresh = make_agents(p, LOGISTIC)
     for a, snap in zip(fresh, [a.snapshot() for a in part], strict=True):
         a.restore(snap)
-    _run(fresh, 5)
+    run_rounds(fresh, 5, reverse=True)
     assert [a.theta.tobytes() for a in fresh] == [a.theta.tobytes() for a in full]
 
 
