@@ -1,10 +1,11 @@
 """Decentralized learning algorithms as pure update rules, one module each.
 
 Every module exposes the same names: ``NAME``, ``TRUST_MODEL``, ``ACCOUNTANT``,
-``check_plan(plan)``, ``local_step(theta, gradient_sum, noise, *, learning_rate,
-batch_size)``, ``combine(index, weight, values)`` (all nodes) and ``combine_node(weights,
-vectors)`` (one node). :data:`BY_MECHANISM` maps a plan's mechanism name to its module;
-callers pick a module there and never branch on its type.
+``check_plan(plan)`` and the round protocol the engines drive, ``init_state``, ``send``,
+``receive`` and ``model`` (documented in :mod:`edgedp.algorithms._gossip`); ``combine``
+(all nodes) and ``combine_node`` (one node) are the fixed-order mixing of the messages.
+:data:`BY_MECHANISM` maps a plan's mechanism name to its module; callers pick a module
+there and never branch on its type.
 """
 
 from collections.abc import Mapping
