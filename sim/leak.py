@@ -37,6 +37,7 @@ import numpy as np
 
 from edgedp import algorithms, models
 from edgedp.accounting import laplace as laplace_acc
+from edgedp.algorithms._gossip import mix_gathered
 from sim import adversary, attacks, batch, engine, leakage
 from sim.adversary import Attacker, ObservationLog
 
@@ -115,19 +116,12 @@ def _zipdl_estimate(log: ObservationLog, plan, victim: int, theta0) -> np.ndarra
             f"Attacker {log.attacker.label} misses the Zip-DL links {missing} of node {victim}."
         )
     m = log.link_messages
-    wsum = sum(w for v, w in zip(row, weights, strict=True) if v != victim)
-    out_avg = np.zeros(m.shape[:2] + m.shape[3:])
-    for v, w in zip(row, weights, strict=True):
-        if v != victim:
-            out_avg = out_avg + w * m[:, :, idx[(victim, v)]]
-    out_avg = out_avg / wsum
+    out_w = [w for v, w in zip(row, weights, strict=True) if v != victim]
+    out_avg = mix_gathered(out_w, m[:, :, [idx[(victim, v)] for v in others]]) / sum(out_w)
     theta = np.empty_like(out_avg)
     theta[:, 0] = theta0
-    acc = np.zeros_like(out_avg[:, :-1])
-    for v, w in zip(row, weights, strict=True):
-        prev = out_avg[:, :-1] if v == victim else m[:, :-1, idx[(v, victim)]]
-        acc = acc + w * prev
-    theta[:, 1:] = acc
+    prev = [out_avg[:, :-1] if v == victim else m[:, :-1, idx[(v, victim)]] for v in row]
+    theta[:, 1:] = mix_gathered(weights, np.stack(prev, axis=2))
     return (theta - out_avg) / plan.learning_rate
 
 
