@@ -422,16 +422,14 @@ def run(
             "n_trials": int(V.shape[0]),
             "k_neighbors": k,
             "reference_self_mi_bits": part.reference_self_mi,
-            "nmi_curve": [None if not np.isfinite(x) else float(x) for x in nmi],
+            "nmi_curve": leakage.json_floats(nmi),
             "low_variance_iterations": sorted(low),
             "skipped_iterations": [int(x) for x in np.flatnonzero(~ok & ~enough)],
             "information_dim": int(seen.shape[-1]),
             **(
                 {
                     "m_nmi_standardized": None if math.isnan(sc_curve.m_nmi) else sc_curve.m_nmi,
-                    "nmi_curve_standardized": [
-                        None if not np.isfinite(x) else float(x) for x in curve_s
-                    ],
+                    "nmi_curve_standardized": leakage.json_floats(curve_s),
                 }
                 if standardized
                 else {}
@@ -469,9 +467,7 @@ def run(
                 curve_p = np.full(plan.steps, np.nan)
                 curve_p[its_p] = pc.nmi
                 entry["m_nmi_point"] = None if math.isnan(pc.m_nmi) else pc.m_nmi
-                entry["nmi_curve_point"] = [
-                    None if not np.isfinite(x) else float(x) for x in curve_p
-                ]
+                entry["nmi_curve_point"] = leakage.json_floats(curve_p)
         else:
             entry.update(mse=None, cosine=None)
         results.append(entry)

@@ -52,6 +52,7 @@ __all__ = [
     "LeakageCurve",
     "add_tie_noise",
     "gaussian_mi",
+    "json_floats",
     "ksg_mi",
     "leakage_curve",
     "self_mi_reference",
@@ -223,6 +224,11 @@ def gaussian_mi(cov, dim_x: int, *, base: float = 2.0) -> float:
     return float((logdets[0] + logdets[1] - logdets[2]) / (2 * math.log(base)))
 
 
+def json_floats(a) -> list[float | None]:
+    """``a`` as a JSON list: finite entries as floats, NaN and Inf as None."""
+    return [None if not np.isfinite(v) else float(v) for v in a]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class LeakageCurve:
     """Per-iteration NMI of one attacker's estimate (paper 004 Eq. 43) and its maximum.
@@ -254,18 +260,15 @@ class LeakageCurve:
         return int(np.nanargmax(self.nmi)) if np.any(~self.degenerate) else None
 
     def to_dict(self) -> dict[str, Any]:
-        def floats(a):
-            return [None if not np.isfinite(v) else float(v) for v in a]
-
         return {
             "m_nmi": None if math.isnan(self.m_nmi) else self.m_nmi,
             "argmax_iteration": self.argmax_iteration,
             "n_trials": self.n_trials,
             "k_neighbors": self.k_neighbors,
             "reference_self_mi_bits": self.reference_self_mi,
-            "nmi": floats(self.nmi),
-            "mi_bits": floats(self.mi),
-            "self_mi_bits": floats(self.self_mi),
+            "nmi": json_floats(self.nmi),
+            "mi_bits": json_floats(self.mi),
+            "self_mi_bits": json_floats(self.self_mi),
             "degenerate_iterations": [int(i) for i in np.flatnonzero(self.degenerate)],
         }
 
