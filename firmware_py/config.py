@@ -173,6 +173,7 @@ def load(path: str | Path) -> NodeConfig:
     if len({n.id for n in neighbours}) != len(neighbours):
         raise ConfigError("a neighbour id appears twice in [[neighbours]]")
     state = _get(raw, "run", "checkpoint_dir", str)
+    model_file = _get(raw, "model", "file", str, None)
     return NodeConfig(
         path=path,
         id=node_id,
@@ -182,7 +183,7 @@ def load(path: str | Path) -> NodeConfig:
         plan_file=rel(_get(raw, "plan", "file", str)),
         shard=rel(_get(raw, "data", "shard", str)),
         model_kind=_get(raw, "model", "kind", str, ""),
-        model_file=rel(raw["model"]["file"]) if "file" in raw.get("model", {}) else None,
+        model_file=rel(model_file) if model_file is not None else None,
         checkpoint_dir=rel(state),
         metrics=rel(_get(raw, "run", "metrics", str, str(Path(state) / "metrics.jsonl"))),
         final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),
