@@ -1,0 +1,111 @@
+"""``edgedp account --trust pndp``: per-pair guarantees against curious nodes or link taps."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from edgedp_cli._common import UsageError, emit, json_value
+
+__all__ = ["cmd_account_pndp"]
+
+
+def cmd_account_pndp(p, args) -> None:
+    """``account --trust pndp``: per-pair PNDP guarantees (paper 000 §7.1, App. A.2)."""
+    from edgedp.accounting import pndp
+
+    if p.laplace is not None:
+        raise UsageError(f"--trust pndp is not available for Laplace plans ({p.mechanism})")
+    if p.cross_agent is not None:  # its noise is correlated across agents: not 000 App. A.2
+        raise UsageError(
+            f"--trust pndp is not available for {p.mechanism} plans; `edgedp plan` reports "
+            "their insider and colluding-neighbourhood guarantees"
+        )
+    if p.sketch is not None:
+        raise UsageError(
+            "--trust pndp is not available for dome plans (sketched messages): they are "
+            "certified under LDP only"
+        )
+    if args.steps_done is not None:
+        raise UsageError("--steps-done is not supported with --trust pndp (full run only)")
+    if p.noise_multiplier == 0:
+        raise UsageError(f"plan mechanism {p.mechanism!r} adds no noise: nothing to account")
+    attackers = None
+    if args.attacker is not None:
+        try:
+            attackers = [int(x) for x in args.attacker.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--attacker {args.attacker!r}: expected ids like 0,3,5") from None
+        bad = [a for a in attackers if not 0 <= a < p.n]
+        if not attackers or bad or len(set(attackers)) != len(attackers):
+            raise UsageError(
+                f"--attacker {args.attacker!r}: expected distinct node ids in [0, {p.n - 1}]"
+            )
+    show = not args.json and sys.stderr.isatty()
+    res = pndp.pndp_guarantees(
+        p,
+        attackers=attackers,
+        observer=args.observer,
+        progress=(lambda i, k: print(f"attacker set {i}/{k}", file=sys.stderr)) if show else None,
+    )
+    eps = res.epsilon(args.delta)
+    rdp2 = res.rdp(2.0)
+    ldp_eps = res.ldp.epsilon(args.delta)
+    rows = [
+        {
+            "attackers": list(res.attacker_sets[a]),
+            "victim": int(v),
+            "distance": json_value(float(d)),
+            "mu": json_value(float(m)),
+            "epsilon": json_value(float(e)),
+            "rdp_alpha2": json_value(float(r)),
+            "sensitivity": float(sv),
+            "exact": bool(x),
+        }
+        for a, v, d, m, e, r, sv, x in zip(
+            res.attacker_index.tolist(),
+            res.victim,
+            res.distance,
+            res.mu,
+            eps,
+            rdp2,
+            res.sensitivity,
+            res.exact,
+            strict=True,
+        )
+    ]
+    payload = {
+        "trust": "pndp",
+        "observer": res.observer,
+        "mechanism": p.mechanism,
+        "topology": p.topology,
+        "n": p.n,
+        "steps": p.steps,
+        "participation": f"{p.participation.k},{p.participation.b}",
+        "noise_multiplier": p.noise_multiplier,
+        "delta": args.delta,
+        "ldp_mu": res.ldp_mu,
+        "ldp_epsilon": ldp_eps,
+        "ldp_sensitivity": res.ldp.sensitivity,
+        "method": res.method,
+        "plan_hash": p.plan_hash,
+        "pairs": rows,
+    }
+    head = (
+        f"PNDP ({res.observer}) for {p.mechanism} on {p.topology}: n={p.n}, T={p.steps}, "
+        f"participation {p.participation.k},{p.participation.b}, sigma={p.noise_multiplier:g}; "
+        f"LDP mu={res.ldp_mu:.6g}, eps={ldp_eps:.6g} at delta={args.delta:g}"
+    )
+    lines = [
+        head,
+        f"{'attacker':>10} {'victim':>7} {'dist':>5} {'mu':>10} {'eps':>10} "
+        f"{'rdp_a2':>11} {'ldp_mu':>9}",
+    ]
+    for i, row in enumerate(rows):
+        att = ",".join(str(a) for a in row["attackers"])
+        dist = res.distance[i]
+        lines.append(
+            f"{att:>10} {row['victim']:>7} {dist if math.isinf(dist) else int(dist)!s:>5} "
+            f"{res.mu[i]:>10.4g} {eps[i]:>10.4g} {rdp2[i]:>11.4g} {res.ldp_mu:>9.4g}"
+        )
+    emit(args, payload, "\n".join(lines))
