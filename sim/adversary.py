@@ -251,7 +251,8 @@ class Probe:
                 self._per_link(view.messages.shape[0])[:, t] = view.messages[
                     :, senders, self._slots
                 ]
-        sizes = {u: _wire_size(t, u, self._dim) for u in {u for u, _ in log.links}}
+        width = view.messages.shape[-1]  # d, or k for DOME's sketched messages
+        sizes = {u: _wire_size(t, u, width) for u in {u for u, _ in log.links}}
         log.sizes[:, t] = [sizes[u] for u, _ in log.links]
         log.times[:, t] = t
         if not log.members:

@@ -451,6 +451,7 @@ def test_observers_see_every_mechanism_without_changing_a_bit(name):
     ev = taps[0].log
     got = ev.messages if ev.link_messages is None else ev.link_messages
     np.testing.assert_array_equal(got, seen[:1])
+    np.testing.assert_array_equal(ev.sizes, tap.sizes[:1])  # wire bytes (k floats for dome)
 
 
 def test_sr_gt_eq44_inverts_alg1_exactly():
