@@ -31,7 +31,7 @@ import scipy.linalg as sla
 import scipy.optimize as so
 
 from edgedp._validate import integer
-from edgedp.planning.whisper import _blas_limit
+from edgedp.planning.mf_optimal import _blas_limit
 
 __all__ = ["FORMS", "CompactCovariance", "fit"]
 

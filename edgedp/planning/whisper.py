@@ -35,7 +35,6 @@ and σ²_mix := λ_min(R⋆), the largest independent variance every agent can a
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ import numpy as np
 import scipy.optimize as so
 
 from edgedp._validate import finite_array, integer, non_negative, positive
+from edgedp.planning.mf_optimal import _blas_limit
 
 __all__ = [
     "DEFAULT_RIDGE",
@@ -152,17 +152,6 @@ def _workload(W: np.ndarray, ridge: float) -> np.ndarray:
     non_negative(ridge=ridge)
     M = W.T @ W + ridge * np.eye(W.shape[0])
     return (M + M.T) / 2
-
-
-def _blas_limit(threads: int | None):
-    """Pin BLAS threads during a solve (threadpoolctl when installed; a speed hint only)."""
-    if threads is None:
-        return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # only a speed hint
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=threads, user_api="blas")
 
 
 class _Dual:
