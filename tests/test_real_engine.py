@@ -20,6 +20,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource, node_noise_key, noise_digest
 from edgedp.plan import TaskSpec, make_plan
+from edgedp.sketch import SketchSpec
 from firmware_py import deploy
 from sim import batch, datasets
 
@@ -49,32 +50,19 @@ def _batch_digest(p):
     return batch.run(p, data).digests[0]
 
 
-@pytest.mark.parametrize("mechanism", ["dp-dsgd", "antipgd"])
-def test_eight_agent_processes_equal_the_batch_engine(tmp_path, mechanism):
-    p = _write_plan(tmp_path / "run.plan", mechanism)
-    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
-    assert run.wait(timeout=120) == [0] * 8
-    assert model_digest(run.final_models()) == _batch_digest(p)
-    done = [run.metrics(u)[-1] for u in range(8)]
-    assert all(d["event"] == "done" and d["missing"] == 0 and not d["rejected"] for d in done)
-
-
-def test_dome_agent_processes_equal_the_batch_engine(tmp_path):
-    from edgedp.sketch import SketchSpec
-
-    spec = SketchSpec(dim=5, optimizer="adam", noise_aware=True)
-    p = _write_plan(tmp_path / "run.plan", "dome", sketch=spec)
-    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
-    assert run.wait(timeout=120) == [0] * 8
-    assert model_digest(run.final_models()) == _batch_digest(p)
-
-
-def test_adaptive_dome_agent_processes_equal_the_batch_engine(tmp_path):
-    """Paper 002 Alg. 2 bases from the spanning-tree aggregate, over real ZeroMQ links."""
-    from edgedp.sketch import SketchSpec
-
-    spec = SketchSpec(dim=4, basis="adaptive", lag=6)  # er:8:0.5:4: tree height 3
-    p = _write_plan(tmp_path / "run.plan", "dome", sketch=spec)
+@pytest.mark.parametrize(
+    "mechanism, kw",
+    [
+        ("dp-dsgd", {}),
+        ("antipgd", {}),
+        ("dome", {"sketch": SketchSpec(dim=5, optimizer="adam", noise_aware=True)}),
+        # paper 002 Alg. 2 bases from the spanning-tree aggregate (er:8:0.5:4: tree height 3)
+        ("dome", {"sketch": SketchSpec(dim=4, basis="adaptive", lag=6)}),
+    ],
+    ids=["dp-dsgd", "antipgd", "dome-adam", "dome-adaptive"],
+)
+def test_eight_agent_processes_equal_the_batch_engine(tmp_path, mechanism, kw):
+    p = _write_plan(tmp_path / "run.plan", mechanism, **kw)
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
     assert run.wait(timeout=120) == [0] * 8
     assert model_digest(run.final_models()) == _batch_digest(p)
