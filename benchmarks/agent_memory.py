@@ -21,7 +21,6 @@ from edgedp import factors, rng
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.models.linear import LinearModel
-from edgedp.noise import node_noise_key
 from edgedp.plan import make_plan
 
 kind, d, steps = sys.argv[1], int(sys.argv[2]), 8
@@ -38,7 +37,7 @@ plan = make_plan(mech, topologies.parse("complete:2"), steps=steps,
                  noise_multiplier=1.0, factor=factor)
 secret = rng.seed_secret(0)
 agent = Agent(plan.share(0), model=LinearModel("logistic", d - 1), x=x, y=y,
-              noise_key=node_noise_key(secret, 0), batch_key=rng.derive_key(secret, "b"))
+              noise_key=rng.derive_key(secret, "n"), batch_key=rng.derive_key(secret, "b"))
 peer = np.zeros(d)
 for r in range(steps):
     agent.begin_round()

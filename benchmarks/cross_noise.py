@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 from _timing import median_seconds
 
-from edgedp import cross_agent, rng
+from edgedp import cross_agent, rng, streams
 
 
 def _share(r: int, edges: int) -> cross_agent.NodeCrossAgent:
@@ -51,7 +51,7 @@ def main() -> None:
         ("local, degree 30", 0, 30),
     ]
     for name, r, edges in cases:
-        keys = cross_agent.simulation_keys(secret, 0, range(1, edges + 1))
+        keys = streams.RunKeys(secret, "0" * 64, "bench").cross(0, range(1, edges + 1))
         noise = cross_agent.CrossNoise.for_node(_share(r, edges), keys, scale=1.0)
 
         def step(noise=noise):

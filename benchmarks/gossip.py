@@ -17,11 +17,10 @@ from pathlib import Path
 import numpy as np
 
 import topologies
-from edgedp import rng
+from edgedp import streams
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.models.linear import LinearModel
-from edgedp.noise import node_noise_key
 from edgedp.plan import TaskSpec, make_plan
 from firmware_py import deploy
 from sim import datasets
@@ -51,14 +50,14 @@ def main() -> None:
         (tmp / "run.plan").write_bytes(plan.to_bytes())
         # baseline: one agent's round compute in-process (its neighbours' models faked)
         data = datasets.partition(datasets.load(task.dataset, seed=plan.seed), n, seed=plan.seed)
-        secret = rng.seed_secret(plan.seed)
+        keys = streams.RunKeys.simulation(plan)
         agent = Agent(
             plan.share(0),
             model=LinearModel("logistic", d - 1),
             x=data.x[0],
             y=data.y[0],
-            noise_key=node_noise_key(secret, 0),
-            batch_key=rng.derive_key(secret, "batch", 0, 0),
+            noise_key=keys.noise(0),
+            batch_key=keys.batch(0),
         )
         times = []
         for r in range(5):

@@ -13,7 +13,11 @@ Guarantees (DESIGN §6, §8):
   one only increments ``metrics.rejected[reason]``;
 * :meth:`snapshot` / :meth:`restore` carry everything needed to resume at the start of a
   round; the noise of every round is a pure function of (key, round), so a restarted agent
-  regenerates the same noise.
+  regenerates the same noise. A snapshot records the fingerprint of the streams it was
+  made with (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret,
+  plan or run is refused;
+* :meth:`final_release` is the model to publish at the end, covered by the plan's
+  accountant (for sr-gt/DPOP the last state plus one more Laplace draw).
 """
 
 from __future__ import annotations
@@ -111,6 +115,8 @@ class Agent:
       memoize_noise: simulators only — see :class:`edgedp.noise.NoiseSource`.
       cross_keys: the shared-seed, per-edge and message stream keys a plan with a
         ``cross_agent`` section needs (:class:`edgedp.cross_agent.CrossKeys`; secret).
+      stream_fingerprint: a one-way fingerprint of the secrets, plan and run the keys come
+        from, stored in snapshots and checked on restore.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class Agent:
         round_window: int = 8,
         memoize_noise: bool = False,
         cross_keys: cross_mod.CrossKeys | None = None,
+        stream_fingerprint: str = "",
     ) -> None:
         if dropout_rule not in DROPOUT_RULES:
             raise ValueError(
@@ -142,6 +149,7 @@ class Agent:
             raise ValueError(f"Expected x (m, f) and y (m,), got {x.shape} and {y.shape}.")
         self.share = share
         self.node = share.node
+        self.stream_fingerprint = stream_fingerprint
         self.model = model
         self.algo = algorithms.for_mechanism(share.mechanism)
         self.x, self.y = x, y
@@ -219,6 +227,7 @@ class Agent:
         return {
             "plan_hash": self.share.plan_hash,
             "node": self.node,
+            "stream_fingerprint": self.stream_fingerprint,
             "round": self.round,
             "state": dict(self.state),
             "noise_step": self.noise_state.step,
@@ -231,6 +240,11 @@ class Agent:
         """Resume from :meth:`snapshot` output; checks it belongs to this plan and node."""
         if snap.get("plan_hash") != self.share.plan_hash or snap.get("node") != self.node:
             raise PlanError("Checkpoint belongs to another plan or node; refusing to resume.")
+        if snap.get("stream_fingerprint", "") != self.stream_fingerprint:
+            raise PlanError(
+                "Checkpoint was made with another noise secret, pairwise key or run id: "
+                "resuming would continue its streams with other noise; refusing to resume."
+            )
         state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
         want = self.algo.init_state(self.theta)
         if set(state) != set(want) or any(
@@ -361,6 +375,22 @@ class Agent:
         self.message = slots[row.index(self.node)]
         first = frames[self.neighbours[0]] if self.neighbours else []
         return Outgoing(self.round, self.neighbours, first, self._noise_digest, frames)
+
+    def final_release(self) -> np.ndarray:
+        """The model to publish once the plan's rounds are done, covered by its accountant.
+
+        Gaussian plans: the model, a post-processing of released messages. sr-gt / DPOP: the
+        last state x(K) carries one gradient step no message noised, so the release is
+        x(K) + Lap(ν_{K+1}) from the node's stream at round K — a step no message uses
+        (:func:`edgedp.accounting.laplace.epsilon_spent` with ``final_release=True``).
+        """
+        if not self.done:
+            raise RuntimeError(f"node {self.node}: final_release() before the last round")
+        if self.share.laplace is None:
+            return self.theta
+        steps = self.share.steps
+        scale = self.share.laplace.noise_scale(steps)
+        return self.theta + laplace_draw(self.noise.keys, steps, self.model.dim, scale)
 
     def skip_round(self) -> None:
         """Sit out the current round (the node is offline): no step, no messages.

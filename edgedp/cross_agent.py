@@ -21,10 +21,11 @@ recipient j is ``√D_u ν z_u + ν√m (y_j − w_j Σ_k w_k y_k / Σ_k w_k²)`
 the recipient's weight, so the message-wise parts cancel in the weighted sum the
 recipients form. Muffliato (000 App. A.4) uses D = 1 and ``gossip_rounds`` K.
 
-Per-node cost per step: (1 + r + deg_u)·d normal draws (dense: (1 + n)·d). Keys: in
-simulations every stream comes from the plan seed (:func:`simulation_keys`); on devices the
-shared seed is a secret distributed out of band and per-edge keys come from
-:func:`edgedp.keys.pairwise_secret` (:func:`pair_key`) — neither is ever in a plan file.
+Per-node cost per step: (1 + r + deg_u)·d normal draws (dense: (1 + n)·d). Keys
+(:mod:`edgedp.streams`, bound to the plan hash and the run): in simulations every stream
+comes from the plan seed; on devices per-edge keys come from
+:func:`edgedp.keys.pairwise_secret` (:func:`edgedp.streams.edge_key`) and the shared seed is
+not available — neither is ever in a plan file.
 Every operation is elementwise or a fixed-order sum, so one node's noise has the same bits
 alone and inside the batch engine's ``(trials, nodes)`` stack.
 """
@@ -49,9 +50,7 @@ __all__ = [
     "CrossNoise",
     "NodeCrossAgent",
     "gaussian_draws",
-    "pair_key",
     "reverse_slots",
-    "simulation_keys",
 ]
 
 #: Mechanisms that carry a cross-agent section, and what their noise uses.
@@ -207,25 +206,6 @@ class CrossKeys:
     messages: rng.StreamKey | None = None
 
 
-def pair_key(secret: bytes) -> rng.StreamKey:
-    """The per-edge stream key from a pairwise secret (:func:`edgedp.keys.pairwise_secret`)."""
-    return rng.derive_key(secret, "cross-agent", "pair")
-
-
-def simulation_keys(secret: bytes, node: int, neighbours, *, trial: int = 0) -> CrossKeys:
-    """Simulation-only keys from the plan seed's secret (devices use real secrets)."""
-    pairs = {
-        int(v): rng.derive_key(secret, "cross-pair", int(trial), min(node, v), max(node, v))
-        for v in neighbours
-        if v != node
-    }
-    return CrossKeys(
-        shared=rng.derive_key(secret, "cross-shared", int(trial)),
-        pairs=pairs,
-        messages=rng.derive_key(secret, "cross-message", int(trial), int(node)),
-    )
-
-
 def gaussian_draws(keys: np.ndarray, step: int, shape: tuple[int, ...]) -> np.ndarray:
     """``rng.gaussian(key, step, shape)`` for every key, stacked: ``keys.shape + shape``.
 
@@ -324,8 +304,9 @@ class CrossNoise:
         )
 
     @classmethod
-    def for_plan(cls, plan, secret: bytes, trial_ids) -> CrossNoise:
-        """All nodes of ``plan`` for the given simulation trials (batch engine)."""
+    def for_plan(cls, plan, keys, trial_ids) -> CrossNoise:
+        """All nodes of ``plan`` for the given simulation trials (batch engine); ``keys`` is
+        the run's :class:`edgedp.streams.RunKeys`."""
         spec = plan.cross_agent
         n, trials = plan.n, list(trial_ids)
         shares = [plan.share(u).cross_agent for u in range(n)]
@@ -335,14 +316,11 @@ class CrossNoise:
         message_keys = np.empty((len(trials), n), dtype=object)
         for i, tr in enumerate(trials):
             for u, sh in enumerate(shares):
-                keys = simulation_keys(secret, u, [v for v, _ in sh.edge_terms], trial=tr)
-                message_keys[i, u] = keys.messages
+                message_keys[i, u] = keys.messages(u, trial=tr)
                 for j, (v, c) in enumerate(sh.edge_terms):
                     coef[u, j], valid[u, j] = c, True
-                    edge_keys[i, u, j] = keys.pairs[v]
-        shared = np.array(
-            [rng.derive_key(secret, "cross-shared", int(tr)) for tr in trials], dtype=object
-        )
+                    edge_keys[i, u, j] = keys.pair(u, v, trial=tr)
+        shared = np.array([keys.shared(trial=tr) for tr in trials], dtype=object)
         return cls(
             kind=spec.kind,
             scale=float(plan.noise_std),

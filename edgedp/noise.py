@@ -18,17 +18,12 @@ import numpy as np
 from edgedp import _validate, rng
 from edgedp.factors import StreamState
 
-__all__ = ["NoiseSource", "laplace_draw", "node_noise_key", "noise_digest"]
+__all__ = ["NoiseSource", "laplace_draw", "noise_digest"]
 
 
 def noise_digest(noise: np.ndarray) -> str:
     """A short fingerprint of one step's noise (for logs: compares runs without revealing it)."""
     return hashlib.sha256(np.ascontiguousarray(noise, dtype="<f8").tobytes()).hexdigest()[:16]
-
-
-def node_noise_key(secret: bytes, node: int, *, trial: int = 0) -> rng.StreamKey:
-    """The key of node ``node``'s Gaussian noise stream (per trial in simulations)."""
-    return rng.derive_key(secret, "noise", int(trial), int(node))
 
 
 def laplace_draw(keys: np.ndarray, step: int, dim: int, scale: float) -> np.ndarray:

@@ -7,6 +7,20 @@ the SHA-256 of its canonical msgpack encoding; neighbours compare hashes before 
 Loading a plan re-certifies it: the sensitivity is recomputed by the accountant from the
 factor and must equal the stored one, so a tampered or stale plan is refused.
 
+Every plan states the adjacency its guarantee is for (``adjacency``; CONVENTIONS, DESIGN §6).
+Gaussian plans certify **zero-out** adjacency: one example of one node is replaced by one
+whose gradient is zero at every step. The batch schedule (:func:`batch_schedule`) depends on
+the local dataset size, so removing an example would reshuffle the other examples' batches:
+add/remove adjacency is not what these plans certify. Replacing one example by any other
+doubles the sensitivity (2Δ per participation): ``replace_one_mu`` = 2μ. Laplace plans
+state the adjacency of their schedule (zero-out, replace-one or problem).
+
+Version 2 plans (this module) differ from version 1 in the adjacency they state and in
+the Laplace noise scale (:mod:`edgedp.accounting.laplace`); version 1 files are refused.
+
+A private mechanism never runs without noise: a plan of a noisy mechanism whose σ is 0
+(or whose Laplace ε is ∞) is refused when loaded; only ``dsgd`` is noise-free by name.
+
 Each device receives a :class:`NodeShare` — its own row of the gossip table and the noise
 parameters — and nothing else (no other node's neighbours, no secrets).
 
@@ -51,9 +65,21 @@ from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 
-__all__ = ["PLAN_VERSION", "NodeShare", "NoisePlan", "TaskSpec", "batch_schedule", "make_plan"]
+__all__ = [
+    "ADJACENCIES",
+    "PLAN_VERSION",
+    "NodeShare",
+    "NoisePlan",
+    "TaskSpec",
+    "batch_schedule",
+    "make_plan",
+]
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+
+#: Adjacencies a plan can certify (module docstring); Gaussian plans certify zero-out.
+ADJACENCIES = laplace_acc.ADJACENCIES
+GAUSSIAN_ADJACENCY = "zero-out"
 
 #: mechanism -> (temporal factor builder or None when the caller supplies one, has noise)
 _MECHANISMS: dict[str, tuple[Any, bool]] = {
@@ -151,6 +177,14 @@ class NoisePlan:
     laplace: laplace_acc.LaplaceSchedule | None = None
     cross_agent: cross_mod.CrossAgentSpec | None = None
     sketch: sketch_mod.SketchSpec | None = None
+    adjacency: str = GAUSSIAN_ADJACENCY
+
+    @property
+    def private(self) -> bool:
+        """True when the plan adds noise (σ > 0, or a Laplace schedule with finite ε)."""
+        if self.laplace is not None:
+            return self.laplace.private
+        return self.noise_multiplier > 0
 
     @property
     def noise_std(self) -> float:
@@ -163,6 +197,11 @@ class NoisePlan:
     def mu(self) -> float:
         """μ of the μ-GDP guarantee per example of any node (LDP), ``inf`` without noise."""
         return math.inf if self.noise_multiplier == 0 else 1.0 / self.noise_multiplier
+
+    @property
+    def replace_one_factor(self) -> float:
+        """How much larger μ (Gaussian) or ε (Laplace) is under replace-one adjacency."""
+        return 2.0 if self.adjacency == "zero-out" else 1.0
 
     def guarantee(self, *, steps_done: int | None = None) -> mf.LDPGuarantee:
         """Re-derive the guarantee from the factor (never from stored numbers)."""
@@ -204,6 +243,7 @@ class NoisePlan:
             "learning_rate": self.learning_rate,
             "task": self.task.to_dict(),
             "seed": self.seed,
+            "adjacency": self.adjacency,
             # only when present, so plans without it keep their hashes
             **({"laplace": self.laplace.to_dict()} if self.laplace is not None else {}),
             **({"cross_agent": self.cross_agent.to_dict()} if self.cross_agent else {}),
@@ -226,6 +266,11 @@ class NoisePlan:
             stored_hash = outer["hash"]
         except (ValueError, KeyError, TypeError) as exc:
             raise PlanError(f"Not a NoisePlan file: {exc}") from None
+        if d.get("version") == 1:
+            raise PlanError(
+                "Plan version 1 predates stated adjacencies and the corrected Laplace noise "
+                "scale; re-create it with `edgedp plan` (same arguments)."
+            )
         if d.get("version") != PLAN_VERSION:
             raise PlanError(
                 f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})."
@@ -259,12 +304,19 @@ class NoisePlan:
                     else None
                 ),
                 sketch=sketch_mod.SketchSpec.from_dict(d["sketch"]) if "sketch" in d else None,
+                adjacency=str(d["adjacency"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"Malformed NoisePlan field: {exc}") from None
         if plan.plan_hash != stored_hash:
             raise PlanError("NoisePlan hash mismatch: the file was modified or corrupted.")
         _certify(plan)
+        if plan.mechanism != "dsgd" and not plan.private:
+            raise PlanError(
+                f"This {plan.mechanism} plan adds no noise (noise_multiplier 0 or epsilon inf): "
+                "a private mechanism never runs without noise; plan 'dsgd' for a run "
+                "without privacy."
+            )
         return plan
 
     def share(self, node: int) -> NodeShare:
@@ -346,6 +398,11 @@ def _certify(plan: NoisePlan) -> None:
             f"A laplace section belongs exactly to mechanisms {LAPLACE_MECHANISMS}, "
             f"not {plan.mechanism!r}."
         )
+    want = plan.laplace.adjacency if plan.laplace is not None else GAUSSIAN_ADJACENCY
+    if plan.adjacency != want:
+        raise PlanError(
+            f"Plan adjacency {plan.adjacency!r} is not what its accountant certifies ({want!r})."
+        )
     _certify_cross_agent(plan)
     if plan.sketch is not None and plan.mechanism != "dome":
         raise PlanError(
@@ -363,6 +420,15 @@ def _certify(plan: NoisePlan) -> None:
         except ValueError as exc:
             raise PlanError(str(exc)) from None
         return
+    noisy = _MECHANISMS[plan.mechanism][1]
+    if noisy and not 0 < plan.noise_multiplier < math.inf:
+        raise PlanError(
+            f"A {plan.mechanism} plan needs a finite noise_multiplier > 0, got "
+            f"{plan.noise_multiplier!r}; a private mechanism never runs without noise "
+            "(plan 'dsgd' for a run without privacy)."
+        )
+    if not noisy and plan.noise_multiplier != 0.0:
+        raise PlanError(f"A {plan.mechanism} plan adds no Gaussian noise: noise_multiplier 0.")
     if plan.noise_multiplier == 0.0:
         return
     g = plan.guarantee()
@@ -525,6 +591,7 @@ def make_plan(
         seed=seed,
         laplace=laplace,
         sketch=sketch,
+        adjacency=laplace.adjacency if laplace is not None else GAUSSIAN_ADJACENCY,
     )
     _certify(plan)
     return plan

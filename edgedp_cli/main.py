@@ -197,13 +197,16 @@ def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
     if p.laplace is not None:
         from edgedp_cli import tune_cmd
 
-        return tune_cmd.laplace_report(p, steps_done)
+        return tune_cmd.laplace_report(p, steps_done, delta=delta)
     if p.noise_multiplier > 0:
+        from edgedp.accounting import gdp
+
         g = p.guarantee(steps_done=steps_done)
         mu, eps, exact = g.mu, g.epsilon(delta), g.exact
+        eps_replace = gdp.epsilon(p.replace_one_factor * mu, delta=delta)
     else:
-        mu, eps, exact = math.inf, math.inf, True
-    return {
+        mu, eps, exact, eps_replace = math.inf, math.inf, True, math.inf
+    payload = {
         "mechanism": p.mechanism,
         "topology": p.topology,
         "n": p.n,
@@ -214,12 +217,25 @@ def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
         "sensitivity_exact": exact,
         "noise_std": p.noise_std,
         "clip_norm": p.clip_norm,
+        "adjacency": p.adjacency,
         "mu": mu,
         "epsilon": eps,
         "delta": delta,
+        "epsilon_replace_one": eps_replace,
         "trust_model": _trust(p),
         "plan_hash": p.plan_hash,
     }
+    if p.cross_agent is not None and p.noise_multiplier > 0:
+        payload.update(_trust_epsilons(p, delta, steps_done))
+    return payload
+
+
+def _trust_epsilons(p, delta: float, steps_done: int | None) -> dict:
+    """ε per trust model of a cross-agent plan (eavesdropper, insider, neighbourhood)."""
+    from edgedp.accounting import cross_agent as cross_acc
+
+    report = cross_acc.trust_report(p, delta=delta, steps_done=steps_done)
+    return {f"epsilon_{name}": value for name, value in report.items()}
 
 
 def _trust(p) -> str:
@@ -280,6 +296,12 @@ def cmd_deploy(args) -> None:
                 "on that device and copy its node-{u}.key here"
             ) from None
     out = Path(args.out)
+    from edgedp import streams
+
+    try:
+        run_id = streams.validate_run_id(args.run_id or streams.new_run_id())
+    except ValueError as exc:
+        raise UsageError(f"--run-id: {exc}") from None
     shards = (
         {u: str(s.resolve()) for u, s in enumerate(deploy.write_shards(p, out / "shards"))}
         if args.write_shards
@@ -296,9 +318,15 @@ def cmd_deploy(args) -> None:
         shards=shards,
         round_timeout=args.round_timeout,
         max_epsilon=args.max_epsilon,
+        run_id=run_id,
     )
-    payload = {"configs": [str(c) for c in configs], "n": p.n, "plan_hash": p.plan_hash}
-    emit(args, payload, f"wrote {len(configs)} node configs to {out}")
+    payload = {
+        "configs": [str(c) for c in configs],
+        "n": p.n,
+        "plan_hash": p.plan_hash,
+        "run_id": run_id,
+    }
+    emit(args, payload, f"wrote {len(configs)} node configs for run {run_id} to {out}")
 
 
 def cmd_local_run(args) -> None:
@@ -466,7 +494,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also split the plan's task dataset into per-node shards",
     )
     p.add_argument("--round-timeout", type=float, default=10.0)
-    p.add_argument("--max-epsilon", type=float)
+    p.add_argument(
+        "--max-epsilon",
+        type=float,
+        help="each device's budget (default: the plan's own epsilon against the worst "
+        "adversary, at delta 1e-6)",
+    )
+    p.add_argument(
+        "--run-id",
+        help="the run id every node's streams are bound to (default: a fresh random one; "
+        "a new deployment of the same plan must use a new id)",
+    )
 
     p = add("local-run", cmd_local_run, "run one agent process per node on 127.0.0.1")
     p.add_argument("--plan", required=True)

@@ -2,8 +2,11 @@
 
 ``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
 :mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan --mechanism sr-gt|dpop`` (in main.py)
-hands over to :func:`cmd_plan_laplace`, which builds the Laplace schedule (Eq. 5) and
-reports ``epsilon_spent`` after the horizon and ``epsilon``, the infinite-horizon guarantee.
+hands over to :func:`cmd_plan_laplace`, which builds the Laplace schedule (Eq. 5 with the
+noise of each message paired with the state it releases: :mod:`edgedp.accounting.laplace`)
+and reports ``epsilon_spent`` by the messages of the horizon, ``epsilon_with_final_release``
+(the noised final model a device publishes), ``epsilon`` (infinite horizon), the same under
+replace-one adjacency, and (ε, δ) from a privacy-loss distribution.
 """
 
 from __future__ import annotations
@@ -32,14 +35,15 @@ def add_plan_arguments(p) -> None:
         "--delta-grad",
         type=float,
         help="sr-gt/dpop: L1 bound δ on gradient differences of adjacent inputs "
-        "(default with --adjacency example: 2*clip*sqrt(d)/B from the task)",
+        "(default: clip*sqrt(d)/B from the task for zero-out, twice that for replace-one)",
     )
     p.add_argument(
         "--adjacency",
-        choices=["example", "problem"],
-        default="example",
-        help="sr-gt/dpop: replace one example (δ certified from the clip norm) or "
-        "Definition 1 of paper 004 (δ taken as given; --clip-norm inf allowed)",
+        choices=["zero-out", "replace-one", "problem"],
+        default="zero-out",
+        help="sr-gt/dpop: one example zeroed (default; the adjacency of every Gaussian "
+        "plan) or replaced (δ certified from the clip norm), or Definition 1 of paper 004 "
+        "(δ taken as given; --clip-norm inf allowed)",
     )
 
 
@@ -49,10 +53,10 @@ def cmd_plan_laplace(args) -> None:
     from edgedp.accounting import laplace
 
     m = args.mechanism
-    if args.noise_multiplier is not None or args.delta is not None:
-        raise UsageError(
-            f"--mechanism {m} is pure eps-DP (Laplace): drop --noise-multiplier, --delta"
-        )
+    if args.noise_multiplier is not None:
+        raise UsageError(f"--mechanism {m} is pure eps-DP (Laplace): drop --noise-multiplier")
+    if args.delta is not None and not 0 < args.delta < 1:
+        raise UsageError(f"--delta must be in (0, 1), got {args.delta!r}")
     if args.participation is not None:
         raise UsageError(f"--mechanism {m} counts every round: drop --participation")
     if args.target_eps is None:
@@ -68,8 +72,11 @@ def cmd_plan_laplace(args) -> None:
     task = task_from_args(args)
     clip = args.clip_norm
     delta_grad = args.delta_grad
-    if args.adjacency == "example":
-        need = _example_delta(task, g.n, clip)
+    example = args.adjacency != "problem"
+    if not 0 < args.target_eps < float("inf"):
+        raise UsageError(f"--target-eps must be > 0 and finite, got {args.target_eps!r}")
+    if example:
+        need = _example_delta(task, g.n, clip, args.adjacency)
         delta_grad = need[0] if delta_grad is None else delta_grad
     elif delta_grad is None:
         raise UsageError("--adjacency problem needs --delta-grad D (your L1 gradient-gap bound)")
@@ -85,7 +92,7 @@ def cmd_plan_laplace(args) -> None:
             epsilon=args.target_eps,
             adjacency=args.adjacency,
         )
-        if args.adjacency == "example":
+        if example:
             laplace.check_task(sched, clip_norm=clip, dim=need[1], batch_size=need[2])
         p = plan_mod.make_plan(
             m,
@@ -102,13 +109,13 @@ def cmd_plan_laplace(args) -> None:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     Path(args.out).write_bytes(p.to_bytes())
-    payload = laplace_report(p)
+    payload = laplace_report(p, delta=args.delta if args.delta is not None else 1e-6)
     payload["out"] = args.out
     emit(args, payload, key_value_lines(payload))
 
 
-def _example_delta(task, nodes: int, clip: float) -> tuple[float, int, int]:
-    """(2Δ√d/B, d, B) for the task's model and local batch (replace-one adjacency)."""
+def _example_delta(task, nodes: int, clip: float, adjacency: str) -> tuple[float, int, int]:
+    """(δ, d, B) for the task's model and local batch: Δ√d/B, or 2Δ√d/B for replace-one."""
     from edgedp.accounting import laplace
 
     model, data = task_model(task)
@@ -117,19 +124,23 @@ def _example_delta(task, nodes: int, clip: float) -> tuple[float, int, int]:
         raise UsageError(f"{task.dataset} has too few examples for {nodes} nodes")
     batch = task.batch_size or local
     try:
-        value = laplace.example_delta(clip_norm=clip, dim=model.dim, batch_size=batch)
+        value = laplace.example_delta(
+            clip_norm=clip, dim=model.dim, batch_size=batch, adjacency=adjacency
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return value, model.dim, batch
 
 
-def laplace_report(p, steps_done: int | None = None) -> dict:
+def laplace_report(p, steps_done: int | None = None, *, delta: float = 1e-6) -> dict:
     """What ``plan`` and ``account`` print for a Laplace plan."""
     from edgedp import algorithms
     from edgedp.accounting import laplace
 
     s = p.laplace
     done = p.steps if steps_done is None else steps_done
+    spent = laplace.epsilon_spent(s, done)
+    final = laplace.epsilon_spent(s, done, final_release=True)
     return {
         "mechanism": p.mechanism,
         "topology": p.topology,
@@ -145,10 +156,37 @@ def laplace_report(p, steps_done: int | None = None) -> dict:
         "first_noise_scale": s.noise_scale(0),
         "last_noise_scale": s.noise_scale(p.steps - 1),
         "last_stepsize": s.stepsize(p.steps - 1),
-        "epsilon_spent": laplace.epsilon_spent(s, done),
+        "epsilon_spent": spent,
+        "epsilon_with_final_release": final,
         "epsilon": laplace.epsilon(s),
+        "epsilon_replace_one": laplace.replace_one_epsilon(s, laplace.epsilon(s)),
+        "delta": 0.0,
+        **_pld_fields(s, done, delta),
+        "final_model": (
+            "the state x(K) carries one un-noised gradient step and is not covered; "
+            "edgedp-agent publishes the noised release x(K) + Lap(nu_{K+1}) "
+            "(epsilon_with_final_release)"
+        ),
         "trust_model": algorithms.for_mechanism(p.mechanism).TRUST_MODEL,
         "plan_hash": p.plan_hash,
+    }
+
+
+def _pld_fields(schedule, rounds: int, delta: float) -> dict:
+    """(ε, δ) of the messages and final release from a privacy-loss distribution."""
+    try:
+        from edgedp.planning import laplace_pld
+    except ImportError:  # a device-only install has no dp-accounting
+        return {"pld_epsilon": None, "pld_note": "install edgedp[plan] for (epsilon, delta)"}
+    try:
+        eps = laplace_pld.epsilon_at(schedule, rounds, delta=delta, final_release=True)
+    except ImportError:
+        return {"pld_epsilon": None, "pld_note": "install edgedp[plan] for (epsilon, delta)"}
+    return {
+        "pld_epsilon": eps,
+        "pld_delta": delta,
+        "pld_note": "messages and final release; randomized-response dominating pairs "
+        "composed by dp-accounting's PLD (valid for any dimension, not tight)",
     }
 
 

@@ -2,7 +2,9 @@
 
 A reader sees the previous complete checkpoint or the new complete one, never a mix. The
 file is msgpack ``{"sha256": ..., "body": ...}``; a checksum mismatch is an error, never a
-silent restart (restarting from scratch after messages were sent would reuse noise).
+silent restart (restarting from scratch after messages were sent would reuse noise). Every
+file is written 0600 (only the device's user reads it) and :func:`private_folder` makes the
+state folder 0700.
 """
 
 from __future__ import annotations
@@ -14,19 +16,28 @@ from typing import Any
 
 from edgedp import _codec
 
-__all__ = ["CheckpointError", "atomic_write", "load", "save"]
+__all__ = ["CheckpointError", "atomic_write", "load", "private_folder", "save"]
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be trusted."""
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+def private_folder(path: Path) -> None:
+    """Create ``path`` (and parents) if needed and make it 0700: owner only."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (file mode ``mode``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), mode)  # an existing leftover temporary keeps no wider mode
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

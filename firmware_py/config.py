@@ -6,6 +6,7 @@ id = 3
 bind = "tcp://0.0.0.0:5603"                # where this node listens
 key_file = "keys/node-3.key_secret"        # ZeroMQ CURVE keypair (pyzmq certificate format)
 noise_secret_file = "keys/node-3.noise"    # 32+ secret bytes; or noise_secret = "plan-seed"
+# ledger_file = "keys/node-3.noise.ledger" # streams this secret has used (default: beside it)
 
 [plan]
 file = "run.plan"
@@ -18,6 +19,7 @@ kind = "logistic"                          # must match the plan's task model
 # file = "model.onnx"                      # for onnx:... models: this device's copy (hash-checked)
 
 [run]
+id = "9f2c..."                             # run id shared by all nodes (edgedp deploy writes it)
 checkpoint_dir = "state/node-3"
 metrics = "state/node-3/metrics.jsonl"
 final_model = "state/node-3/final.npy"
@@ -26,6 +28,8 @@ startup_timeout = 120.0                    # for the first round
 dropout_rule = "renormalize"
 max_epsilon = 8.0                          # budget: refuse a plan whose ε(delta) exceeds it
 delta = 1e-6
+adversary = "worst"                        # whose ε the budget binds: worst (default),
+                                           # eavesdropper, insider or neighbourhood
 
 [[neighbours]]
 id = 1
@@ -35,6 +39,10 @@ public_key = "z85 public key (40 characters)"
 
 ``noise_secret = "plan-seed"`` derives the noise from the plan's public seed, which makes a run
 reproducible and comparable with the simulators but gives **no privacy**; it is for tests.
+Every stream is keyed by (secret, plan hash, ``run.id``) (:mod:`edgedp.streams`); with a
+noise secret file, ``run.id`` is required and the ledger file records every (plan, run) the
+secret has drawn noise for, so a fresh start on a used stream is refused. In plan-seed mode
+``run.id`` defaults to ``"simulation"``, the simulators' run id.
 """
 
 from __future__ import annotations
@@ -45,11 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgedp import streams
 from edgedp.agent import DROPOUT_RULES
 
 __all__ = ["ConfigError", "NodeConfig", "Neighbour", "load"]
 
 PLAN_SEED = "plan-seed"
+#: Whose ε ``run.max_epsilon`` binds: the worst adversary the device faces, or a named one.
+ADVERSARIES = ("worst", "eavesdropper", "insider", "neighbourhood")
 
 
 class ConfigError(ValueError):
@@ -70,6 +81,9 @@ class NodeConfig:
     bind: str
     key_file: Path
     noise_secret_file: Path | None
+    ledger_file: Path | None
+    run_id: str
+    adversary: str
     plan_file: Path
     shard: Path
     model_kind: str
@@ -137,6 +151,22 @@ def load(path: str | Path) -> NodeConfig:
         raise ConfigError(
             'set exactly one of node.noise_secret_file or node.noise_secret = "plan-seed"'
         )
+    run_id = _get(raw, "run", "id", str, None)
+    if run_id is None and noise_file is not None:
+        raise ConfigError(
+            "missing run.id: a run with a private noise secret needs the run id shared by "
+            "every node (edgedp deploy writes a fresh one)"
+        )
+    try:
+        run_id = streams.validate_run_id(run_id or streams.SIMULATION_RUN)
+    except ValueError as exc:
+        raise ConfigError(f"run.id: {exc}") from None
+    adversary = _get(raw, "run", "adversary", str, "worst")
+    if adversary not in ADVERSARIES:
+        raise ConfigError(f"run.adversary = {adversary!r}; choose one of {list(ADVERSARIES)}")
+    ledger = _get(raw, "node", "ledger_file", str, None)
+    if ledger is not None and noise_file is None:
+        raise ConfigError('node.ledger_file needs node.noise_secret_file (not "plan-seed")')
     rule = _get(raw, "run", "dropout_rule", str, "renormalize")
     if rule not in DROPOUT_RULES:
         raise ConfigError(f"run.dropout_rule = {rule!r}; choose one of {sorted(DROPOUT_RULES)}")
@@ -180,6 +210,13 @@ def load(path: str | Path) -> NodeConfig:
         bind=_endpoint("node.bind", _get(raw, "node", "bind", str)),
         key_file=rel(_get(raw, "node", "key_file", str)),
         noise_secret_file=rel(noise_file) if noise_file is not None else None,
+        ledger_file=(
+            rel(ledger)
+            if ledger is not None
+            else (rel(noise_file + ".ledger") if noise_file is not None else None)
+        ),
+        run_id=run_id,
+        adversary=adversary,
         plan_file=rel(_get(raw, "plan", "file", str)),
         shard=rel(_get(raw, "data", "shard", str)),
         model_kind=_get(raw, "model", "kind", str, ""),

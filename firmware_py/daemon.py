@@ -1,22 +1,32 @@
 """``edgedp-agent --config node.toml``: run one device's side of a plan over ZeroMQ.
 
-Per round: ``begin_round`` (local noisy step), record the round as sent (durably, before
-sending), send to every neighbour, collect neighbours' messages until all arrived, the round
-deadline passed, or every missing neighbour is known to have moved on; ``end_round``
-(mixing with the dropout rule); write the checkpoint atomically; append a metrics line.
+Before the first round: load and re-certify the plan, check the device's budget against the
+worst adversary it faces (``run.max_epsilon``, :mod:`edgedp.accounting.budget`), derive every
+stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), and check the stream
+ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise secret already
+drew noise for is refused. Per round: ``begin_round`` (local noisy step), record the round as
+sent (durably, before sending; the first time also in the ledger), send to every
+neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
+every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
+rule); write the checkpoint atomically; append a metrics line. At the end, write the
+model to publish (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last
+state plus one more Laplace draw, covered by the plan's ε).
 
-Exit status: 0 the plan's T rounds are done; 2 bad configuration; 3 plan refused (hash
-mismatch with the neighbours, tampered file, or a budget the plan exceeds); 4 unsafe to
-resume (messages were sent but the checkpoint is missing or older than them: starting over
-would reuse noise); 128+N stopped by signal N at a round boundary.
+Exit status: 0 the plan's T rounds are done; 2 bad configuration (also: the state folder
+belongs to another run); 3 plan refused (hash mismatch with the neighbours, tampered file,
+no noise, or a budget the plan exceeds); 4 unsafe to start or resume (messages were sent
+but the checkpoint is missing or older than them; the checkpoint was made with another
+secret or run; or the ledger shows this noise secret already drew noise for this plan and
+run — starting over would reuse noise: deploy a new run id); 128+N stopped by signal N at a
+round boundary.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
-import math
 import signal
 import sys
 import time
@@ -24,13 +34,13 @@ import time
 import numpy as np
 import zmq.auth
 
-from edgedp import cross_agent, keys, models, rng, sketch_adaptive
+from edgedp import cross_agent, keys, models, rng, sketch_adaptive, streams
+from edgedp.accounting import budget
 from edgedp.agent import Agent
 from edgedp.errors import PlanError
-from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config
+from firmware_py import checkpoint, config, ledger
 
 __all__ = ["main", "run"]
 
@@ -65,11 +75,11 @@ def _load_inputs(cfg: config.NodeConfig):
             f"[[neighbours]] lists {sorted(have)} but the plan's topology "
             f"gives node {cfg.id} the neighbours {sorted(want)}"
         )
-    eps = plan.guarantee().epsilon(cfg.delta) if plan.noise_multiplier > 0 else math.inf
+    eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
     if eps > cfg.max_epsilon:
         raise RefusedError(
             EXIT_PLAN,
-            f"the plan spends epsilon={eps:.4g} at delta={cfg.delta:g}, "
+            f"the plan spends epsilon={eps:.4g} against {against}, "
             f"over this device's run.max_epsilon={cfg.max_epsilon:g}",
         )
     try:
@@ -95,17 +105,20 @@ def _load_inputs(cfg: config.NodeConfig):
     return plan, share, public, secret, noise_secret, x, y
 
 
-def _cross_keys(cfg, plan, share, secret, noise_secret):
-    """Keys for noise correlated across agents: per-edge keys by X25519 with each
-    neighbour's CURVE key (never in the plan); the plan seed's keys with noise_secret =
-    "plan-seed" (reproducible runs, equal to the simulators')."""
+def _stream_keys(cfg, plan, share, secret, noise_secret) -> tuple[dict, str]:
+    """The Agent's key arguments and their fingerprint, all bound to (plan hash, run id).
+
+    Own noise, batch order and message noise come from the device's noise secret; per-edge
+    keys from X25519 with each neighbour's CURVE key (never in the plan); with noise_secret
+    = "plan-seed" everything comes from the plan seed (reproducible runs, equal to the
+    simulators')."""
+    own = streams.RunKeys(noise_secret, plan.plan_hash, cfg.run_id)
+    if cfg.reproducible:
+        return own.agent(cfg.id, share.neighbours), own.fingerprint()
+    arguments = {"noise_key": own.noise(cfg.id), "batch_key": own.batch(cfg.id)}
     cross = share.cross_agent
     if cross is None:
-        return None
-    if cfg.reproducible:
-        return cross_agent.simulation_keys(
-            rng.seed_secret(plan.seed), cfg.id, [v for v, _ in cross.edge_terms]
-        )
+        return arguments, own.fingerprint()
     if cross.factor_row:
         raise config.ConfigError(
             "this plan's shared-seed noise (whisper --form lowrank/dense) needs a seed shared "
@@ -113,12 +126,54 @@ def _cross_keys(cfg, plan, share, secret, noise_secret):
         )
     public = {n.id: n.public_key for n in cfg.neighbours}
     pairs = {
-        v: cross_agent.pair_key(keys.pairwise_secret(secret, public[v], me=cfg.id, peer=v))
+        v: streams.edge_key(
+            keys.pairwise_secret(secret, public[v], me=cfg.id, peer=v),
+            plan_hash=plan.plan_hash,
+            run=cfg.run_id,
+            u=cfg.id,
+            v=v,
+        )
         for v, _ in cross.edge_terms
     }
-    return cross_agent.CrossKeys(
-        pairs=pairs, messages=rng.derive_key(noise_secret, "cross-message", cfg.id)
+    arguments["cross_keys"] = cross_agent.CrossKeys(pairs=pairs, messages=own.messages(cfg.id))
+    digest = hashlib.sha256(own.fingerprint().encode())
+    for v in sorted(pairs):  # a changed edge secret must refuse a resume too
+        digest.update(hashlib.sha256(f"{v}:{pairs[v].hex()}".encode()).digest())
+    return arguments, digest.hexdigest()
+
+
+def _sent_record(path) -> dict | None:
+    """The durable "round sent" record: {"run", "round"}; None if there is none."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        return {"run": str(record["run"]), "round": int(record["round"])}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RefusedError(EXIT_UNSAFE, f"{path}: unreadable sent-round record ({exc})") from None
+
+
+def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
+    """Refuse a start that could reuse noise: a fresh start on a stream this secret
+    already used, or a checkpoint behind the last round sent (module docstring)."""
+    fresh = snap is None and sent is None
+    entry = None if stream_ledger is None else stream_ledger.used(
+        plan.plan_hash, cfg.run_id, cfg.id
     )
+    if fresh and entry is not None:
+        raise RefusedError(
+            EXIT_UNSAFE,
+            f"this noise secret already drew noise for plan {plan.plan_hash[:16]} run "
+            f"{cfg.run_id!r} (ledger {cfg.ledger_file}) but the state folder has no checkpoint "
+            "of it: a fresh start would reuse that noise. Resume from the run's checkpoint, "
+            "or start a new run (`edgedp deploy` writes a new run.id)",
+        )
+    if sent is not None and sent["round"] > agent.round:
+        raise RefusedError(
+            EXIT_UNSAFE,
+            f"round {sent['round']} was already sent but the checkpoint is at round "
+            f"{agent.round}: resuming would reuse noise with a different model",
+        )
 
 
 def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
@@ -132,33 +187,43 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
         )
     except ValueError as exc:
         raise config.ConfigError(f"model: {exc}") from None
+    key_arguments, fingerprint = _stream_keys(cfg, plan, share, secret, noise_secret)
     agent = Agent(
         share,
         model=model,
         x=x,
         y=y,
-        noise_key=node_noise_key(noise_secret, cfg.id),
-        batch_key=rng.derive_key(noise_secret, "batch", 0, cfg.id),
         dropout_rule=cfg.dropout_rule,
-        cross_keys=_cross_keys(cfg, plan, share, secret, noise_secret),
+        stream_fingerprint=fingerprint,
+        **key_arguments,
     )
+    _, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
+    log.write(
+        f"node {cfg.id}: plan {plan.plan_hash[:16]} run {cfg.run_id}; budget "
+        f"run.max_epsilon={cfg.max_epsilon:g} binds {against}\n"
+    )
+    checkpoint.private_folder(cfg.checkpoint_dir)
     ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
     try:
         snap = checkpoint.load(ckpt_path)
     except checkpoint.CheckpointError as exc:
         raise RefusedError(EXIT_UNSAFE, str(exc)) from None
-    sent = int(sent_path.read_text()) if sent_path.exists() else -1
+    sent = _sent_record(sent_path)
+    if sent is not None and sent["run"] != cfg.run_id:
+        raise config.ConfigError(
+            f"the state folder {cfg.checkpoint_dir} holds run {sent['run']!r} but this config "
+            f"is for run {cfg.run_id!r}: give the new run an empty run.checkpoint_dir"
+        )
     if snap is not None:
         try:
             agent.restore(snap)
         except (PlanError, NotImplementedError) as exc:
             raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
-    if sent > agent.round:
-        raise RefusedError(
-            EXIT_UNSAFE,
-            f"round {sent} was already sent but the checkpoint is at round "
-            f"{agent.round}: resuming would reuse noise with a different model",
-        )
+    stream_ledger = None if cfg.reproducible else ledger.StreamLedger(cfg.ledger_file)
+    try:
+        _check_streams(cfg, plan, agent, snap, sent, stream_ledger)
+    except ledger.LedgerError as exc:
+        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     stop = {"signal": 0}
 
     def on_signal(signum, _frame):
@@ -188,7 +253,10 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     try:
         while not agent.done:
             out = agent.begin_round()
-            checkpoint.atomic_write(sent_path, str(out.round).encode())
+            if stream_ledger is not None and out.round == first_round:
+                stream_ledger.record(plan.plan_hash, cfg.run_id, cfg.id, fingerprint)
+            record = {"run": cfg.run_id, "round": out.round}
+            checkpoint.atomic_write(sent_path, json.dumps(record).encode())
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()
@@ -237,7 +305,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
             # metrics first: a crash in between repeats a line instead of losing one
             checkpoint.save(ckpt_path, agent.snapshot())
         buf = io.BytesIO()
-        np.save(buf, agent.theta)
+        np.save(buf, agent.final_release())  # covered by the plan's guarantee
         checkpoint.atomic_write(cfg.final_model, buf.getvalue())
         metrics.write(
             json.dumps(

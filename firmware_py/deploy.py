@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import zmq.auth
 
+from edgedp import algorithms, streams
+from edgedp.accounting import budget
 from edgedp.plan import NoisePlan
+from firmware_py import checkpoint
 
 __all__ = [
     "LocalRun",
@@ -102,9 +105,21 @@ def write_configs(
     startup_timeout: float = 120.0,
     max_epsilon: float | None = None,
     delta: float = 1e-6,
+    run_id: str | None = None,
 ) -> list[Path]:
     """One ``node-U.toml`` per node. ``noise_files=None`` writes ``noise_secret = "plan-seed"``
-    (reproducible, not private: for tests and comparisons with the simulators)."""
+    (reproducible, not private: for tests and comparisons with the simulators).
+
+    With private noise every config gets the same ``run.id`` (``run_id``, default a fresh
+    random one: :mod:`edgedp.streams`), and ``run.max_epsilon`` defaults to the plan's own ε
+    against the worst adversary (:func:`edgedp.accounting.budget.device_epsilon`), so a
+    device never runs a plan looser than the one it was deployed with."""
+    if noise_files:
+        run_id = streams.validate_run_id(run_id or streams.new_run_id())
+        if max_epsilon is None:
+            max_epsilon, _ = budget.device_epsilon(plan, delta=delta)
+    elif run_id is not None:
+        streams.validate_run_id(run_id)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -134,14 +149,15 @@ def write_configs(
             f"kind = {_toml_str(plan.task.model.partition('@')[0])}",
             "",
             "[run]",
+            *([f"id = {_toml_str(run_id)}"] if run_id is not None else []),
             f"checkpoint_dir = {_toml_str(f'state/node-{u}')}",
             f"round_timeout = {float(round_timeout)}",
             f"startup_timeout = {float(startup_timeout)}",
             'dropout_rule = "renormalize"',
             f"delta = {float(delta)}",
         ]
-        if max_epsilon is not None:
-            lines.append(f"max_epsilon = {float(max_epsilon)}")
+        if max_epsilon is not None and max_epsilon < float("inf"):
+            lines.append(f"max_epsilon = {float(max_epsilon)!r}")
         for v in nbrs:
             lines += [
                 "",
@@ -174,6 +190,7 @@ class LocalRun:
     directory: Path
     configs: list[Path]
     processes: list[subprocess.Popen]
+    plan: NoisePlan | None = None
 
     def wait(self, timeout: float) -> list[int]:
         deadline = time.monotonic() + timeout
@@ -199,12 +216,22 @@ class LocalRun:
         return proc
 
     def final_models(self) -> np.ndarray:
-        return np.stack(
-            [
-                np.load(self.directory / "configs" / "state" / f"node-{u}" / "final.npy")
-                for u in range(len(self.configs))
-            ]
-        )
+        """Every node's last model state, from its final checkpoint (what the simulators'
+        ``model_digest`` covers; for sr-gt/DPOP it differs from the published release)."""
+        algo = algorithms.for_mechanism(self.plan.mechanism)
+        out = []
+        for u in range(len(self.configs)):
+            body = checkpoint.load(self._state(u) / "checkpoint")
+            state = {k: np.asarray(v, dtype=np.float64) for k, v in body["state"].items()}
+            out.append(algo.model(state))
+        return np.stack(out)
+
+    def released_models(self) -> np.ndarray:
+        """What every node published at the end (``final.npy``: covered by the plan)."""
+        return np.stack([np.load(self._state(u) / "final.npy") for u in range(len(self.configs))])
+
+    def _state(self, u: int) -> Path:
+        return self.directory / "configs" / "state" / f"node-{u}"
 
     def metrics(self, u: int) -> list[dict]:
         path = self.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
@@ -222,6 +249,7 @@ def local_run(
     """Set up and launch one agent process per node on 127.0.0.1 (returns immediately)."""
     plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
     directory = Path(directory)
+    checkpoint.private_folder(directory / "keys")
     keys = {u: generate_keys(directory / "keys", f"node-{u}") for u in range(plan.n)}
     ports = free_ports(plan.n)
     endpoints = {u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)}
@@ -238,7 +266,7 @@ def local_run(
         round_timeout=round_timeout,
         startup_timeout=startup_timeout,
     )
-    run = LocalRun(directory, configs, [None] * plan.n)
+    run = LocalRun(directory, configs, [None] * plan.n, plan)
     for u in range(plan.n):
         run.start(u)
     return run

@@ -172,34 +172,26 @@ def known_cross_noise(
 
     ``neighbours``: the victim's neighbours whose pairwise secrets the attacker holds (its
     own edges with the victim); ``shared_seed``: it knows Whisper's shared seed (insiders,
-    per the whisper trust model). Simulation keys (:func:`edgedp.cross_agent.simulation_keys`)
+    per the whisper trust model). Simulation keys (:meth:`edgedp.streams.RunKeys.simulation`)
     — an attacker holding the same secrets on devices regenerates the same draws.
     Scaled like the engines' noise (ν · coefficient · draw); divide by B for a message.
     """
-    from edgedp import cross_agent, rng
+    from edgedp import cross_agent, streams
 
     spec = plan.cross_agent
     if spec is None:
         raise ValueError("Expected a plan with a cross_agent section (whisper, decor, ...).")
     share = plan.share(victim).cross_agent
-    secret = rng.seed_secret(plan.seed)
+    keys = streams.RunKeys.simulation(plan)
     trial_ids = range(first_trial, first_trial + trials)
     nu = float(plan.noise_std)
     known = {int(v) for v in neighbours}
     edges = [(v, c) for v, c in share.edge_terms if v in known]
     pair_keys = {
-        v: np.array(
-            [
-                cross_agent.simulation_keys(secret, victim, [v], trial=tr).pairs[v]
-                for tr in trial_ids
-            ],
-            dtype=object,
-        )
+        v: np.array([keys.pair(victim, v, trial=tr) for tr in trial_ids], dtype=object)
         for v, _ in edges
     }
-    shared = np.array(
-        [rng.derive_key(secret, "cross-shared", int(tr)) for tr in trial_ids], dtype=object
-    )
+    shared = np.array([keys.shared(trial=tr) for tr in trial_ids], dtype=object)
     row = share.factor_row if shared_seed else ()
     out = np.zeros((trials, steps, dim))
     for t in range(steps):

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import algorithms, clipping, models, rng, sketch_adaptive
+from edgedp import algorithms, clipping, models, rng, sketch_adaptive, streams
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms._gossip import StepContext
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, laplace_draw, node_noise_key
+from edgedp.noise import NoiseSource, laplace_draw
 from edgedp.plan import NoisePlan, batch_schedule
 from sim import evaluation
 from sim.datasets import FederatedData
@@ -54,8 +54,13 @@ def run(
     eval_every: int = 10,
     progress: Callable[[int], None] | None = None,
     observers: Sequence[RoundObserver] = (),
+    keys: streams.RunKeys | None = None,
 ) -> BatchResult:
     """Run ``plan`` on ``data`` for ``trials`` independent noise draws.
+
+    Every stream comes from ``keys`` (default :meth:`edgedp.streams.RunKeys.simulation`: the
+    plan seed, bound to this plan's hash); passing the keys of another plan runs two plans
+    on the same draws (comparisons of model backends, for instance).
 
     ``observers`` (adversary probes, ground-truth recorders) get a :class:`RoundView` after
     each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.laplace``
@@ -72,14 +77,14 @@ def run(
     model = models.for_task(plan.task, data.features)
     d = model.dim
     batch, per_epoch = batch_schedule(plan, data.local_size, dim=d)
-    secret = rng.seed_secret(plan.seed)
+    run_keys = streams.RunKeys.simulation(plan) if keys is None else keys
     trial_ids = range(first_trial, first_trial + trials)
     keys = np.empty((trials, plan.n), dtype=object)
     orders = np.empty((trials, plan.n, data.local_size), dtype=np.int64)
     for i, tr in enumerate(trial_ids):
         for u in range(plan.n):
-            keys[i, u] = node_noise_key(secret, u, trial=tr)
-            orders[i, u] = rng.permutation(rng.derive_key(secret, "batch", tr, u), data.local_size)
+            keys[i, u] = run_keys.noise(u, trial=tr)
+            orders[i, u] = rng.permutation(run_keys.batch(u, trial=tr), data.local_size)
     msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
     source = NoiseSource(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
@@ -95,7 +100,9 @@ def run(
     released: dict[str, np.ndarray] = {}
     # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
     cross = (
-        None if plan.cross_agent is None else cross_mod.CrossNoise.for_plan(plan, secret, trial_ids)
+        None
+        if plan.cross_agent is None
+        else cross_mod.CrossNoise.for_plan(plan, run_keys, trial_ids)
     )
     back = None if cross is None else cross_mod.reverse_slots(plan.mixing_index)
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from edgedp import cross_agent, models, rng
+from edgedp import models, rng, streams
 from edgedp.agent import Agent
-from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan
 from sim import evaluation
 from sim.churn import Crash, Faults
@@ -89,7 +88,7 @@ class _Sim:
             )
         self.env = simpy.Environment()
         self.model = models.for_task(plan.task, data.features)
-        self.secret = rng.seed_secret(plan.seed)
+        self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
         n, T = plan.n, plan.steps  # noqa: N806
         self.agents = [self._new_agent(u) for u in range(n)]
@@ -115,11 +114,9 @@ class _Sim:
             model=self.model,
             x=self.data.x[u],
             y=self.data.y[u],
-            noise_key=node_noise_key(self.secret, u),
-            batch_key=rng.derive_key(self.secret, "batch", 0, u),
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
-            cross_keys=cross_agent.simulation_keys(self.secret, u, self.plan.share(u).neighbours),
+            **self.keys.agent(u, self.plan.share(u).neighbours),
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:

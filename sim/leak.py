@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from edgedp import algorithms, models
+from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.algorithms._gossip import mix_gathered
 from sim import adversary, attacks, batch, engine, leakage
@@ -59,15 +60,22 @@ def has_network_effects(sc) -> bool:
 def formal_guarantee(plan, attacker: Attacker) -> dict[str, Any]:
     """The plan's certified guarantee, its trust model and whether it covers ``attacker``."""
     algo = algorithms.for_mechanism(plan.mechanism)
-    out: dict[str, Any] = {"trust_model": algo.TRUST_MODEL, "accountant": algo.ACCOUNTANT}
+    out: dict[str, Any] = {
+        "trust_model": algo.TRUST_MODEL,
+        "accountant": algo.ACCOUNTANT,
+        "adjacency": plan.adjacency,
+    }
     delta = 1e-6
     if attacker.encrypted:
         out["covers_attacker"] = True
         out["note"] = "encrypted links: sizes and timing only (no data-dependent content)"
     if plan.laplace is not None:
         out["epsilon"] = laplace_acc.epsilon_spent(plan.laplace, plan.steps)
+        out["epsilon_replace_one"] = laplace_acc.replace_one_epsilon(plan.laplace, out["epsilon"])
         out["delta"] = 0.0
-        out["guarantee"] = f"{out['epsilon']:.4g}-DP (pure, Laplace) against every message"
+        out["guarantee"] = (
+            f"{out['epsilon']:.4g}-DP (pure, Laplace, {plan.adjacency}) against every message"
+        )
         out.setdefault("covers_attacker", True)
         return out
     if plan.noise_std == 0:
@@ -76,7 +84,10 @@ def formal_guarantee(plan, attacker: Attacker) -> dict[str, Any]:
         return out
     g = plan.guarantee()
     out.update(mu=g.mu, epsilon=g.epsilon(delta), delta=delta)
-    out["guarantee"] = f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP, LDP attacker"
+    out["epsilon_replace_one"] = gdp.epsilon(plan.replace_one_factor * g.mu, delta=delta)
+    out["guarantee"] = (
+        f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP, LDP attacker, {plan.adjacency}"
+    )
     if plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
         from edgedp.accounting import cross_agent as cross_acc
 

@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from edgedp import cross_agent, models
-from edgedp import rng as rng_mod
+from edgedp import models, streams
 from edgedp.agent import Agent
-from edgedp.noise import node_noise_key
 
 settings.register_profile("edgedp", derandomize=True, database=None, deadline=None, max_examples=40)
 settings.load_profile("edgedp")
@@ -19,7 +17,7 @@ def rng():
 
 
 def _in_process_agents(plan, data, **agent_kw):
-    secret = rng_mod.seed_secret(plan.seed)
+    keys = streams.RunKeys.simulation(plan)
     model = models.for_task(plan.task, data.features)
     return [
         Agent(
@@ -27,11 +25,7 @@ def _in_process_agents(plan, data, **agent_kw):
             model=model,
             x=data.x[u],
             y=data.y[u],
-            noise_key=node_noise_key(secret, u),
-            batch_key=rng_mod.derive_key(secret, "batch", 0, u),
-            cross_keys=None
-            if plan.cross_agent is None
-            else cross_agent.simulation_keys(secret, u, plan.share(u).neighbours),
+            **keys.agent(u, plan.share(u).neighbours),
             **agent_kw,
         )
         for u in range(plan.n)

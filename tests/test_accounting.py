@@ -467,8 +467,10 @@ def test_gdp_degenerate_cases():
     assert gdp.delta(2.0, epsilon=0.0) == pytest.approx(math.erf(1 / math.sqrt(2)), rel=1e-15)
     assert gdp.mu(1.0, delta=1.0) == inf and gdp.mu(inf, delta=1e-5) == inf
     assert gdp.mu(1.0, delta=0.0) == 0.0
-    assert gdp.noise_multiplier(1.0, delta=0.0) == inf
-    assert gdp.noise_multiplier(inf, delta=1e-5) == 0.0
+    # calibration refuses targets that give no noise or no finite noise (--delta 1 typo)
+    for eps, delta in [(1.0, 0.0), (inf, 1e-5), (4.0, 1.0), (4.0, 2.0), (0.0, 1e-6)]:
+        with pytest.raises(ValueError, match="Expected 0 <"):
+            gdp.noise_multiplier(eps, delta=delta)
     assert gdp.GaussianDPGuarantee(0.0).epsilon(1e-9) == 0.0
     # Beyond μ = 1e6 (ε > 5e11) rounding in −ε/μ + μ/2 is not trusted: ε = inf, μ capped.
     assert gdp.epsilon(2e6, delta=1e-5) == inf and gdp.mu(1e300, delta=1e-5) == 1e6
@@ -500,7 +502,8 @@ def test_mf_degenerate_cases():
     assert mf.ldp_guarantee(C, participation=part, noise_multiplier=math.inf).mu == 0.0
     zero = mf.ldp_guarantee(C, participation=part, noise_multiplier=1.0, steps_done=0)
     assert zero.mu == 0.0 and zero.epsilon(1e-9) == 0.0 and zero.steps == 0
-    assert mf.calibrate(C, participation=part, target_epsilon=1.0, delta=1.0).mu == math.inf
+    with pytest.raises(ValueError, match="delta=1.0"):  # a noiseless "private" plan
+        mf.calibrate(C, participation=part, target_epsilon=1.0, delta=1.0)
     assert sensitivity.from_gram(np.eye(3), []) == sensitivity.Sensitivity(0.0, True)
 
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 import topologies
-from edgedp import algorithms, clipping, rng
+from edgedp import algorithms, clipping, rng, streams
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
-from edgedp.noise import NoiseSource, node_noise_key
+from edgedp.noise import NoiseSource
 from edgedp.plan import TaskSpec, batch_schedule, make_plan
 from sim import batch, datasets
 
@@ -39,13 +39,13 @@ def node_by_node(plan, data, trial=0):
     """Each node keeps its own state and noise stream; mixing uses only its plan share."""
     model = LinearModel(plan.task.model, data.features)
     algo = algorithms.for_mechanism(plan.mechanism)
-    secret = rng.seed_secret(plan.seed)
+    keys = streams.RunKeys.simulation(plan)
     bs, per_epoch = batch_schedule(plan, data.local_size)
     shares = [plan.share(u) for u in range(plan.n)]
     sources = [
         NoiseSource(
             plan.factor,
-            np.array(node_noise_key(secret, u, trial=trial), dtype=object),
+            np.array(keys.noise(u, trial=trial), dtype=object),
             model.dim,
             s.noise_std,
         )
@@ -53,7 +53,7 @@ def node_by_node(plan, data, trial=0):
     ]
     states = [src.init() for src in sources]
     orders = [
-        rng.permutation(rng.derive_key(secret, "batch", trial, u), data.local_size)
+        rng.permutation(keys.batch(u, trial=trial), data.local_size)
         for u in range(plan.n)
     ]
     theta = [model.init_params() for _ in range(plan.n)]

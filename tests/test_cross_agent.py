@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import topologies
-from edgedp import cross_agent, rng
+from edgedp import cross_agent, rng, streams
 from edgedp.accounting import cross_agent as acc
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
@@ -104,7 +104,7 @@ def test_gaussian_plans_keep_their_encoding():
 def test_noise_has_the_planned_covariance():
     p = _plan(CASES[0])
     d = 40_000
-    noise = cross_agent.CrossNoise.for_plan(p, rng.seed_secret(p.seed), [0])
+    noise = cross_agent.CrossNoise.for_plan(p, streams.RunKeys.simulation(p), [0])
     own = p.noise_std * rng.gaussian(rng.derive_key(b"t", "own"), 0, (1, p.n, d))
     v = noise.compose(own, 0)[0]
     want = p.noise_std**2 * p.cross_agent.covariance(p.edges)
@@ -114,11 +114,11 @@ def test_noise_has_the_planned_covariance():
 
 def test_pairwise_terms_cancel_and_zipdl_messages_cancel():
     p = _plan(CASES[3])  # decor
-    noise = cross_agent.CrossNoise.for_plan(p, rng.seed_secret(p.seed), [0])
+    noise = cross_agent.CrossNoise.for_plan(p, streams.RunKeys.simulation(p), [0])
     zero = np.zeros((1, p.n, 5))
     assert np.abs(noise.compose(zero, 3).sum(axis=1)).max() < 1e-12
     z = _plan(CASES[4])
-    zn = cross_agent.CrossNoise.for_plan(z, rng.seed_secret(z.seed), [0])
+    zn = cross_agent.CrossNoise.for_plan(z, streams.RunKeys.simulation(z), [0])
     msgs = zn.compose(zero, 3)[0]  # (n, m, d) with zero common part
     weighted = np.einsum("um,umd->ud", zn.recipient_weights, msgs)
     assert np.abs(weighted).max() < 1e-12

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import topologies
-from edgedp import algorithms, factors, rng, sketch, wire
+from edgedp import algorithms, factors, rng, sketch, streams, wire
 from edgedp.accounting import dome as dome_acc
 from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
@@ -18,7 +18,6 @@ from edgedp.agent import Agent
 from edgedp.algorithms import StepContext, dome
 from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
-from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
 from sim import batch, datasets, engine
@@ -338,14 +337,14 @@ def test_pndp_refuses_dome_plans(tmp_path):
 
 
 def test_reuse_last_dropout_rule_is_refused_when_the_basis_changes():
-    secret = rng.seed_secret(0)
+    keys = streams.RunKeys(rng.seed_secret(0), "0" * 64, "test")
     model = LinearModel("logistic", DATA.features)
     kw = {
         "model": model,
         "x": DATA.x[0],
         "y": DATA.y[0],
-        "noise_key": node_noise_key(secret, 0),
-        "batch_key": rng.derive_key(secret, "batch", 0, 0),
+        "noise_key": keys.noise(0),
+        "batch_key": keys.batch(0),
         "dropout_rule": "reuse-last",
     }
     with pytest.raises(ValueError, match="another sketch basis"):

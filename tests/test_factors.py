@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgedp import factors, rng
-from edgedp.noise import NoiseSource, node_noise_key
+from edgedp.noise import NoiseSource
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ def test_round_trip_and_bounded_state(case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_same_seed_same_bytes_and_resume(case):
-    keys = np.array([node_noise_key(rng.seed_secret(3), u) for u in range(2)], dtype=object)
+    secret = rng.seed_secret(3)
+    keys = np.array([rng.derive_key(secret, "noise", u) for u in range(2)], dtype=object)
     src = NoiseSource(case.factor, keys, 4, 1.5)
     state = src.init()
     out = []

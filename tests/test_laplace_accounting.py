@@ -25,23 +25,30 @@ def _sched(eps=1.0, delta_grad=1.0, **kw):
 
 
 # ---------------------------------------------------------------- schedules (Eq. 5)
-def test_schedule_matches_eq5_with_k_from_one():
+def test_schedule_is_eq5_without_q2_with_k_from_one():
     s = _sched(eps=2.0, delta_grad=3.0)
-    # round t = iteration k = t + 1: α_1 = γ, ν_1 = γδq₂/(ε(q₂ − q₁))
+    # round t = iteration k = t + 1: α_1 = γ; ν_1 = γδ/(ε(q₂ − q₁)) — paper 004's Eq. (5)
+    # divided by q₂, because x(k) is released under ν_{k+1} (module docstring)
     assert s.stepsize(0) == 0.001
-    assert s.noise_scale(0) == pytest.approx(0.001 * 3.0 * 0.99 / (2.0 * 0.02), rel=1e-15)
+    assert s.noise_scale(0) == pytest.approx(0.001 * 3.0 / (2.0 * 0.02), rel=1e-15)
     assert s.stepsize(5) == pytest.approx(0.001 * 0.97**5, rel=1e-15)
     assert s.noise_scale(5) == pytest.approx(s.noise_scale(0) * 0.99**5, rel=1e-15)
-    assert laplace.sensitivity(s, 5) == pytest.approx(3.0 * s.stepsize(5), rel=1e-15)
+    # the message of round t carries x(t), which moved by δα_t (α_t = stepsize(t − 1))
+    assert laplace.sensitivity(s, 0) == 0.0
+    assert laplace.sensitivity(s, 5) == pytest.approx(3.0 * s.stepsize(4), rel=1e-15)
 
 
 @pytest.mark.parametrize(("eps", "params"), PAPER_61)
 def test_closed_form_partial_sums(eps, params):
     s = LaplaceSchedule(delta_grad=1.0, epsilon=eps, **params)
     r = params["q1"] / params["q2"]
-    for k in (0, 1, 2, 10, 100, 1000):
-        # closed form (Eq. 12 truncated): ε_K = ε (1 − (q1/q2)^K)
-        assert laplace.epsilon_spent(s, k) == pytest.approx(eps * (1 - r**k), rel=1e-12, abs=0)
+    assert laplace.epsilon_spent(s, 0) == 0.0
+    for k in (1, 2, 10, 100, 1000):
+        # closed form: K messages release x(1..K−1), ε_K = ε (1 − (q1/q2)^(K−1)); with the
+        # final release x(K) as well, ε (1 − (q1/q2)^K)
+        assert laplace.epsilon_spent(s, k) == pytest.approx(eps * (1 - r ** (k - 1)), abs=1e-15)
+        final = laplace.epsilon_spent(s, k, final_release=True)
+        assert final == pytest.approx(eps * (1 - r**k), rel=1e-12)
     assert laplace.epsilon_spent(s, 100_000) == pytest.approx(eps, rel=1e-12)
     assert laplace.epsilon(s) == eps
 
@@ -50,7 +57,8 @@ def test_degenerate_cases_first():
     s = _sched(eps=math.inf)  # no noise
     assert s.noise_scale(0) == 0.0
     assert laplace.epsilon_spent(s, 0) == 0.0
-    assert laplace.epsilon_spent(s, 1) == math.inf
+    assert laplace.epsilon_spent(s, 1) == 0.0  # round 0 sends the public x(0) + noise
+    assert laplace.epsilon_spent(s, 2) == math.inf
     with pytest.raises(ValueError, match="rounds"):
         laplace.epsilon_spent(_sched(), -1)
 
@@ -66,7 +74,8 @@ def test_spent_is_monotone_and_below_the_infinite_horizon(q1, gap, eps, k):
     s = LaplaceSchedule(gamma=0.5, beta=1, q1=q1, q2=q2, delta_grad=2.0, epsilon=eps)
     a, b = laplace.epsilon_spent(s, k), laplace.epsilon_spent(s, k + 1)
     assert 0 <= a <= b <= laplace.epsilon(s) * (1 + 1e-12)
-    assert a == pytest.approx(eps * (1 - (q1 / q2) ** k), rel=1e-9, abs=1e-300)
+    expected = eps * (1 - (q1 / q2) ** (k - 1)) if k else 0.0
+    assert a == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
 @given(budget_fraction=st.floats(0.0, 0.999), q1=st.floats(0.1, 0.9))
@@ -77,13 +86,20 @@ def test_rounds_within_inverts_epsilon_spent(budget_fraction, q1):
     assert laplace.epsilon_spent(s, k) <= budget < laplace.epsilon_spent(s, k + 1)
 
 
-def test_example_delta_is_replace_one_l1_bound():
-    # L2 clip Δ → replace one of B examples moves the mean by ≤ 2Δ/B in L2, ≤ 2Δ√d/B in L1
-    assert laplace.example_delta(clip_norm=0.5, dim=9, batch_size=3) == pytest.approx(1.0)
-    s = _sched(delta_grad=0.9)
+def test_example_delta_is_the_l1_bound_of_one_clipped_row():
+    # L2 clip Δ → zeroing one of B examples moves the mean by ≤ Δ/B in L2, ≤ Δ√d/B in L1;
+    # replacing it by another by ≤ 2Δ/B, ≤ 2Δ√d/B
+    assert laplace.example_delta(clip_norm=0.5, dim=9, batch_size=3) == pytest.approx(0.5)
+    replace = laplace.example_delta(clip_norm=0.5, dim=9, batch_size=3, adjacency="replace-one")
+    assert replace == pytest.approx(1.0)
+    s = _sched(delta_grad=0.9, adjacency="replace-one")
     with pytest.raises(ValueError, match=r"below 2\*clip\*sqrt\(d\)/B = 1 .*--delta-grad 1"):
         laplace.check_task(s, clip_norm=0.5, dim=9, batch_size=3)
-    laplace.check_task(_sched(delta_grad=1.0), clip_norm=0.5, dim=9, batch_size=3)
+    laplace.check_task(_sched(delta_grad=0.5), clip_norm=0.5, dim=9, batch_size=3)
+    with pytest.raises(ValueError, match=r"below clip\*sqrt\(d\)/B = 0.5"):
+        laplace.check_task(_sched(delta_grad=0.4), clip_norm=0.5, dim=9, batch_size=3)
+    assert laplace.replace_one_epsilon(_sched(), 0.7) == 1.4
+    assert laplace.replace_one_epsilon(s, 0.7) == 0.7
     with pytest.raises(ValueError, match="finite"):
         laplace.check_task(s, clip_norm=math.inf)
     laplace.check_task(_sched(adjacency="problem"), clip_norm=math.inf)
@@ -125,8 +141,9 @@ def test_schedule_round_trips_through_a_dict():
 def test_accuracy_bound_terms_by_hand():
     kw = dict(epsilon=1.0, delta_grad=1.0, smoothness=10.0, strong_convexity=1.0, nodes=100, dim=2)
     t = sr_gt_tuning.bound_terms(gamma=0.001, q1=0.97, q2=0.99, **kw)
-    # Eq. (25) term by term: S = γ/(1−q1) = 1/30, noise factor δ²q2²/(ε²(q2−q1)²) = 2450.25
-    s, noise = 0.001 / 0.03, 0.99**2 / 0.02**2
+    # Eq. (25) term by term with the engines' ν₁ = γδ/(ε(q2 − q1)) (paper 004 prints q2·ν₁):
+    # S = γ/(1−q1) = 1/30, noise factor δ²/(ε²(q2−q1)²) = 2500
+    s, noise = 0.001 / 0.03, 1 / 0.02**2
     assert t[0] == pytest.approx(math.exp(-s))
     assert t[1] == pytest.approx(s * 100 / 100)
     assert t[2] == pytest.approx(4 * noise * 1e-6 / (1 - 0.99**2))

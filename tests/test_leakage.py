@@ -527,7 +527,7 @@ def test_leak_cli_json_reports_the_table4_keys(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["n_trials"] == 200 and out["k_neighbors"] == 3 and out["iterations"] == 30
     assert len(out["nmi_curve"]) == 30 and 0 < out["m_nmi"] < 1
-    spent = 1 - (0.97 / 0.99) ** 30  # ε (1 − (q1/q2)^K) of Thm 4.5 after K = 30 rounds
+    spent = 1 - (0.97 / 0.99) ** 29  # ε (1 − (q1/q2)^(K−1)): 30 messages release x(1..29)
     assert out["epsilon"] == pytest.approx(spent, rel=1e-6) and out["delta"] == 0
     assert out["estimator"].startswith("paper 004 Eq. 44") and out["mse"] > 0
     assert "LDP" in out["trust_model"] and png.stat().st_size > 0

@@ -15,10 +15,10 @@ import zmq
 import zmq.auth
 
 import topologies
-from edgedp import rng, wire
+from edgedp import streams, wire
 from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, node_noise_key, noise_digest
+from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
 from firmware_py import deploy
@@ -102,7 +102,7 @@ def test_kill_nine_and_restart_regenerates_the_same_noise(tmp_path):
     for u in victims:
         src = NoiseSource(
             p.factor,
-            np.array(node_noise_key(rng.seed_secret(p.seed), u), dtype=object),
+            np.array(streams.RunKeys.simulation(p).noise(u), dtype=object),
             dim,
             p.noise_std,
         )

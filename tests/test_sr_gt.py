@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 import topologies
-from edgedp import models, noise, rng
+from edgedp import models, noise, rng, streams
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.errors import PlanError
-from edgedp.noise import node_noise_key
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp_cli.main import main as cli
 from sim import batch, datasets, engine, sensor_fusion
@@ -44,10 +43,10 @@ def _logistic_plan(mechanism, steps=12):
 
 # ---------------------------------------------------------------- noise
 def test_laplace_draw_equals_one_generator_per_key():
-    secret = rng.seed_secret(11)
+    run_keys = streams.RunKeys(rng.seed_secret(11), "0" * 64, "test")
     keys = np.empty((3, 4), dtype=object)
     for i, u in np.ndindex(keys.shape):
-        keys[i, u] = node_noise_key(secret, u, trial=i)
+        keys[i, u] = run_keys.noise(u, trial=i)
     for step, scale, dim in ((0, 1.0, 3), (7, 0.25, 1), (2**40, 3.0, 5), (5, 0.0, 2)):
         got = noise.laplace_draw(keys, step, dim, scale)
         want = [
@@ -64,11 +63,13 @@ def test_batch_engine_equals_a_direct_transcription(mechanism):
     p = _sf_plan(mechanism)
     s, n = p.laplace, p.n
     W = p.mixing_matrix()  # noqa: N806
-    keys = [node_noise_key(rng.seed_secret(p.seed), u) for u in range(n)]
+    keys = [streams.RunKeys.simulation(p).noise(u) for u in range(n)]
     x, y = np.zeros((n, SF.dim)), np.zeros((n, SF.dim))
     for t in range(p.steps):  # paper 004 Alg. 1 with k = t + 1 / Eq. (45)
         alpha = 0.001 * 0.97**t
-        nu = 0.001 * 1.0 * 0.99 / (1.0 * (0.99 - 0.97)) * 0.99**t
+        # ν of the message that releases x(t): paper 004's Eq. (5) scale divided by q2
+        # (accounting.laplace: x(k) goes out in z(k + 1), so Eq. 5 would spend ε/q2)
+        nu = 0.001 * 1.0 / (1.0 * (0.99 - 0.97)) * 0.99**t
         z = x + np.stack([rng.laplace(keys[u], t, (SF.dim,), scale=nu) for u in range(n)])
         zbar = W @ z
         if mechanism == "sr-gt":
@@ -162,7 +163,7 @@ def test_tampered_or_mismatched_plans_are_refused():
         )  # fmt: skip
     with pytest.raises(ValueError, match="beta=0"):
         make_plan("dpop", GRAPH, steps=3, clip_norm=math.inf, laplace=p.laplace, task=SF_TASK)
-    example = LaplaceSchedule(**(p.laplace.to_dict() | {"adjacency": "example"}))
+    example = LaplaceSchedule(**(p.laplace.to_dict() | {"adjacency": "zero-out"}))
     with pytest.raises(ValueError, match="finite"):
         make_plan("sr-gt", GRAPH, steps=3, clip_norm=math.inf, laplace=example)
 
@@ -200,12 +201,17 @@ def test_cli_plan_reports_spent_and_infinite_horizon_epsilon(tmp_path, capsys):
         capsys, "plan", "--mechanism", "sr-gt", *common, "--gamma", "0.001", "--beta", "1000",
         "--q1", "0.97", "--q2", "0.99", "--dataset", "digits", "--model", "softmax:10",
     )  # fmt: skip
-    assert out["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 50, rel=1e-12)
-    assert out["epsilon"] == 1.0
-    # δ from the task: 2 · clip · √650 / ⌊1437/20⌋ (digits, softmax:10, whole local set)
-    assert out["delta_grad"] == pytest.approx(2 * math.sqrt(650) / 71, rel=1e-12)
+    # 50 messages release x(1..49): ε(1 − (q1/q2)^49); the published final release one more
+    assert out["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 49, rel=1e-12)
+    assert out["epsilon_with_final_release"] == pytest.approx(1 - (0.97 / 0.99) ** 50, rel=1e-12)
+    assert out["epsilon"] == 1.0 and out["delta"] == 0.0
+    assert out["adjacency"] == "zero-out" and out["epsilon_replace_one"] == 2.0
+    assert 0 < out["pld_epsilon"] < out["epsilon_with_final_release"]
+    assert "not covered" in out["final_model"]
+    # δ from the task: clip · √650 / ⌊1437/20⌋ (digits, softmax:10, whole local set, zero-out)
+    assert out["delta_grad"] == pytest.approx(math.sqrt(650) / 71, rel=1e-12)
     acc = _cli_json(capsys, "account", path, "--steps-done", "10")
-    assert acc["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 10, rel=1e-12)
+    assert acc["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 9, rel=1e-12)
     bad = ["plan", "--mechanism", "sr-gt", *common, "--gamma", "0.01", "--beta", "1000"]
     assert cli([*bad, "--q1", "0.97", "--q2", "0.99"]) == 2
     assert "gamma*beta <= 1" in capsys.readouterr().err

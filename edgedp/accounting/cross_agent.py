@@ -180,12 +180,12 @@ def view_precision(spec, edges, *, colluders=(), knows_seed: bool = False) -> np
     return out
 
 
-def trust_report(plan, *, delta: float) -> dict[str, float]:
+def trust_report(plan, *, delta: float, steps_done: int | None = None) -> dict[str, float]:
     """(ε, delta) per trust model: eavesdropper, worst single insider, victim's whole
-    neighbourhood colluding (with the seed). Zip-DL and Muffliato noise is node-private, so
-    one number covers every attacker."""
+    neighbourhood colluding (with the seed), after ``steps_done`` rounds (default all).
+    Zip-DL and Muffliato noise is node-private, so one number covers every attacker."""
     spec = plan.cross_agent
-    g = guarantee(plan)
+    g = guarantee(plan, steps_done=steps_done)
     eps = g.epsilon(delta)
     if spec.kind in ("zipdl", "muffliato"):
         return {"eavesdropper": eps, "insider": eps, "neighbourhood": eps}

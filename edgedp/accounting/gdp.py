@@ -322,19 +322,33 @@ def mu(epsilon: float, *, delta: float) -> float:
 def noise_multiplier(epsilon: float, *, delta: float) -> float:
     """Noise multiplier σ = 1/μ (noise std over L2 sensitivity) that gives (ε, δ)-DP.
 
+    Calibration targets a real guarantee: a δ outside (0, 1) or an ε that is not finite
+    and positive would give a plan without noise (σ = 0) or without a finite σ, so both are
+    refused — a mistyped ``--delta 1`` must never produce a noiseless "private" plan.
+
     Args:
-        epsilon: Target ε >= 0.
-        delta: Target δ >= 0.
+        epsilon: Target ε, 0 < ε < inf.
+        delta: Target δ, 0 < δ < 1.
 
     Returns:
-        σ >= 0; 0 when no noise is needed (δ >= 1 or ε = inf), inf when δ = 0.
+        σ > 0.
 
     Raises:
-        ValueError: If epsilon or delta is negative or NaN.
+        ValueError: If epsilon or delta is out of range or NaN.
 
     >>> print(f"{noise_multiplier(1.0, delta=1e-5):.10f}")
     3.7306316348
+    >>> noise_multiplier(4.0, delta=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected 0 < delta=1.0 < 1 (a target delta of 1 or more needs no noise).
     """
+    if not 0 < epsilon < math.inf:
+        raise ValueError(f"Expected 0 < epsilon={epsilon!r} < inf for a calibrated plan.")
+    if not 0 < delta < 1:
+        raise ValueError(
+            f"Expected 0 < delta={delta!r} < 1 (a target delta of 1 or more needs no noise)."
+        )
     m = mu(epsilon, delta=delta)
     if m == math.inf:
         return 0.0

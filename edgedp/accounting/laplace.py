@@ -1,39 +1,60 @@
 """Pure ε-DP of the Laplace mechanisms sr-gt and DPOP (paper 004, Lemma 4.4, Thm 4.5).
 
 Notation (docs/NOTATION.md): the paper counts iterations from k = 1; the engines count
-rounds from t = 0, so round t is iteration k = t + 1. With Eq. (5)
+rounds from t = 0, so round t sends the paper's message z(t + 1).
 
-    α_k = γ q₁^{k−1},   ν_k = γ δ q₂ / (ε (q₂ − q₁)) · q₂^{k−1},
+**What is released, and with which noise.** In Alg. 1 (and DPOP, Eq. 45) node i sends
+z_i(k) = x_i(k−1) + ξ_i(k) with ξ_i(k) ~ Lap(ν_k) per coordinate, then computes
+x_i(k) = z̄_i(k) − α_k(y_i(k) + ∇f_i(z_i(k))). Given the whole observation sequence, y_i and
+z̄_i are functions of what was observed, so two adjacent problems change x_i(k) by at most
+δα_k in L1 (Thm 4.5, Eq. 11; App. 8 Eq. 46 for DPOP) — and x_i(k) is released in the
+*next* message z_i(k + 1), whose noise has scale ν_{k+1}. Lemma 4.4 therefore gives
 
-and the sensitivity of one iteration Δ(k) ≤ δ α_k (Thm 4.5, Eq. 11; App. 8 Eq. 46 for DPOP),
-Lemma 4.4 gives ε-DP for the whole (infinite) observation sequence whenever
-Σ_k Δ(k)/ν_k ≤ ε. After K iterations the spent budget is the partial sum
+    ε_K = Σ_{k=1}^{K−1} δ α_k / ν_{k+1}      for the messages z(1), …, z(K)
 
-    ε_K = Σ_{k=1}^{K} δ α_k / ν_k = ε (1 − (q₁/q₂)^K)  < ε,
+(z(1) = x(0) + ξ(1) carries no data: x(0) is public). Paper 004's proof of Thm 4.5 pairs
+δα_k with ν_k instead, and its Eq. (5), ν_k = γδq₂/(ε(q₂ − q₁)) · q₂^{k−1}, is calibrated for
+that pairing: with it the messages spend ε/q₂ (ε(1 − (q₁/q₂)^{K−1})/q₂ after K rounds), not
+ε. This module departs from Eq. (5) so that the target holds: with
 
-and every finite prefix of an ε-DP sequence is ε-DP (Remark 4.8), so a device may stop at
-any round, or keep going up to the plan's horizon, without ever exceeding ε.
+    ν_k = γ δ / (ε (q₂ − q₁)) · q₂^{k−1}                          (Eq. 5 without the q₂ factor)
 
-Trust model (pure ε-LDP of every node): the attacker observes every message z of every
+each release of x(k) costs δα_k/ν_{k+1} = ε (1 − q₁/q₂)(q₁/q₂)^{k−1} and
+
+    ε_K = ε (1 − (q₁/q₂)^{K−1}),   ε_∞ = ε.
+
+The noise is 1/q₂ times Eq. (5)'s (1 % more at q₂ = 0.99). The final state x(K) carries one
+gradient step that no message noised: publishing it is not covered. Devices publish the
+noised release z(K + 1) = x(K) + ξ(K + 1) instead (:func:`epsilon_spent` with
+``final_release=True``: ε(1 − (q₁/q₂)^K) ≤ ε).
+
+**Trust model** (pure ε-LDP of every node): the attacker observes every message z of every
 node on every link — eavesdroppers of all links and any coalition of curious nodes — and
 knows W, γ, β, the schedules and every other node's cost. The tracking variable y is never
-sent. δ is the L1 bound of Definition 1 on the gradient difference of adjacent problems:
+sent. δ is the L1 bound of Definition 1 on the gradient difference of adjacent inputs:
 
-* ``adjacency="example"`` (learning tasks): one example of one node's local dataset is
-  replaced. The engines clip per-example gradients in L2 at Δ and average over the round's
-  batch of public size B, so the averaged gradients of adjacent datasets differ by at most
-  2Δ/B in L2 and 2Δ√d/B in L1 (Cauchy–Schwarz). :func:`example_delta` gives that bound and
-  the engines refuse a plan whose δ is smaller for the task they run (every round is
-  counted, so the bound holds for any batch schedule).
-* ``adjacency="problem"`` (Definition 1 as stated, e.g. sensor fusion with analytic
-  gradients and no clipping): δ is the user's bound on ‖∇f_i − ∇f_i′‖₁ over the whole
-  domain; nothing in the run can check it.
+* ``adjacency="zero-out"`` (learning tasks, the default): one example of one node is
+  replaced by one whose gradient is zero. The engines clip per-example gradients in L2 at
+  Δ and average over the round's batch of public size B, so the averaged gradients differ
+  by at most Δ/B in L2 and Δ√d/B in L1 (Cauchy–Schwarz). The batch schedule does not depend
+  on the example's value, so this is exactly the adjacency the Gaussian accountants
+  certify.
+* ``adjacency="replace-one"``: one example is replaced by any other: 2Δ√d/B.
+* ``adjacency="problem"``: Definition 1 as stated — δ is the user's bound on
+  ‖∇f_i − ∇f_i′‖₁ over the whole domain (e.g. sensor fusion with analytic gradients; the
+  clip norm may be ``inf``). Nothing in a run can check it.
 
-Everything here is numpy/stdlib only (it runs on devices).
+:func:`example_delta` gives the bound of the two example adjacencies and the engines refuse
+a plan whose δ is smaller for the task they run (every round is counted, so the bound holds
+for any batch schedule). Since ε is linear in δ at fixed noise, a zero-out plan is
+2ε-DP under replace-one (:func:`replace_one_epsilon`).
+
+Everything here is numpy/stdlib only (it runs on devices); (ε, δ) from a privacy-loss
+distribution is offline (:mod:`edgedp.planning.laplace_pld`).
 
 >>> s = LaplaceSchedule(gamma=0.001, beta=1000, q1=0.97, q2=0.99, delta_grad=1.0, epsilon=1.0)
 >>> round(epsilon_spent(s, 100), 6), epsilon(s)
-(0.870087, 1.0)
+(0.867408, 1.0)
 """
 
 from __future__ import annotations
@@ -45,21 +66,25 @@ from typing import Any
 __all__ = [
     "ADJACENCIES",
     "LaplaceSchedule",
+    "check_task",
     "epsilon",
     "epsilon_spent",
     "example_delta",
-    "check_task",
+    "release_epsilons",
+    "replace_one_epsilon",
     "rounds_within",
     "sensitivity",
 ]
 
 #: What two adjacent inputs are (see the module docstring).
-ADJACENCIES = ("example", "problem")
+ADJACENCIES = ("zero-out", "replace-one", "problem")
+#: Per-example adjacencies: δ is certified from the clip norm (L1 bound of one clipped row).
+_EXAMPLE_FACTOR = {"zero-out": 1.0, "replace-one": 2.0}
 
 
 @dataclass(frozen=True, slots=True)
 class LaplaceSchedule:
-    """The stepsize and Laplace-noise schedules of Eq. (5), validated against Thm 4.5.
+    """The stepsize and Laplace-noise schedules, validated against Thm 4.5.
 
     Args:
       gamma: γ > 0, the first stepsize α₁.
@@ -67,8 +92,9 @@ class LaplaceSchedule:
       q1: q₁, the stepsize decay, 0 < q₁ < q₂.
       q2: q₂, the noise decay, q₁ < q₂ < 1.
       delta_grad: δ > 0, the L1 bound on gradient differences of adjacent inputs.
-      epsilon: ε > 0, the privacy budget (``inf``: no noise, no privacy — references only).
-      adjacency: ``"example"`` or ``"problem"`` (module docstring).
+      epsilon: ε > 0, the privacy budget (``inf``: no noise, no privacy — references only;
+        such plans never load from a file or run on a device).
+      adjacency: ``"zero-out"``, ``"replace-one"`` or ``"problem"`` (module docstring).
 
     Raises:
       ValueError: naming the violated condition of Thm 4.5 (γ > 0, 0 < q₁ < q₂ < 1,
@@ -86,7 +112,7 @@ class LaplaceSchedule:
     q2: float
     delta_grad: float
     epsilon: float
-    adjacency: str = "example"
+    adjacency: str = "zero-out"
 
     def __post_init__(self) -> None:
         for name in ("gamma", "beta", "q1", "q2", "delta_grad", "epsilon"):
@@ -118,16 +144,21 @@ class LaplaceSchedule:
             raise ValueError(f"Unknown adjacency={self.adjacency!r}; expected {ADJACENCIES}.")
 
     @property
+    def private(self) -> bool:
+        """False for the no-noise reference (ε = ∞)."""
+        return self.epsilon < math.inf
+
+    @property
     def first_noise_scale(self) -> float:
-        """ν₁ = γδq₂ / (ε(q₂ − q₁)) (Eq. 5); 0 when ε = ∞."""
-        return self.gamma * self.delta_grad * self.q2 / (self.epsilon * (self.q2 - self.q1))
+        """ν₁ = γδ / (ε(q₂ − q₁)) (module docstring: Eq. 5 without q₂); 0 when ε = ∞."""
+        return self.gamma * self.delta_grad / (self.epsilon * (self.q2 - self.q1))
 
     def stepsize(self, round_: int) -> float:
         """α_{t+1} = γ q₁^t for engine round t (paper iteration k = t + 1)."""
         return self.gamma * self.q1**round_
 
     def noise_scale(self, round_: int) -> float:
-        """ν_{t+1} = ν₁ q₂^t, the Laplace scale of round t."""
+        """ν_{t+1} = ν₁ q₂^t, the Laplace scale of the message sent in round t."""
         return self.first_noise_scale * self.q2**round_
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,58 +186,98 @@ class LaplaceSchedule:
 
 
 def sensitivity(schedule: LaplaceSchedule, round_: int) -> float:
-    """Δ(k) ≤ δ α_k, the L1 sensitivity of round t = k − 1 (Thm 4.5, Eq. 11).
+    """L1 sensitivity of the message sent in round t: that of x(t), δα_t (0 for t = 0).
+
+    The message of round t is z(t + 1) = x(t) + ξ(t + 1); x(0) is public and x(t) moves by
+    at most δα_t between adjacent inputs (Thm 4.5, Eq. 11).
 
     >>> s = LaplaceSchedule(gamma=0.5, beta=0, q1=0.5, q2=0.9, delta_grad=2, epsilon=1)
-    >>> sensitivity(s, 0), sensitivity(s, 2)
-    (1.0, 0.25)
+    >>> sensitivity(s, 0), sensitivity(s, 1), sensitivity(s, 3)
+    (0.0, 1.0, 0.25)
     """
-    return schedule.delta_grad * schedule.stepsize(round_)
+    if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
+        raise ValueError(f"Expected round_={round_!r} to be an integer >= 0.")
+    return 0.0 if round_ == 0 else schedule.delta_grad * schedule.stepsize(round_ - 1)
 
 
-def epsilon_spent(schedule: LaplaceSchedule, rounds: int) -> float:
-    """ε spent after ``rounds`` rounds: Σ_{k=1}^{K} Δ(k)/ν_k (Lemma 4.4), summed exactly.
+def release_epsilons(schedule: LaplaceSchedule, rounds: int) -> list[float]:
+    """ε of each message sent in rounds 0, …, rounds − 1: sensitivity(t) / ν_{t+1}.
 
-    Computed from the per-round stepsizes and noise scales the nodes actually use (not
-    from the closed form ε(1 − (q₁/q₂)^K), which the tests compare against).
-
-    Args:
-      schedule: the plan's schedule.
-      rounds: K ≥ 0 rounds released.
-
-    Returns:
-      ε_K (0 for K = 0; ``inf`` when the schedule adds no noise and K > 0).
+    The privacy loss of each release given everything observed before it (Lemma 4.4);
+    their sum is :func:`epsilon_spent`. Each term is δα_t/ν_{t+1} = ε(1 − r)r^{t−1}
+    (r = q₁/q₂), evaluated as a power of r so that the underflow of q₁^t and q₂^t cannot
+    round it to 0; terms below 1e-30 of the first are replaced by the geometric tail of
+    everything left (conservative). A schedule whose noise scale underflows to 0 while its
+    stepsize does not (the engines would send a gradient step without noise) gives ``inf``.
 
     >>> s = LaplaceSchedule(gamma=1, beta=0, q1=0.5, q2=0.75, delta_grad=1, epsilon=3)
-    >>> epsilon_spent(s, 1), epsilon_spent(s, 2)
-    (1.0, 1.6666666666666665)
+    >>> release_epsilons(s, 3)
+    [0.0, 1.0, 0.6666666666666666]
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError(f"Expected rounds={rounds!r} to be an integer >= 0.")
     if rounds == 0:
-        return 0.0
-    if schedule.first_noise_scale == 0:
-        return math.inf
+        return []
+    if not schedule.private or _noise_underflows(schedule, rounds):
+        return [0.0] + [math.inf] * (rounds - 1)
     ratio = schedule.q1 / schedule.q2
-    first = schedule.delta_grad * schedule.gamma / schedule.first_noise_scale
-    # terms below 1e-30 of the first cannot move a double; stop there (conservatively add
-    # the geometric tail bound of what is left).
-    terms, tail = [], 0.0
-    for k in range(rounds):
-        term = first * ratio**k
+    first = schedule.epsilon * (schedule.q2 - schedule.q1) / schedule.q2  # t = 1
+    terms = [0.0]
+    for t in range(1, rounds):
+        term = first * ratio ** (t - 1)
         if term < first * 1e-30:
-            tail = term / (1 - ratio)
+            terms[-1] += term / (1 - ratio)
             break
         terms.append(term)
-    return math.fsum(terms) + tail
+    return terms
+
+
+def _noise_underflows(schedule: LaplaceSchedule, rounds: int) -> bool:
+    """True if some round t < rounds has ν_{t+1} == 0.0 in floating point but α_t > 0."""
+    if schedule.noise_scale(rounds - 1) > 0:
+        return False
+    lo, hi = 0, rounds - 1  # noise_scale is non-increasing: find the first zero
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if schedule.noise_scale(mid) > 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return sensitivity(schedule, lo) > 0
+
+
+def epsilon_spent(schedule: LaplaceSchedule, rounds: int, *, final_release: bool = False) -> float:
+    """ε spent by the messages of ``rounds`` rounds (Lemma 4.4), summed exactly.
+
+    Computed from the per-round stepsizes and noise scales the nodes actually use (not from
+    the closed form ε(1 − (q₁/q₂)^{K−1}), which the tests compare against).
+
+    Args:
+      schedule: the plan's schedule.
+      rounds: K ≥ 0 rounds released.
+      final_release: also count the noised final model z(K + 1) = x(K) + ξ(K + 1) that a
+        device publishes at the end (so ε(1 − (q₁/q₂)^K)).
+
+    Returns:
+      ε_K (0 while nothing data-dependent was sent; ``inf`` without noise).
+
+    >>> s = LaplaceSchedule(gamma=1, beta=0, q1=0.5, q2=0.75, delta_grad=1, epsilon=3)
+    >>> epsilon_spent(s, 1), epsilon_spent(s, 2), epsilon_spent(s, 1, final_release=True)
+    (0.0, 1.0, 1.0)
+    """
+    terms = release_epsilons(schedule, rounds + 1 if final_release else rounds)
+    if math.inf in terms:
+        return math.inf
+    return math.fsum(terms)
 
 
 def epsilon(schedule: LaplaceSchedule) -> float:
-    """ε of the infinite horizon: Σ_{k≥1} δα_k/ν_k = ε exactly (Thm 4.5, Eq. 12).
+    """ε of the infinite horizon, final release included: Σ_k δα_k/ν_{k+1} = ε.
 
-    ν_k is defined from ε by Eq. (5), so the geometric series sums to ε in exact arithmetic;
-    the float sum differs by rounding only (the tests check |Σ − ε| ≤ 1e-12 ε). Returning ε
-    itself keeps the reported guarantee from drifting an ulp below the plan's budget.
+    The noise scales are defined from ε (module docstring), so the geometric series sums
+    to ε in exact arithmetic; the float sum differs by rounding only (the tests check
+    |Σ − ε| ≤ 1e-12 ε). Returning ε itself keeps the reported guarantee from drifting an
+    ulp below the plan's budget.
 
     >>> epsilon(LaplaceSchedule(gamma=1, beta=0, q1=0.5, q2=0.75, delta_grad=1, epsilon=3))
     3.0
@@ -214,41 +285,63 @@ def epsilon(schedule: LaplaceSchedule) -> float:
     return schedule.epsilon
 
 
+def replace_one_epsilon(schedule: LaplaceSchedule, value: float) -> float:
+    """The ε of the same noise under replace-one adjacency (ε is linear in δ).
+
+    Zero-out plans: 2ε (one replaced example moves the mean by 2Δ√d/B instead of Δ√d/B).
+    Replace-one plans: ε. ``problem`` plans: ε (Definition 1 replaces a node's cost).
+
+    >>> s = LaplaceSchedule(gamma=1, beta=0, q1=0.5, q2=0.75, delta_grad=1, epsilon=3)
+    >>> replace_one_epsilon(s, 3.0)
+    6.0
+    """
+    return 2.0 * value if schedule.adjacency == "zero-out" else value
+
+
 def rounds_within(schedule: LaplaceSchedule, budget: float) -> int | float:
-    """The most rounds whose spent ε stays ≤ ``budget`` (``inf`` if the budget ≥ ε_∞).
+    """The most rounds whose messages spend ε ≤ ``budget`` (``inf`` if budget ≥ ε_∞).
 
     >>> s = LaplaceSchedule(gamma=1, beta=0, q1=0.5, q2=0.75, delta_grad=1, epsilon=3)
     >>> rounds_within(s, 1.7), rounds_within(s, 3.0)
-    (2, inf)
+    (3, inf)
     """
     if not budget >= 0:
         raise ValueError(f"Expected budget={budget!r} >= 0.")
     if budget >= epsilon(schedule):
         return math.inf
-    # ε_K = ε_∞ (1 − r^K) ≤ budget  ⇔  K ≤ log(1 − budget/ε_∞) / log r; then confirm by summing.
+    if not schedule.private:
+        return 1  # round 0's message carries no data
+    # ε_K = ε (1 − r^{K−1}) ≤ budget ⇔ K ≤ 1 + log(1 − budget/ε) / log r; then confirm.
     r = schedule.q1 / schedule.q2
-    k = max(0, int(math.floor(math.log1p(-budget / epsilon(schedule)) / math.log(r))) + 1)
-    while k > 0 and epsilon_spent(schedule, k) > budget:
+    k = max(1, int(math.floor(math.log1p(-budget / epsilon(schedule)) / math.log(r))) + 2)
+    while k > 1 and epsilon_spent(schedule, k) > budget:
         k -= 1
     return k
 
 
-def example_delta(*, clip_norm: float, dim: int, batch_size: int) -> float:
-    """δ certified for replace-one-example adjacency: 2 Δ √d / B (L2 clip → L1 bound).
+def example_delta(
+    *, clip_norm: float, dim: int, batch_size: int, adjacency: str = "zero-out"
+) -> float:
+    """δ certified for an example adjacency: Δ√d/B (zero-out) or 2Δ√d/B (replace-one).
 
     Args:
       clip_norm: Δ, the per-example L2 clip norm.
       dim: d, the model dimension.
       batch_size: B, the public number of examples averaged per round.
+      adjacency: ``"zero-out"`` or ``"replace-one"``.
 
     >>> example_delta(clip_norm=1.0, dim=4, batch_size=8)
+    0.25
+    >>> example_delta(clip_norm=1.0, dim=4, batch_size=8, adjacency="replace-one")
     0.5
     """
+    if adjacency not in _EXAMPLE_FACTOR:
+        raise ValueError(f"Expected adjacency={adjacency!r} in {tuple(_EXAMPLE_FACTOR)}.")
     if not (0 < clip_norm < math.inf):
-        raise ValueError(f"Expected clip_norm={clip_norm!r} > 0 (finite) for example adjacency.")
+        raise ValueError(f"Expected clip_norm={clip_norm!r} > 0 (finite) for {adjacency}.")
     if dim < 1 or batch_size < 1:
         raise ValueError(f"Expected dim={dim} >= 1 and batch_size={batch_size} >= 1.")
-    return 2.0 * clip_norm * math.sqrt(dim) / batch_size
+    return _EXAMPLE_FACTOR[adjacency] * clip_norm * math.sqrt(dim) / batch_size
 
 
 def check_task(
@@ -260,7 +353,7 @@ def check_task(
 ) -> None:
     """Check that δ is certified for a task: ValueError naming the fix otherwise.
 
-    Example adjacency needs a finite clip norm and, once the task is known (``dim`` and
+    Example adjacencies need a finite clip norm and, once the task is known (``dim`` and
     ``batch_size`` given), δ ≥ :func:`example_delta`; engines call this before round 0.
     Problem adjacency takes δ as given (``clip_norm`` may be ``inf``: no clipping).
 
@@ -268,23 +361,27 @@ def check_task(
     >>> check_task(s, clip_norm=1.0, dim=4, batch_size=8)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: delta_grad=0.1 is below 2*clip*sqrt(d)/B = 0.5 ...; re-plan with --delta-grad 0.5.
+    ValueError: delta_grad=0.1 is below clip*sqrt(d)/B = 0.25 ...; re-plan with --delta-grad 0.25.
     """
     if not clip_norm > 0:
         raise ValueError(f"Expected clip_norm={clip_norm!r} > 0.")
-    if schedule.adjacency != "example":
+    if schedule.adjacency not in _EXAMPLE_FACTOR:
         return
     if not math.isfinite(clip_norm):
         raise ValueError(
-            "adjacency 'example' certifies delta_grad from the clip norm; it needs a finite "
-            f"clip_norm, got {clip_norm!r} (use adjacency 'problem' for unclipped gradients)."
+            f"adjacency {schedule.adjacency!r} certifies delta_grad from the clip norm; it "
+            f"needs a finite clip_norm, got {clip_norm!r} (use adjacency 'problem' for "
+            "unclipped gradients)."
         )
     if dim is None or batch_size is None:
         return
-    need = example_delta(clip_norm=clip_norm, dim=dim, batch_size=batch_size)
+    need = example_delta(
+        clip_norm=clip_norm, dim=dim, batch_size=batch_size, adjacency=schedule.adjacency
+    )
     if schedule.delta_grad < need:
+        factor = "2*" if schedule.adjacency == "replace-one" else ""
         raise ValueError(
-            f"delta_grad={schedule.delta_grad:g} is below 2*clip*sqrt(d)/B = {need:g} for this "
-            f"task (clip {clip_norm:g}, d {dim}, batch {batch_size}); re-plan with "
-            f"--delta-grad {need:.17g}."
+            f"delta_grad={schedule.delta_grad:g} is below {factor}clip*sqrt(d)/B = {need:g} "
+            f"for this task ({schedule.adjacency}; clip {clip_norm:g}, d {dim}, batch "
+            f"{batch_size}); re-plan with --delta-grad {need:.17g}."
         )

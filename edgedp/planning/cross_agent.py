@@ -274,9 +274,14 @@ def report(plan, *, delta: float) -> dict[str, Any]:
         "noise_variance": noise_var,
         "post_mixing_variance": post_mixing_variance(plan),
         "ldp_post_mixing_variance": ldp_std2 * float(np.sum(A**2)) / plan.n,
+        "adjacency": plan.adjacency,
         "mu": g.mu,
         "epsilon": g.epsilon(delta),
+        "epsilon_replace_one": gdp.epsilon(plan.replace_one_factor * g.mu, delta=delta),
+        # the looser RDP conversion of the same μ (paper 001 Thm 2's formula, applied with
+        # per-step sensitivity Δ; the paper's 2C is replace-one adjacency)
         "epsilon_rdp": cross_acc.rdp_epsilon(g.mu, delta=delta),
+        "epsilon_eavesdropper": trust["eavesdropper"],
         "epsilon_insider": trust["insider"],
         "epsilon_neighbourhood": trust["neighbourhood"],
         "delta": delta,

@@ -3,13 +3,16 @@
 The bound on d = lim E‖x̄(k) − x*‖² (Eq. 25) is
 
     d(γ, q₁, q₂) = e^{−μγ/(1−q₁)} c₁ + γ c₂ L² / (n μ (1−q₁))
-                   + 2pδ²γ²q₂² / (ε²(q₂−q₁)²(1−q₂²))
-                   + (4pL + 2pL²/μ) δ²q₂²γ³ / (ε²(q₂−q₁)²(1−q₁q₂²)),
+                   + 2pδ²γ² / (ε²(q₂−q₁)²(1−q₂²))
+                   + (4pL + 2pL²/μ) δ²γ³ / (ε²(q₂−q₁)²(1−q₁q₂²)),
 
 with L, μ the smoothness and strong convexity of every fᵢ (Assumption 1), n nodes,
 dimension p, the gradient bound δ, the budget ε, and c₁, c₂ the (problem-dependent, not
 computable) bounds on E‖x̄(k) − x*‖² and E‖x(k) − 1x̄(k)‖² of the proof — the user
-supplies estimates. Problem (41) minimizes d over γ > 0, 0 < q₁ < q₂ < 1; it is non-convex,
+supplies estimates. The two noise terms are Σ_k 2pν_k² and Σ_k α_k·ν_k² written out with the
+noise scale the engines use, ν₁ = γδ/(ε(q₂ − q₁)) (:mod:`edgedp.accounting.laplace`; paper
+004 prints them with its Eq. (5) scale, which carries an extra factor q₂ and spends ε/q₂).
+Problem (41) minimizes d over γ > 0, 0 < q₁ < q₂ < 1; it is non-convex,
 and Remark 5.20's heuristic is what :func:`tune` runs: random feasible starts, then
 repeatedly fix two parameters and minimize over the third (bounded scalar searches, γ on
 a log scale), keeping the best start. The bound is loose: when c₂L²/(nμ) outweighs the
@@ -23,7 +26,7 @@ Offline tooling: scipy is allowed here, never on devices.
 >>> b = accuracy_bound(gamma=0.001, q1=0.97, q2=0.99, epsilon=1.0, delta_grad=1.0,
 ...                    smoothness=10.0, strong_convexity=1.0, nodes=100, dim=2)
 >>> round(b, 6)
-1.516917
+1.527401
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def bound_terms(
     """The four terms of Eq. (25): (initial error, consensus, noise, noise × stepsize)."""
     g, L, mu, p, n = gamma, smoothness, strong_convexity, dim, nodes  # noqa: N806
     s = g / (1 - q1)
-    noise = delta_grad**2 * q2**2 / (epsilon**2 * (q2 - q1) ** 2)
+    noise = delta_grad**2 / (epsilon**2 * (q2 - q1) ** 2)  # ν₁²/γ² (corrected Eq. 5)
     return (
         math.exp(-mu * s) * c1,
         s * c2 * L**2 / (n * mu),

@@ -24,8 +24,9 @@ clip_norm = 1.0
 learning_rate = 0.5
 
 # sr-gt / dpop (paper 004, pure eps): mechanism = "sr-gt", target_epsilon, gamma, beta, q1,
-# q2, delta_grad, adjacency ("problem" | "example"), clip_norm (default inf); the task may
-# be dataset = "sensor-fusion:N:M:P:SEED" (Eq. 42) with model = "least-squares".
+# q2, delta_grad, adjacency ("problem" | "zero-out" | "replace-one"), clip_norm (default
+# inf); the task may be dataset = "sensor-fusion:N:M:P:SEED" (Eq. 42) with
+# model = "least-squares".
 
 [network]
 latency = { kind = "lognormal", median_ms = 40, sigma = 0.6 }   # constant | uniform | table
