@@ -470,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--observer",
         choices=["node", "eavesdropper"],
         default="node",
-        help="pndp: curious nodes (default) or a tap on their incoming links",
+        help="pndp: curious nodes (default) or a tap on every link into the set, links "
+        "between members included",
     )
 
     keys = sub.add_parser("keys", help="device keys")

@@ -1,4 +1,8 @@
-"""``edgedp account --trust pndp``: per-pair guarantees against curious nodes or link taps."""
+"""``edgedp account --trust pndp``: per-pair guarantees against curious nodes or link taps.
+
+The PNDP numbers hold for non-adaptive gradients only (paper 000's model); every report
+says so and prints the LDP guarantee, certified for adaptive training, beside them.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,19 @@ from edgedp_cli._common import UsageError, emit, json_value
 
 __all__ = ["cmd_account_pndp"]
 
+_OBSERVED = {
+    "node": "curious nodes: the messages they receive, their own gradients and noise",
+    "eavesdropper": "a tap on every link into the set, links between members included; "
+    "it knows no noise or gradient",
+}
+
 
 def cmd_account_pndp(p, args) -> None:
-    """``account --trust pndp``: per-pair PNDP guarantees (paper 000 §7.1, App. A.2)."""
+    """``account --trust pndp``: per-pair PNDP guarantees (paper 000 §7.1, App. A.2).
+
+    Pair μ/ε hold for non-adaptive gradients (``pndp.MODEL``); the LDP μ/ε printed beside
+    them are certified for adaptive training.
+    """
     from edgedp.accounting import pndp
 
     if p.laplace is not None:
@@ -77,6 +91,9 @@ def cmd_account_pndp(p, args) -> None:
     payload = {
         "trust": "pndp",
         "observer": res.observer,
+        "model": res.model,
+        "ldp_model": pndp.LDP_MODEL,
+        "assumption": pndp.ASSUMPTION,
         "mechanism": p.mechanism,
         "topology": p.topology,
         "n": p.n,
@@ -92,20 +109,24 @@ def cmd_account_pndp(p, args) -> None:
         "pairs": rows,
     }
     head = (
-        f"PNDP ({res.observer}) for {p.mechanism} on {p.topology}: n={p.n}, T={p.steps}, "
-        f"participation {p.participation.k},{p.participation.b}, sigma={p.noise_multiplier:g}; "
-        f"LDP mu={res.ldp_mu:.6g}, eps={ldp_eps:.6g} at delta={args.delta:g}"
+        f"PNDP ({res.observer}: {_OBSERVED[res.observer]}) for {p.mechanism} on {p.topology}: "
+        f"n={p.n}, T={p.steps}, participation {p.participation.k},{p.participation.b}, "
+        f"sigma={p.noise_multiplier:g}, delta={args.delta:g}"
     )
     lines = [
         head,
+        "  mu, eps, rdp_a2: paper 000's model, every node's gradients fixed in advance "
+        "(non-adaptive); not certified for adaptive training",
+        f"  ldp_mu={res.ldp_mu:.6g}, ldp_eps={ldp_eps:.6g}: LDP, certified for adaptive training",
         f"{'attacker':>10} {'victim':>7} {'dist':>5} {'mu':>10} {'eps':>10} "
-        f"{'rdp_a2':>11} {'ldp_mu':>9}",
+        f"{'rdp_a2':>11} {'ldp_mu':>9} {'ldp_eps':>9}",
     ]
     for i, row in enumerate(rows):
         att = ",".join(str(a) for a in row["attackers"])
         dist = res.distance[i]
         lines.append(
             f"{att:>10} {row['victim']:>7} {dist if math.isinf(dist) else int(dist)!s:>5} "
-            f"{res.mu[i]:>10.4g} {eps[i]:>10.4g} {rdp2[i]:>11.4g} {res.ldp_mu:>9.4g}"
+            f"{res.mu[i]:>10.4g} {eps[i]:>10.4g} {rdp2[i]:>11.4g} {res.ldp_mu:>9.4g} "
+            f"{ldp_eps:>9.4g}"
         )
     emit(args, payload, "\n".join(lines))

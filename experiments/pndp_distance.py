@@ -7,8 +7,14 @@ reduced view, :mod:`edgedp.accounting.pndp`) and report Rényi DP at α = 2, RDP
 as min / mean / max over the pairs at each hop distance, next to the LDP value 1/σ².
 
 Two observers: "node" (a curious node that also knows its own noise and gradients — the
-App. A.2 trust model, the sound PNDP number) and "eavesdropper" (§7.1 Eq. 12 read literally,
-B_a = P_a W_T: a tap on the node's incoming links that knows no noise).
+App. A.2 trust model) and "eavesdropper" (§7.1 Eq. 12, B_a = P_a W_T: a tap on every link
+into the attacker set, links between members included, that knows no noise; with the single
+attackers used here there are no such links).
+
+Every PNDP number holds under paper 000's model: every node's gradients fixed in advance
+(non-adaptive). They are not certified for adaptive training (another node's gradient
+depends on its model, which carries victim messages the attacker never sees); the LDP line
+is. The outputs say so.
 
 Paper 000 does not state T or σ for Fig. 2; we take T = 100 and σ = 1 (LDP RDP(2) = 1). RDP
 scales as 1/σ², so the PNDP/LDP ratios do not depend on σ; they do depend (mildly) on T.
@@ -72,6 +78,9 @@ def run() -> dict:
             "alpha": ALPHA,
             "weighting": "metropolis-hastings",
             "mechanism": "dp-dsgd",
+            "pndp_model": pndp.MODEL,
+            "ldp_model": pndp.LDP_MODEL,
+            "assumption": pndp.ASSUMPTION,
         },
         "graphs": {},
     }
@@ -122,13 +131,13 @@ def plot(result: dict, path: Path) -> None:
             color, ls, marker = styles[observer]
             shift = 0.06 if observer == "eavesdropper" else 0.0
             label = {
-                "node": "PNDP, curious node (App. A.2)",
-                "eavesdropper": "PNDP, link eavesdropper (Eq. 12)",
+                "node": "PNDP, curious node (App. A.2), non-adaptive",
+                "eavesdropper": "PNDP, link eavesdropper (Eq. 12), non-adaptive",
             }[observer]
             ax.errorbar(
                 d + shift, mean, yerr=err, color=color, ls=ls, marker=marker, capsize=3, label=label
             )
-        ax.axhline(entry["ldp_rdp"], color="k", ls=":", label="LDP")
+        ax.axhline(entry["ldp_rdp"], color="k", ls=":", label="LDP, adaptive")
         ax.set_yscale("log")
         ax.set_xlabel("graph distance attacker → victim (hops)")
         ax.set_ylabel(f"Rényi DP at α = {ALPHA:g}")
@@ -141,7 +150,8 @@ def plot(result: dict, path: Path) -> None:
     cfg = result["config"]
     fig.suptitle(
         f"DP-D-SGD, T = {cfg['steps']}, ({cfg['steps']}, 1) participation, "
-        f"σ = {cfg['noise_multiplier']:g}: min / mean / max over pairs at each distance",
+        f"σ = {cfg['noise_multiplier']:g}: min / mean / max over pairs at each distance\n"
+        "PNDP: non-adaptive gradients (paper 000's model); LDP: certified for adaptive training",
         fontsize=10,
     )
     fig.tight_layout()
@@ -155,12 +165,13 @@ def main() -> int:
     json_path, png_path = OUT / "pndp_distance.json", OUT / "pndp_distance.png"
     json_path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     plot(result, png_path)
+    print(f"PNDP rows: {pndp.MODEL} gradients (paper 000's model); LDP: {pndp.LDP_MODEL}")
     for name, entry in result["graphs"].items():
-        print(f"{name}: LDP RDP(α={ALPHA:g}) = {entry['ldp_rdp']:.4g}")
+        print(f"{name}: LDP RDP(α={ALPHA:g}) = {entry['ldp_rdp']:.4g} (certified for adaptive)")
         for observer, data in entry["observers"].items():
             for r in data["by_distance"]:
                 print(
-                    f"  {observer:<12} d={r['distance']}: {r['pairs']:5d} pairs  RDP min "
+                    f"  PNDP {observer:<12} d={r['distance']}: {r['pairs']:5d} pairs  RDP min "
                     f"{r['rdp_min']:.4g} mean {r['rdp_mean']:.4g} max {r['rdp_max']:.4g}  "
                     f"(mean/LDP {r['ratio_to_ldp_mean']:.3g}, capped {r['capped_at_ldp']})"
                 )

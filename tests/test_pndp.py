@@ -33,7 +33,10 @@ def _brute(graph, W, C_local, attackers, victim, part, observer="node"):
     """Thm 7 with the full App. A.2 matrices, through sensitivity.sensitivity(decoder=B)."""
     n, T = W.shape[0], C_local.shape[0]
     A = set(attackers)
-    O = sorted({v for a in attackers for v in graph.neighbours(a)} - A)
+    O = sorted({v for a in attackers for v in graph.neighbours(a)})
+    if observer == "node":  # members' messages to each other are functions of what they know
+        O = sorted(set(O) - A)
+    # a tap on every link into A also carries what members send each other: they stay in O
     PW = _workload(W, T)[[t * n + i for t in range(T) for i in O]]
     C = np.kron(C_local, np.eye(n))
     B = PW @ np.kron(np.linalg.inv(C_local), np.eye(n))
@@ -186,6 +189,20 @@ def test_eavesdropper_learns_no_more_than_the_node():
     assert np.all(eav.mu <= node.mu + 1e-12) and np.any(eav.mu < node.mu - 1e-6)
 
 
+@pytest.mark.parametrize("spec,attackers", [("ring:8", [0, 1]), ("florentine", [0, 8, 2])])
+@pytest.mark.parametrize("method", ["statespace", "dense"])
+def test_tap_on_a_connected_set_sees_what_its_members_know(spec, attackers, method):
+    # 𝒜 connected, |𝒜| >= 2: every member's messages and its neighbours' are on tapped links,
+    # so the tap recovers each member's input x_t^a = m_t^a − Σ_w W_aw m_{t−1}^w, gradient
+    # plus noise; the gradient is fixed under adjacency, so the tap's Gram equals the nodes'
+    g = topologies.parse(spec)
+    W = topology.metropolis_hastings(g)
+    kw = dict(attackers=attackers, strategy=np.eye(6), edges=g.edges, method=method)
+    _, Xn = pndp.victim_grams(W, observer="node", **kw)
+    _, Xe = pndp.victim_grams(W, observer="eavesdropper", **kw)
+    np.testing.assert_allclose(Xe, Xn, atol=1e-10)
+
+
 def test_pairs_records_and_noise_extremes():
     g = topologies.parse("ring:5")
     r = pndp.pndp_guarantees(_setting(g, np.eye(3), Participation(3, 1)), attackers=[0])
@@ -279,7 +296,8 @@ def test_cli_account_pndp(tmp_path):
         capture_output=True,
         text=True,
     ).stdout
-    assert "ldp_mu" in text and len(text.strip().splitlines()) == 2 + 14
+    # header, the two model lines (non-adaptive PNDP, adaptive LDP), column names, 14 pairs
+    assert "ldp_mu" in text and len(text.strip().splitlines()) == 4 + 14
     bad = subprocess.run(
         [*run, "account", str(path), "--trust", "pndp", "--attacker", "0,99"],
         capture_output=True,

@@ -7,7 +7,8 @@ Modules (import the module, then call its functions):
 - :mod:`~edgedp.accounting.participation` — (k, b)-participation patterns.
 - :mod:`~edgedp.accounting.sensitivity` — sens_Π(C; B) (paper 000, Thm 7).
 - :mod:`~edgedp.accounting.mf` — LDP guarantee of MF-D-SGD (paper 000, §5–6).
-- :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim (000 App. A).
+- :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim, for
+  non-adaptive gradients (000 §7.1, App. A).
 - :mod:`~edgedp.accounting.laplace` — pure ε-DP of the Laplace schedules of sr-gt/DPOP (004).
 - :mod:`~edgedp.accounting.cross_agent` — GDP of noise correlated across agents (001, 000 A.4–A.6).
 - :mod:`~edgedp.accounting.dome` — LDP guarantee of DOME's sketched messages (002 on gossip).

@@ -21,10 +21,14 @@ with M̃_v the T columns of v: the Fisher information of the observed messages a
 inputs when every other non-attacker input is noise. M̃ is unit block lower triangular on
 the columns of O, so K is positive definite.
 
-``observer="eavesdropper"`` is §7.1 Eq. 12 read literally, B_a = P_a W_T: the observer
-taps the links into 𝒜 but knows nobody's noise or gradients, so 𝒜's inputs stay noise and
-every column enters K. It is smaller than the node model (knowing its own noise only helps
-a node), so it is the right number for an eavesdropper and too small for a curious node.
+``observer="eavesdropper"`` is §7.1 Eq. 12, B_a = P_a W_T, for a tap on every link into 𝒜,
+links between members included (a → a' is a link into a'): P_a selects the messages of
+O = N(𝒜) = ∪_{a ∈ 𝒜} N(a), which holds every member with a neighbour in 𝒜. The tap knows
+nobody's noise or gradients, so every input (members' too) stays noise and every column
+enters K. Its view is a function of the curious members' view (a member knows what it
+sends), so it learns no more than they do, and exactly as much when 𝒜 is connected with two
+or more members (it then recovers every member's input from the tapped messages). It is the
+right number for a tap and can be too small for a curious node.
 
 Engines (private module ``_pndp_gram``), both exact:
 
@@ -32,8 +36,9 @@ Engines (private module ``_pndp_gram``), both exact:
   Toeplitz C_local⁻¹ commutes with the time shift, so M̃ C̃⁻¹ = (C_local⁻¹ ⊗ I_m) M̃: the row
   spaces coincide and X_vv = C_localᵀ X⁰_vv C_local with X⁰ the C = I Gram. X⁰ comes from a
   Kalman filter, which factors K causally: messages m_t = W m_{t−1} + x_t, unit white
-  inputs on unknown nodes, observed set O, hidden set U (for "node": V \\ (O ∪ 𝒜) — a row of
-  W at an attacker only touches O ∪ 𝒜). With P_t the posterior covariance of m_t[U]:
+  inputs on unknown nodes, observed set O, hidden set U (V \\ O for "eavesdropper"; for
+  "node" V \\ (O ∪ 𝒜) — a row of W at an attacker only touches O ∪ 𝒜). With P_t the
+  posterior covariance of m_t[U]:
   S_t = W_OU P_{t−1} W_OUᵀ + I, K_t = W_UU P_{t−1} W_OUᵀ S_t⁻¹, F_t = W_UU − K_t W_OU,
   P_t = W_UU P_{t−1} W_UUᵀ + I − K_t S_t K_tᵀ, P_{−1} = 0. A unit input of victim v at step τ
   gives innovations ε_t(τ) and filter errors e_t(τ): ε_τ = 1_O(v), e_τ = 1_U(v) − K_τ ε_τ;
@@ -55,6 +60,17 @@ Privacy. The noise std is ν = σ · sens_LDP · Δ (the plan's calibration), so
 PNDP view, so μ_LDP = 1/σ is valid too; the reported μ is min(bound, μ_LDP). A failed
 numerical check gives the pair μ_LDP and a warning — never a smaller number. Patterns run
 over victim v's rows {v, n+v, …} (Remark 8); (T, 1) is §7.1's user-level worst case.
+
+Model (``MODEL``). As in paper 000's PNDP analysis, G is fixed in advance: every node's
+gradients are given, not adaptive, and the view is Gaussian with a mean linear in G. The
+PNDP μ is not certified for adaptive training: there another node's gradient depends on
+its model, which carries victim messages 𝒜 never sees, and its own messages relay them
+(path 0–1–2, 𝒜 = {0}, victim 2, T = 3, σ = 1, (3, 1): the bound is μ = 0.3397, while a
+node 1 with gradient c·θ¹, ηc = −2, gives μ = 0.6583; tests/privacy/test_pndp_views.py).
+Thm 7's adaptive argument needs every gradient to be a function of the attacker's view,
+which holds for the LDP view (all messages): μ_LDP is certified for adaptive training, and
+it also bounds every PNDP attacker, whose view is a function of the LDP view and of the
+attackers' own data.
 """
 
 # Paper letters W, C, K, P, O, U, X; see docs/NOTATION.md.
@@ -75,6 +91,9 @@ from edgedp.accounting import _pndp_gram, gdp, mf
 from edgedp.accounting.participation import Participation
 
 __all__ = [
+    "ASSUMPTION",
+    "LDP_MODEL",
+    "MODEL",
     "OBSERVERS",
     "PNDPResult",
     "PNDPSetting",
@@ -85,7 +104,22 @@ __all__ = [
 ]
 
 OBSERVERS = ("node", "eavesdropper")
-"""Trust models: a curious node set (App. A.2) or a tap on its incoming links (Eq. 12)."""
+"""Trust models: a curious node set (App. A.2), or a tap on every link into the set, links
+between members included (Eq. 12)."""
+
+MODEL = "non-adaptive"
+"""What the PNDP μ assumes: every node's gradients fixed in advance (module docstring, "Model")."""
+
+LDP_MODEL = "adaptive"
+"""The LDP μ reported beside it is certified for adaptive training (paper 000 Thm 7)."""
+
+ASSUMPTION = (
+    "PNDP mu/epsilon hold under paper 000's PNDP model, where every node's gradients are fixed "
+    "in advance (non-adaptive). They are not certified for adaptive training: there another "
+    "node's gradient depends on its model, which carries victim messages the attacker never "
+    "sees. ldp_mu/ldp_epsilon are certified for adaptive training."
+)
+"""The two models in one sentence, for reports."""
 
 _TOL = 1e-8  # relative slack of the numerical self-checks
 _ROUND = 1e-12  # relative size below which an entry or a tie is rounding
@@ -141,7 +175,11 @@ class PNDPSetting:
 
 @dataclass(frozen=True, slots=True)
 class PairGuarantee:
-    """μ-GDP of one victim against one attacker set, with the LDP value beside it."""
+    """μ-GDP of one victim against one attacker set, with the LDP value beside it.
+
+    ``mu`` holds under :data:`MODEL` (gradients fixed in advance, not adaptive); ``ldp_mu``
+    is certified for adaptive training (:data:`LDP_MODEL`).
+    """
 
     attackers: tuple[int, ...]
     victim: int
@@ -165,15 +203,18 @@ class PairGuarantee:
 class PNDPResult:
     """All pairs of one accounting run as parallel arrays, one entry per pair.
 
+    ``mu`` (and ``epsilon``, ``rdp``) hold under :data:`MODEL`: every node's gradients fixed
+    in advance, not adaptive. ``ldp`` is certified for adaptive training (:data:`LDP_MODEL`).
+
     Attributes:
         attacker_sets: The attacker sets; ``attacker_index`` points into it.
         attacker_index, victim: Per pair.
         distance: Hop distance from the attacker set (inf if unreachable).
         sensitivity: Thm 7 bound, capped at the LDP sensitivity.
-        mu: GDP parameter, <= ldp.mu.
+        mu: GDP parameter, <= ldp.mu; non-adaptive gradients (:data:`MODEL`).
         exact: The bound is attained (no negative entry in a maximizing block, no cap).
         capped: Thm 7's PNDP bound exceeded the LDP one (or a check failed): LDP reported.
-        ldp: The LDP guarantee of the same setting.
+        ldp: The LDP guarantee of the same setting, certified for adaptive training.
         observer: "node" or "eavesdropper".
         method: Engine used: "statespace" or "dense".
     """
@@ -195,8 +236,13 @@ class PNDPResult:
 
     @property
     def ldp_mu(self) -> float:
-        """μ of the same plan against the LDP attacker (1/σ)."""
+        """μ of the same plan against the LDP attacker (1/σ), certified for adaptive training."""
         return self.ldp.mu
+
+    @property
+    def model(self) -> str:
+        """What ``mu`` assumes: :data:`MODEL`, "non-adaptive" (gradients fixed in advance)."""
+        return MODEL
 
     def rdp(self, order: float = 2.0) -> np.ndarray:
         """Per-pair RDP αμ²/2 at ``order`` (α = 2 gives μ², paper 000 Fig. 2)."""
@@ -312,12 +358,18 @@ def _block_sums(X: np.ndarray, part: Participation) -> tuple[np.ndarray, np.ndar
 
 
 def _split(W, A: tuple[int, ...], edges, observer: str):
-    """Observed O, hidden U and noisy nodes of attacker set A under the trust model."""
+    """Observed O, hidden U and noisy nodes of attacker set A under the trust model.
+
+    The observer sees the links into A. Curious nodes know their own inputs, hence what
+    members send each other: O = N(A) \\ A. A tap knows no input: O = N(A), members that
+    send to a member included (their messages travel on tapped links), and every node is noisy.
+    """
     n = W.shape[0]
     lists = _receive_lists(W, edges)
-    O = sorted(set(np.concatenate([lists[a] for a in A]).tolist()) - set(A))
+    senders = set(np.concatenate([lists[a] for a in A]).tolist())  # lists exclude self
     known = set(A) if observer == "node" else set()
-    U = [w for w in range(n) if w not in known and w not in set(O)]
+    O = sorted(senders - known)
+    U = [w for w in range(n) if w not in known and w not in senders]
     noisy = [w for w in range(n) if w not in known]
     return O, U, noisy
 
@@ -341,7 +393,8 @@ def victim_grams(
         strategy: C_local (T × T, lower-triangular, nonzero diagonal).
         victims: Victims outside 𝒜 (default: all of them).
         edges: Optional (E, 2) communication edges (see :class:`PNDPSetting`).
-        observer: "node" (App. A.2) or "eavesdropper" (Eq. 12 literally).
+        observer: "node" (App. A.2) or "eavesdropper" (Eq. 12; a tap on every link into
+            𝒜, links between members included).
         method: "auto" (statespace when C_local is Toeplitz, else dense), "statespace"
             or "dense".
 
@@ -395,8 +448,10 @@ def view_matrices(
 ):
     """The attacker-view matrices (A, B, C) with A = B C, materialized (O(n²T²) memory).
 
-    For tests and small examples. "node": Ã = [P W_T D; 0], B = [P W_T C⁻¹; K_Z], C·D
-    (App. A.2 after Lemma 11). "eavesdropper": P W_T, P W_T C⁻¹, C (Eq. 12).
+    For tests and small examples. P selects the rows of the observed senders O (see the
+    module docstring). "node": Ã = [P W_T D; 0], B = [P W_T C⁻¹; K_Z], C·D (App. A.2 after
+    Lemma 11), O = N(𝒜) \\ 𝒜. "eavesdropper": P W_T, P W_T C⁻¹, C (Eq. 12), O = N(𝒜), the
+    members that send to a member included.
 
     >>> W = np.array([[0.5, 0.5], [0.5, 0.5]])
     >>> A_t, B, CD = view_matrices(W, attackers=[0], strategy=np.eye(2))
@@ -437,16 +492,21 @@ def pndp_guarantees(
 ) -> PNDPResult:
     """PNDP μ-GDP of every (attacker set, victim) pair (paper 000 Thm 7, §7.1, App. A.2).
 
+    The PNDP μ holds under :data:`MODEL`: every node's gradients fixed in advance, not
+    adaptive. Only the LDP μ reported beside it is certified for adaptive training.
+
     Args:
         setting: A :class:`PNDPSetting` or a NoisePlan.
         attackers: One colluding set; None means every single node in turn.
         victims: Victims (default: every node outside the attacker set).
-        observer: "node" (curious nodes, App. A.2) or "eavesdropper" (Eq. 12).
+        observer: "node" (curious nodes, App. A.2) or "eavesdropper" (Eq. 12: a tap on
+            every link into the set, links between members included).
         method: Engine, see :func:`victim_grams`.
         progress: Optional callback(done, total) after each attacker set.
 
     Returns:
-        PNDPResult, μ = min(sens, sens_LDP) / (σ · sens_LDP) per pair, so μ <= μ_LDP.
+        PNDPResult, μ = min(sens, sens_LDP) / (σ · sens_LDP) per pair, so μ <= μ_LDP;
+        non-adaptive gradients (``result.model``).
 
     Raises:
         ValueError, TypeError: On invalid settings, node ids, observer or method.
