@@ -57,13 +57,22 @@ class Dataset:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class FederatedData:
-    """Equal-size local datasets: x ``(n, m, f)``, y ``(n, m)``, plus a shared test set."""
+    """Equal-size local datasets: x ``(n, m, f)``, y ``(n, m)``, plus a shared test set.
+
+    Every array must be finite (ValueError naming it otherwise): a NaN or inf example would
+    reach the messages of the engines.
+    """
 
     x: np.ndarray
     y: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
     task: str
+
+    def __post_init__(self) -> None:
+        for name in ("x", "y", "x_test", "y_test"):
+            if getattr(self, name) is not None or name in ("x", "y"):
+                _validate.finite_array(name, getattr(self, name))
 
     # indexed from the end: PerTrialData adds a leading trial axis
     @property

@@ -58,6 +58,7 @@ def run_scenario(
             "messages": res.messages,
             "bytes": res.bytes_sent,
             "dropped_messages": 0,
+            "nonfinite_examples": res.nonfinite,
             "model_digest": res.digests[0],
             "simulated_seconds": None,
         }
@@ -87,6 +88,7 @@ def run_scenario(
             "late_or_rejected": res.rejected,
             "missing": res.missing,
             "skipped_rounds": res.skipped_rounds,
+            "nonfinite_examples": res.nonfinite,
             "crashes": res.crashes,
             "events": res.events,
             "simulated_seconds": res.simulated_seconds,
