@@ -35,6 +35,10 @@ public_key = "z85 public key (40 characters)"
 
 ``noise_secret = "plan-seed"`` derives the noise from the plan's public seed, which makes a run
 reproducible and comparable with the simulators but gives **no privacy**; it is for tests.
+
+Every section and key is checked against :data:`SECTIONS`: an unknown one (e.g. a misspelled
+``max_epsilonn``, which would otherwise leave the budget at ∞) is a :class:`ConfigError`
+naming it and the closest valid key.
 """
 
 from __future__ import annotations
@@ -43,13 +47,43 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from edgedp import _validate
 from edgedp.agent import DROPOUT_RULES
 
-__all__ = ["ConfigError", "NodeConfig", "Neighbour", "load"]
+__all__ = ["SECTIONS", "ConfigError", "NodeConfig", "Neighbour", "load"]
 
 PLAN_SEED = "plan-seed"
+
+# The keys each section may hold; a key added to ``load`` is added here too.
+NODE_KEYS = ("id", "bind", "key_file", "noise_secret_file", "noise_secret")
+PLAN_KEYS = ("file",)
+DATA_KEYS = ("shard",)
+MODEL_KEYS = ("kind", "file")
+RUN_KEYS = (
+    "checkpoint_dir",
+    "metrics",
+    "final_model",
+    "round_timeout",
+    "startup_timeout",
+    "dropout_rule",
+    "max_epsilon",
+    "delta",
+)
+NEIGHBOUR_KEYS = ("id", "endpoint", "public_key")  # each [[neighbours]] entry
+#: Section name -> allowed keys (``neighbours`` is an array of tables).
+SECTIONS = MappingProxyType(
+    {
+        "node": NODE_KEYS,
+        "plan": PLAN_KEYS,
+        "data": DATA_KEYS,
+        "model": MODEL_KEYS,
+        "run": RUN_KEYS,
+        "neighbours": NEIGHBOUR_KEYS,
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -105,6 +139,27 @@ def _get(table: dict, section: str, key: str, kind: type, default: Any = ...) ->
     return value
 
 
+def _check_layout(raw: dict) -> None:
+    """Refuse unknown sections and keys (naming the closest valid one) and wrong shapes."""
+    stray = {k: v for k, v in raw.items() if k not in SECTIONS and not isinstance(v, dict)}
+    dotted = [f"{sec}.{key}" for sec, keys in SECTIONS.items() for key in keys]
+    _validate.known_keys(stray, dotted, error=ConfigError)  # a key outside its section
+    _validate.known_keys(raw, SECTIONS, what="section", error=ConfigError)
+    for section, keys in SECTIONS.items():
+        value = raw.get(section)
+        if value is None:
+            continue
+        if section == "neighbours":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise ConfigError("neighbours must be [[neighbours]] tables")
+            for i, entry in enumerate(value):
+                _validate.known_keys(entry, keys, where=f"neighbours[{i}]", error=ConfigError)
+        elif not isinstance(value, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        else:
+            _validate.known_keys(value, keys, where=section, error=ConfigError)
+
+
 def _endpoint(name: str, value: str) -> str:
     if not value.startswith(("tcp://", "ipc://", "inproc://")):
         raise ConfigError(f"{name} = {value!r} must look like tcp://HOST:PORT")
@@ -120,6 +175,7 @@ def load(path: str | Path) -> NodeConfig:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    _check_layout(raw)
     base = path.parent
 
     def rel(p: str) -> Path:
@@ -160,8 +216,9 @@ def load(path: str | Path) -> NodeConfig:
         raise ConfigError("at least one [[neighbours]] entry is required")
     for i, nb in enumerate(entries):
         where = f"neighbours[{i}]"
-        if not isinstance(nb, dict) or set(nb) != {"id", "endpoint", "public_key"}:
-            raise ConfigError(f"{where} needs exactly id, endpoint, public_key")
+        missing = [k for k in NEIGHBOUR_KEYS if k not in nb]
+        if missing:
+            raise ConfigError(f"{where} needs id, endpoint and public_key (missing {missing[0]})")
         if not isinstance(nb["id"], int) or nb["id"] < 0 or nb["id"] == node_id:
             raise ConfigError(f"{where}.id = {nb['id']!r} must be another node's id")
         key = nb["public_key"]
