@@ -245,18 +245,24 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         return _laplace_plan(mech, graph, task, priv, raw, steps, str(topo["spec"]))
     if set(_LAPLACE_KEYS) & set(priv):
         raise ScenarioError(f"privacy.{sorted(set(_LAPLACE_KEYS) & set(priv))} are for sr-gt/dpop")
+    try:  # the participation the engines will run (datasets.task_participation)
+        run = datasets.task_participation(task, nodes=graph.n, steps=steps)
+    except ValueError as exc:
+        raise ScenarioError(f"[task]: {exc}") from None
+    part = run
     if "participation" in priv:
         try:
             part = Participation.from_string(str(priv["participation"]))
         except ValueError as exc:
             raise ScenarioError(f"privacy.participation: {exc}") from None
-    else:
-        try:
-            local = len(datasets.load(task.dataset, seed=0).y_train) // graph.n
-        except ValueError as exc:
-            raise ScenarioError(f"task.dataset: {exc}") from None
-        per_epoch = max(1, local // (task.batch_size or local)) if local else 1
-        part = Participation(math.ceil(steps / per_epoch), per_epoch)
+        noisy = mech != "dsgd" and priv.get("noise_multiplier", 1) != 0
+        if noisy and not part.covers(run):  # refused as `edgedp plan` refuses it
+            try:
+                datasets.check_participation(
+                    part, task, nodes=graph.n, steps=steps, name="privacy.participation"
+                )
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
     noise = {}
     if mech != "dsgd":
         if "target_epsilon" in priv:
