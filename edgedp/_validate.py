@@ -6,7 +6,9 @@ Messages name the offending value and what was expected, e.g.
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ __all__ = [
     "finite_array",
     "in_range",
     "integer",
+    "known_keys",
     "non_negative",
     "positive",
     "shape_is",
@@ -78,3 +81,45 @@ def shape_is(name: str, x: Any, shape: tuple[int | None, ...]) -> None:
     )
     if not ok:
         raise ValueError(f"Expected {name} to have shape {shape}, got {actual}.")
+
+
+def known_keys(
+    table: Mapping[str, Any],
+    allowed: Iterable[str],
+    *,
+    where: str = "",
+    what: str = "key",
+    error: type[Exception] = ValueError,
+) -> None:
+    """Raise ``error`` naming every key of ``table`` not in ``allowed``, with the closest one.
+
+    For configuration files, where a misspelled key must not be silently ignored (a budget
+    ``max_epsilonn = 1`` would leave the real one at its default). ``where`` is the dotted
+    path of the table (``"run"`` gives ``run.max_epsilonn``); ``what="section"`` names
+    tables as ``[name]``.
+
+    >>> known_keys({"max_epsilonn": 1}, ("max_epsilon", "delta"), where="run")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown key run.max_epsilonn (did you mean run.max_epsilon?)
+    """
+    allowed = tuple(allowed)
+    unknown = [k for k in table if k not in allowed]
+    if not unknown:
+        return
+
+    def name(key: str) -> str:
+        path = f"{where}.{key}" if where else str(key)
+        return f"[{path}]" if what == "section" else path
+
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = (
+            f"did you mean {name(close[0])}?"
+            if close
+            else f"expected one of {', '.join(name(a) for a in sorted(allowed))}"
+        )
+        parts.append(f"{name(key)} ({hint})")
+    plural = "s" if len(unknown) > 1 else ""
+    raise error(f"unknown {what}{plural} {', '.join(parts)}")

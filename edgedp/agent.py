@@ -11,6 +11,11 @@ Guarantees (DESIGN §6, §8):
   round's noise; no round past the plan's T is ever started (BudgetExhaustedError);
 * a received message is decoded and fully checked before anything changes; a rejected
   one only increments ``metrics.rejected[reason]``;
+* nothing non-finite is ever sent: a per-example gradient with a NaN or ±inf entry adds
+  zero to the clipped sum (counted in ``metrics.nonfinite``), and a round whose outgoing
+  message would still be non-finite (the model diverged) raises
+  :class:`~edgedp.errors.NonFiniteMessageError` and leaves the agent at the start of that
+  round, with nothing sent;
 * :meth:`snapshot` / :meth:`restore` carry everything needed to resume at the start of a
   round; the noise of every round is a pure function of (key, round), so a restarted agent
   regenerates the same noise. A snapshot records the fingerprint of the streams it was
@@ -30,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, clipping, rng, sketch_adaptive, wire
+from edgedp import _validate, algorithms, clipping, rng, sketch_adaptive, wire
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
-from edgedp.errors import BudgetExhaustedError, PlanError
+from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, PlanError
 from edgedp.factors import StreamState
 from edgedp.noise import NoiseSource, laplace_draw, noise_digest
 from edgedp.plan import NodeShare, batch_schedule
@@ -77,6 +82,7 @@ class RoundReport:
     missing: tuple[int, ...]
     clipped: int
     update_norm: float
+    nonfinite: int = 0  # examples whose non-finite gradient was left out of the sum
 
 
 @dataclass(slots=True)
@@ -87,6 +93,7 @@ class Metrics:
     missing: int = 0
     clipped: int = 0
     skipped: int = 0
+    nonfinite: int = 0  # examples left out of a clipped sum: their gradient was not finite
     rejected: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +104,7 @@ class Metrics:
             "missing": self.missing,
             "clipped": self.clipped,
             "skipped": self.skipped,
+            "nonfinite": self.nonfinite,
             "rejected": dict(self.rejected),
         }
 
@@ -147,6 +155,8 @@ class Agent:
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         if x.ndim != 2 or y.shape != (x.shape[0],):
             raise ValueError(f"Expected x (m, f) and y (m,), got {x.shape} and {y.shape}.")
+        _validate.finite_array("x", x)  # NaN/inf data would reach the messages
+        _validate.finite_array("y", y)
         self.share = share
         self.node = share.node
         self.stream_fingerprint = stream_fingerprint
@@ -280,13 +290,22 @@ class Agent:
             missing=m["missing"],
             clipped=m["clipped"],
             skipped=m.get("skipped", 0),
+            nonfinite=m.get("nonfinite", 0),
             rejected=Counter(m["rejected"]),
         )
         self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
 
     # ------------------------------------------------------------------ round
     def begin_round(self) -> Outgoing:
-        """Local noisy step; returns the frames every neighbour must receive."""
+        """Local noisy step; returns the frames every neighbour must receive.
+
+        Raises:
+          BudgetExhaustedError: the plan's T rounds are done.
+          NonFiniteMessageError: the round's message would hold NaN or ±inf (the model
+            diverged); nothing is returned to send and the agent stays at the start of the
+            round (state and noise stream unchanged; counted in
+            ``metrics.rejected["NonFiniteMessageError"]``).
+        """
         if self.done:
             raise BudgetExhaustedError(
                 f"node {self.node}: the plan's {self.share.steps} rounds are done."
@@ -296,6 +315,7 @@ class Agent:
         slot = self.round % self.per_epoch
         sel = self.order[slot * self.batch : (slot + 1) * self.batch]
         self._clipped = 0
+        self._nonfinite = 0
         self._noise_digest = ""
         self.last_gradient: np.ndarray | None = None
 
@@ -303,8 +323,9 @@ class Agent:
             grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
             if project is not None:
                 grads = project(grads)
-            gsum, hit = clipping.clipped_sum(grads, self.share.clip_norm)
+            gsum, hit, bad = clipping.clipped_sum(grads, self.share.clip_norm)
             self._clipped += int(hit)
+            self._nonfinite += int(bad)
             return gsum
 
         def gradient(point: np.ndarray) -> np.ndarray:
@@ -345,7 +366,17 @@ class Agent:
             mean=None if self.aggregator is None else self.aggregator.sketch.mean(self.round),
             release=None if self.aggregator is None else self._release,
         )
-        self.state, self.message = self.algo.send(self.state, self._ctx)
+        noise_state = self.noise_state
+        try:  # nothing below changes the agent until every outgoing array is checked
+            state, message = self.algo.send(self.state, self._ctx)
+            tree = {}
+            if self.aggregator is not None:  # + a k-float frame on each tree edge
+                tree = self.aggregator.frames_out(self.round)
+            self._check_finite(message, *tree.values())
+        except BaseException:
+            self.noise_state, self._ctx = noise_state, None
+            raise
+        self.state, self.message = state, message
         self.metrics.sent += len(self.neighbours)
         if self.message.ndim == 2:  # one message per padded-row slot (Zip-DL)
             return self._per_recipient(self.message)
@@ -353,13 +384,22 @@ class Agent:
         plain = wire.encode(msg)
         if self.aggregator is None:
             return Outgoing(self.round, self.neighbours, plain, self._noise_digest)
-        tree = self.aggregator.frames_out(self.round)  # + a k-float frame on each tree edge
         frames = {
             v: wire.encode(replace(msg, arrays=(self.message, tree[v]))) if v in tree else plain
             for v in self.neighbours
         }
         first = frames[self.neighbours[0]] if self.neighbours else []
         return Outgoing(self.round, self.neighbours, first, self._noise_digest, frames)
+
+    def _check_finite(self, *arrays: np.ndarray) -> None:
+        bad = sum(int(a.size - np.count_nonzero(np.isfinite(a))) for a in arrays)
+        if bad:
+            self.metrics.rejected["NonFiniteMessageError"] += 1
+            raise NonFiniteMessageError(
+                f"node {self.node}, round {self.round}: the outgoing message has {bad} NaN/Inf "
+                "entries (e.g. the model diverged); nothing was sent. Lower the learning rate or "
+                "check the model and data."
+            )
 
     def _release(self, coef: np.ndarray) -> None:
         self.aggregator.release(self.round, coef)
@@ -487,10 +527,11 @@ class Agent:
             self.last_seen[v] = vec
         if self.aggregator is not None:
             self.aggregator.end_round(self.round)
-        report = RoundReport(self.round, missing, self._clipped, update_norm)
+        report = RoundReport(self.round, missing, self._clipped, update_norm, self._nonfinite)
         self.metrics.rounds += 1
         self.metrics.missing += len(missing)
         self.metrics.clipped += self._clipped
+        self.metrics.nonfinite += self._nonfinite
         self.round += 1
         self.message = None
         self._ctx = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "BudgetExhaustedError",
     "EdgeDPError",
+    "NonFiniteMessageError",
     "PlanError",
     "PlanMismatchError",
     "TopologyError",
@@ -40,3 +41,11 @@ class BudgetExhaustedError(EdgeDPError):
 
 class WireError(EdgeDPError, ValueError):
     """A message failed decoding or validation."""
+
+
+class NonFiniteMessageError(EdgeDPError, FloatingPointError):
+    """A message a node was about to send holds NaN or ±inf (the model diverged).
+
+    Raised before anything is sent: a non-finite message would reveal, by its NaN, whatever
+    made it non-finite.
+    """

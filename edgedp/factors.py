@@ -50,6 +50,7 @@ __all__ = [
     "FACTORS",
     "Identity",
     "StreamState",
+    "blt_inverse_radius",
     "from_dict",
     "noise_matrix_product",
 ]
@@ -291,6 +292,10 @@ class BLT:
     eigen-decomposition.) With ω >= 0, C >= 0 elementwise, so X = CᵀC >= 0 and the
     accountant's sensitivity is exact (paper 003, Eq. 3).
 
+    The buffers evolve as s ← (diag(θ) − 1ωᵀ) s + 1·z_t, so the factor is refused unless
+    the spectral radius of diag(θ) − 1ωᵀ (:func:`blt_inverse_radius`) is < 1: otherwise
+    the noise grows without bound. ω >= 0 alone does not ensure it (θ = 0.5, ω = 2 gives −1.5).
+
     >>> f = BLT((0.5,), (0.25,))
     >>> print(f.strategy(4))
     [[1.     0.     0.     0.    ]
@@ -314,6 +319,13 @@ class BLT:
         for j, value in enumerate(theta):
             if not 0.0 < value < 1.0:
                 raise ValueError(f"Expected 0 < decays[{j}]={value!r} < 1.")
+        radius = blt_inverse_radius(theta, omega)
+        if not radius < 1.0:
+            raise ValueError(
+                f"Expected spectral radius of diag(decays) − 1·weightsᵀ = {radius:.6g} < 1: "
+                "the noise stream y = C⁻¹z would grow without bound. Refit the BLT "
+                "(edgedp.planning.compact.fit_blt) or use smaller weights."
+            )
         object.__setattr__(self, "decays", tuple(float(v) for v in theta))
         object.__setattr__(self, "weights", tuple(float(v) for v in omega))
 
@@ -362,6 +374,21 @@ class BLT:
             "decays": np.array(self.decays),
             "weights": np.array(self.weights),
         }
+
+
+def blt_inverse_radius(decays, weights) -> float:
+    """Spectral radius of diag(θ) − 1ωᵀ, the matrix that carries a BLT's noise buffers.
+
+    The noise stream y = C⁻¹z is bounded iff this is < 1 (then C⁻¹'s coefficients decay
+    geometrically). numpy only: eigenvalues of a (buffers × buffers) matrix.
+
+    >>> blt_inverse_radius([0.5], [0.25]), blt_inverse_radius([0.5], [2.0])
+    (0.25, 1.5)
+    """
+    theta = np.asarray(decays, dtype=np.float64)
+    omega = np.asarray(weights, dtype=np.float64)
+    carry = np.diag(theta) - omega[None, :]
+    return float(np.max(np.abs(np.linalg.eigvals(carry))))
 
 
 def _lower_toeplitz(column: np.ndarray) -> np.ndarray:

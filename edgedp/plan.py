@@ -612,8 +612,8 @@ def batch_schedule(
     batch = plan.task.batch_size or local_size
     if batch > local_size:
         raise PlanError(f"batch_size={batch} exceeds the local dataset size {local_size}.")
-    per_epoch = local_size // batch
-    needed_k = math.ceil(plan.steps / per_epoch)
+    needed = Participation.for_task(plan.steps, local_size=local_size, batch_size=batch)
+    needed_k, per_epoch = needed.k, needed.b
     part = plan.participation
     noisy = getattr(plan, "noise_multiplier", None)
     noisy = (plan.noise_std > 0) if noisy is None else noisy > 0
@@ -626,7 +626,7 @@ def batch_schedule(
             )
         except ValueError as exc:
             raise PlanError(str(exc)) from None
-    if noisy and (part.b != per_epoch or part.k < needed_k):
+    if noisy and not part.covers(needed):
         raise PlanError(
             f"The plan certifies participation (k,b)=({part.k},{part.b}) but this task runs "
             f"({needed_k},{per_epoch}) (local size {local_size}, batch {batch}); re-plan with "

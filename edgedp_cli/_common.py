@@ -9,12 +9,14 @@ from pathlib import Path
 
 __all__ = [
     "UsageError",
+    "check_task_participation",
     "emit",
     "json_value",
     "key_value_lines",
     "load_plan",
     "parse_graph",
     "parse_participation",
+    "participation_hint",
     "task_from_args",
     "task_model",
 ]
@@ -85,6 +87,32 @@ def task_model(task):
         return models.for_task(task, data.x_train.shape[1]), data
     except ValueError as exc:
         raise UsageError(f"task: {exc}") from None
+
+
+def check_task_participation(args, task, nodes: int, participation) -> None:
+    """Refuse a --participation that is not what ``task`` runs on ``nodes`` nodes over
+    ``args.steps`` steps (an ε for it would certify nothing runnable); noiseless plans
+    (dsgd, --noise-multiplier 0) certify nothing and are not checked."""
+    from sim import datasets
+
+    if args.mechanism == "dsgd" or args.noise_multiplier == 0:
+        return
+    try:
+        datasets.check_participation(participation, task, nodes=nodes, steps=args.steps)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def participation_hint(args) -> str:
+    """`` (this task runs K,B)`` for plan's arguments, or "" if the task cannot be read."""
+    from sim import datasets
+
+    try:
+        graph = parse_graph(args.topology)
+        run = datasets.task_participation(task_from_args(args), nodes=graph.n, steps=args.steps)
+    except (UsageError, ValueError, TypeError):
+        return ""
+    return f" (this task runs --participation {run.k},{run.b})"
 
 
 def load_plan(path: str):

@@ -17,11 +17,13 @@ from pathlib import Path
 
 from edgedp_cli._common import (
     UsageError,
+    check_task_participation,
     emit,
     key_value_lines,
     load_plan,
     parse_graph,
     parse_participation,
+    participation_hint,
     task_from_args,
     task_model,
 )
@@ -90,7 +92,9 @@ def cmd_plan(args) -> None:
 
         return tune_cmd.cmd_plan_laplace(args)
     if args.participation is None:
-        raise UsageError(f"--mechanism {args.mechanism} needs --participation k,b")
+        raise UsageError(
+            f"--mechanism {args.mechanism} needs --participation k,b{participation_hint(args)}"
+        )
     if args.learning_rate is None:
         args.learning_rate = 0.5
     g = parse_graph(args.topology)
@@ -103,6 +107,7 @@ def cmd_plan(args) -> None:
     task = task_from_args(args)
     participation = parse_participation(args.participation)
     model_dim = task_model(task)[0].dim
+    check_task_participation(args, task, g.n, participation)
     if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
         from edgedp_cli import cross_cmd
 
@@ -403,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument(
-        "--participation", help="k,b: at most k participations b steps apart (Gaussian only)"
+        "--participation",
+        help="k,b: each example participates at most k times, exactly b steps apart "
+        "(b = batches per epoch of the local data); must match the task (Gaussian only)",
     )
     p.add_argument(
         "--mechanism",

@@ -43,6 +43,10 @@ Every stream is keyed by (secret, plan hash, ``run.id``) (:mod:`edgedp.streams`)
 noise secret file, ``run.id`` is required and the ledger file records every (plan, run) the
 secret has drawn noise for, so a fresh start on a used stream is refused. In plan-seed mode
 ``run.id`` defaults to ``"simulation"``, the simulators' run id.
+
+Every section and key is checked against :data:`SECTIONS`: an unknown one (e.g. a misspelled
+``max_epsilonn``, which would otherwise leave the budget at ∞) is a :class:`ConfigError`
+naming it and the closest valid key.
 """
 
 from __future__ import annotations
@@ -51,16 +55,47 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from edgedp import streams
+from edgedp import _validate, streams
 from edgedp.agent import DROPOUT_RULES
 
-__all__ = ["ConfigError", "NodeConfig", "Neighbour", "load"]
+__all__ = ["SECTIONS", "ConfigError", "NodeConfig", "Neighbour", "load"]
 
 PLAN_SEED = "plan-seed"
 #: Whose ε ``run.max_epsilon`` binds: the worst adversary the device faces, or a named one.
 ADVERSARIES = ("worst", "eavesdropper", "insider", "neighbourhood")
+
+# The keys each section may hold; a key added to ``load`` is added here too.
+NODE_KEYS = ("id", "bind", "key_file", "noise_secret_file", "noise_secret", "ledger_file")
+PLAN_KEYS = ("file",)
+DATA_KEYS = ("shard",)
+MODEL_KEYS = ("kind", "file")
+RUN_KEYS = (
+    "id",
+    "checkpoint_dir",
+    "metrics",
+    "final_model",
+    "round_timeout",
+    "startup_timeout",
+    "dropout_rule",
+    "max_epsilon",
+    "delta",
+    "adversary",
+)
+NEIGHBOUR_KEYS = ("id", "endpoint", "public_key")  # each [[neighbours]] entry
+#: Section name -> allowed keys (``neighbours`` is an array of tables).
+SECTIONS = MappingProxyType(
+    {
+        "node": NODE_KEYS,
+        "plan": PLAN_KEYS,
+        "data": DATA_KEYS,
+        "model": MODEL_KEYS,
+        "run": RUN_KEYS,
+        "neighbours": NEIGHBOUR_KEYS,
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -119,6 +154,27 @@ def _get(table: dict, section: str, key: str, kind: type, default: Any = ...) ->
     return value
 
 
+def _check_layout(raw: dict) -> None:
+    """Refuse unknown sections and keys (naming the closest valid one) and wrong shapes."""
+    stray = {k: v for k, v in raw.items() if k not in SECTIONS and not isinstance(v, dict)}
+    dotted = [f"{sec}.{key}" for sec, keys in SECTIONS.items() for key in keys]
+    _validate.known_keys(stray, dotted, error=ConfigError)  # a key outside its section
+    _validate.known_keys(raw, SECTIONS, what="section", error=ConfigError)
+    for section, keys in SECTIONS.items():
+        value = raw.get(section)
+        if value is None:
+            continue
+        if section == "neighbours":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise ConfigError("neighbours must be [[neighbours]] tables")
+            for i, entry in enumerate(value):
+                _validate.known_keys(entry, keys, where=f"neighbours[{i}]", error=ConfigError)
+        elif not isinstance(value, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        else:
+            _validate.known_keys(value, keys, where=section, error=ConfigError)
+
+
 def _endpoint(name: str, value: str) -> str:
     if not value.startswith(("tcp://", "ipc://", "inproc://")):
         raise ConfigError(f"{name} = {value!r} must look like tcp://HOST:PORT")
@@ -134,6 +190,7 @@ def load(path: str | Path) -> NodeConfig:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    _check_layout(raw)
     base = path.parent
 
     def rel(p: str) -> Path:
@@ -190,8 +247,9 @@ def load(path: str | Path) -> NodeConfig:
         raise ConfigError("at least one [[neighbours]] entry is required")
     for i, nb in enumerate(entries):
         where = f"neighbours[{i}]"
-        if not isinstance(nb, dict) or set(nb) != {"id", "endpoint", "public_key"}:
-            raise ConfigError(f"{where} needs exactly id, endpoint, public_key")
+        missing = [k for k in NEIGHBOUR_KEYS if k not in nb]
+        if missing:
+            raise ConfigError(f"{where} needs id, endpoint and public_key (missing {missing[0]})")
         if not isinstance(nb["id"], int) or nb["id"] < 0 or nb["id"] == node_id:
             raise ConfigError(f"{where}.id = {nb['id']!r} must be another node's id")
         key = nb["public_key"]

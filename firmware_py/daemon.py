@@ -17,8 +17,9 @@ belongs to another run); 3 plan refused (hash mismatch with the neighbours, tamp
 no noise, or a budget the plan exceeds); 4 unsafe to start or resume (messages were sent
 but the checkpoint is missing or older than them; the checkpoint was made with another
 secret or run; or the ledger shows this noise secret already drew noise for this plan and
-run — starting over would reuse noise: deploy a new run id); 128+N stopped by signal N at a
-round boundary.
+run — starting over would reuse noise: deploy a new run id); 5 the model diverged (the
+round's message would be non-finite; nothing was sent, the checkpoint stays at the start
+of that round); 128+N stopped by signal N at a round boundary.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import zmq.auth
 from edgedp import cross_agent, keys, models, rng, sketch_adaptive, streams
 from edgedp.accounting import budget
 from edgedp.agent import Agent
-from edgedp.errors import PlanError
+from edgedp.errors import NonFiniteMessageError, PlanError
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
 from firmware_py import checkpoint, config, ledger
@@ -45,6 +46,7 @@ from firmware_py import checkpoint, config, ledger
 __all__ = ["main", "run"]
 
 EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
+EXIT_DIVERGED = 5  # the round's message would be non-finite; nothing was sent
 MISMATCH_LIMIT = 3
 
 
@@ -102,6 +104,15 @@ def _load_inputs(cfg: config.NodeConfig):
             x, y = np.array(shard["x"], dtype=np.float64), np.array(shard["y"], dtype=np.float64)
     except (OSError, KeyError, ValueError) as exc:
         raise config.ConfigError(f"data.shard {cfg.shard}: {exc}") from None
+    for name, arr in (("x", x), ("y", y)):  # NaN/inf data would reach the messages
+        bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+        if bad:
+            flat = np.isfinite(arr).reshape(len(arr), -1) if arr.ndim else np.isfinite(arr)[None]
+            rows = int(np.count_nonzero(~flat.all(axis=-1)))
+            raise config.ConfigError(
+                f"data.shard {cfg.shard}: {name} has {bad} NaN/Inf entries (in {rows} "
+                "examples); repair or drop those examples and write the shard again"
+            )
     return plan, share, public, secret, noise_secret, x, y
 
 
@@ -252,7 +263,23 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     first_round = agent.round
     try:
         while not agent.done:
-            out = agent.begin_round()
+            try:
+                out = agent.begin_round()
+            except NonFiniteMessageError as exc:  # nothing sent; the checkpoint is intact
+                metrics.write(
+                    json.dumps(
+                        {
+                            "event": "error",
+                            "time": time.time(),
+                            "node": cfg.id,
+                            "round": agent.round,
+                            "error": str(exc),
+                            **agent.metrics.to_dict(),
+                        }
+                    )
+                    + "\n"
+                )
+                raise RefusedError(EXIT_DIVERGED, str(exc)) from None
             if stream_ledger is not None and out.round == first_round:
                 stream_ledger.record(plan.plan_hash, cfg.run_id, cfg.id, fingerprint)
             record = {"run": cfg.run_id, "round": out.round}
@@ -293,6 +320,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                         "round": report.round,
                         "missing": list(report.missing),
                         "clipped": report.clipped,
+                        "nonfinite": report.nonfinite,
                         "update_norm": report.update_norm,
                         "noise": out.noise_digest,
                         "seconds": round(time.monotonic() - started, 4),

@@ -4,6 +4,9 @@ State is shaped ``(trials, nodes, d)``. Each step: per-example gradients, per-ex
 clipping and an in-order sum, the node's correlated noise, the local step, fixed-order
 mixing — the same functions a device calls, so a node's model has the same bits here and
 on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, trial)``.
+Like an Agent, the engine never lets a non-finite message through: non-finite per-example
+gradients add zero (counted in ``BatchResult.nonfinite``) and a message with NaN/inf
+raises :class:`~edgedp.errors.NonFiniteMessageError` naming the node, trial and round.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 from edgedp import algorithms, clipping, models, rng, sketch_adaptive, streams
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms._gossip import StepContext
+from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource, laplace_draw
 from edgedp.plan import NoisePlan, batch_schedule
@@ -35,6 +39,7 @@ class BatchResult:
     test_accuracy: list[np.ndarray] = field(default_factory=list)
     consensus_distance: list[np.ndarray] = field(default_factory=list)
     clipped_fraction: float = 0.0
+    nonfinite: int = 0  # examples (over all steps, trials, nodes) with a non-finite gradient
     messages: int = 0
     bytes_sent: int = 0
     aggregate_bytes: int = 0  # adaptive DOME: the spanning tree's k-float frames (in bytes_sent)
@@ -128,15 +133,16 @@ def run(
 
     evaluate(0, theta)
     alg_state = algo.init_state(theta)
-    clipped = 0
+    clipped = nonfinite = 0
     observers = tuple(observers)
     drawn: dict[str, np.ndarray | None] = {}
     rows = np.arange(first_trial, first_trial + trials)[:, None, None]  # per-trial data
 
     def clipped_sum(grads):  # DOME clips in the sketch: the private value then lives in R^k
-        nonlocal clipped
-        gsum, hit = clipping.clipped_sum(grads, plan.clip_norm)
+        nonlocal clipped, nonfinite
+        gsum, hit, bad = clipping.clipped_sum(grads, plan.clip_norm)
         clipped += int(hit.sum())
+        nonfinite += int(bad.sum())
         if observers:
             drawn["gradient"] = gsum
         return gsum
@@ -196,6 +202,7 @@ def run(
         before = alg_state
         drawn.clear()
         alg_state, message = algo.send(alg_state, ctx)
+        _check_messages(message, t, first_trial)
         if message.ndim == theta.ndim:
             gathered = message[..., plan.mixing_index, :]
         else:  # one message per padded-row slot (Zip-DL): slot of the recipient in its row
@@ -222,9 +229,23 @@ def run(
             progress(t + 1)
     result.models = theta
     result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
+    result.nonfinite = nonfinite
     result.messages = degree_sum * plan.steps * trials
     result.bytes_sent = result.messages * msg_dim * 8
     if adaptive:  # a k-float frame up and one down each tree edge per round
         result.aggregate_bytes = 2 * (plan.n - 1) * msg_dim * 8 * plan.steps * trials
         result.bytes_sent += result.aggregate_bytes
     return result
+
+
+def _check_messages(message: np.ndarray, step: int, first_trial: int) -> None:
+    """Raise NonFiniteMessageError naming the first (trial, node) whose message has NaN/inf."""
+    ok = np.isfinite(message).reshape(message.shape[0], message.shape[1], -1).all(axis=-1)
+    if ok.all():
+        return
+    i, u = (int(v) for v in np.argwhere(~ok)[0])
+    raise NonFiniteMessageError(
+        f"node {u} (trial {first_trial + i}), round {step}: the outgoing message has NaN/Inf "
+        f"entries (e.g. the model diverged; {int((~ok).sum())} messages this round); nothing "
+        "was sent. Lower the learning rate or check the model and data."
+    )

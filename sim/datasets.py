@@ -23,14 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgedp import _validate
+from edgedp.accounting.participation import Participation
 
 __all__ = [
     "DATASETS",
     "Dataset",
     "FederatedData",
     "PerTrialData",
+    "check_participation",
     "load",
+    "local_size",
     "partition",
+    "task_participation",
     "write_shards",
 ]
 
@@ -57,13 +61,22 @@ class Dataset:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class FederatedData:
-    """Equal-size local datasets: x ``(n, m, f)``, y ``(n, m)``, plus a shared test set."""
+    """Equal-size local datasets: x ``(n, m, f)``, y ``(n, m)``, plus a shared test set.
+
+    Every array must be finite (ValueError naming it otherwise): a NaN or inf example would
+    reach the messages of the engines.
+    """
 
     x: np.ndarray
     y: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
     task: str
+
+    def __post_init__(self) -> None:
+        for name in ("x", "y", "x_test", "y_test"):
+            if getattr(self, name) is not None or name in ("x", "y"):
+                _validate.finite_array(name, getattr(self, name))
 
     # indexed from the end: PerTrialData adds a leading trial axis
     @property
@@ -182,6 +195,66 @@ def load(name: str, *, seed: int = 0) -> Dataset:
     return DATASETS[name](np.random.default_rng(seed))
 
 
+def local_size(dataset: str | Dataset, nodes: int) -> int:
+    """m = ⌊N / nodes⌋, every node's number of examples under :func:`partition` (N training
+    examples; the same for every seed and scheme).
+
+    >>> local_size("digits-parity", 4)
+    359
+    """
+    _validate.integer(minimum=1, nodes=nodes)
+    data = load(dataset, seed=0) if isinstance(dataset, str) else dataset
+    if len(data.y_train) < nodes:
+        raise ValueError(
+            f"Expected at most {len(data.y_train)} nodes for {data.name}, got {nodes}."
+        )
+    return len(data.y_train) // nodes
+
+
+def task_participation(task, *, nodes: int, steps: int) -> Participation:
+    """The (k, b) the engines run for ``task`` (a :class:`~edgedp.plan.TaskSpec`) on
+    ``nodes`` nodes over ``steps`` steps (``Participation.for_task`` of its local size)."""
+    m = local_size(task.dataset, nodes)
+    return Participation.for_task(steps, local_size=m, batch_size=task.batch_size)
+
+
+def check_participation(
+    participation: Participation, task, *, nodes: int, steps: int, name: str = "--participation"
+) -> Participation:
+    """Refuse a certified ``participation`` that does not cover what ``task`` runs.
+
+    An ε computed for another participation certifies nothing that can run: the engines
+    would refuse the plan (``edgedp.plan.batch_schedule``). ``name`` is how the caller's
+    user sets it (a CLI option or a scenario key), used in the fix the message gives.
+
+    Returns:
+      The task's participation.
+
+    Raises:
+      ValueError: naming the requested and the needed (k, b) and the fix.
+
+    >>> from edgedp.plan import TaskSpec
+    >>> check_participation(  # doctest: +ELLIPSIS
+    ...     Participation(3, 4), TaskSpec(batch_size=0), nodes=4, steps=10
+    ... )
+    Traceback (most recent call last):
+    ...
+    ValueError: --participation 3,4 does not cover this task: ... --participation 10,1
+    """
+    needed = task_participation(task, nodes=nodes, steps=steps)
+    if participation.covers(needed):
+        return needed
+    m = local_size(task.dataset, nodes)
+    fix = f"{needed.k},{needed.b}"
+    fix = f"{name} {fix}" if name.startswith("--") else f'{name} = "{fix}"'
+    raise ValueError(
+        f"{name} {participation.k},{participation.b} does not cover this task: {m} examples "
+        f"per node ({task.dataset} on {nodes} nodes) and batch {task.batch_size or m} give "
+        f"b = {needed.b} batches per epoch, so every example takes part every b steps, "
+        f"k = ⌈{steps}/{needed.b}⌉ = {needed.k} times; re-plan with {fix}"
+    )
+
+
 def partition(data: Dataset, nodes: int, *, scheme: str = "iid", seed: int = 0) -> FederatedData:
     """Split the training set into ``nodes`` equal local datasets (the remainder is dropped).
 
@@ -197,12 +270,7 @@ def partition(data: Dataset, nodes: int, *, scheme: str = "iid", seed: int = 0) 
     >>> fed.x.shape, fed.y.shape
     ((8, 179, 64), (8, 179))
     """
-    _validate.integer(minimum=1, nodes=nodes)
-    m = len(data.y_train) // nodes
-    if m < 1:
-        raise ValueError(
-            f"Expected at most {len(data.y_train)} nodes for {data.name}, got {nodes}."
-        )
+    m = local_size(data, nodes)
     if scheme == "iid":
         order = np.random.default_rng(seed).permutation(len(data.y_train))[: nodes * m]
     elif scheme.startswith("dirichlet:"):

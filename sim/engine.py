@@ -10,6 +10,8 @@ scenario seed (sim/links.py, sim/churn.py). The number of events is linear in th
 of messages: there is no polling.
 
 With zero latency, no loss and no faults, the models equal the batch engine's bit for bit.
+A node whose message would be non-finite raises the Agent's
+:class:`~edgedp.errors.NonFiniteMessageError` (naming the node and round) out of ``run``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class EventResult:
     rejected: int = 0  # refused by receivers (late / out-of-window / duplicate ...)
     missing: int = 0  # (node, round, neighbour) triples mixed by the dropout rule
     skipped_rounds: int = 0
+    nonfinite: int = 0  # examples whose non-finite gradient was left out of a clipped sum
     crashes: int = 0
     events: int = 0
     simulated_seconds: float = 0.0
@@ -245,6 +248,7 @@ class _Sim:
         res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
         res.models = np.stack([a.theta for a in self.agents])
         res.rejected = sum(sum(a.metrics.rejected.values()) for a in self.agents)
+        res.nonfinite = sum(a.metrics.nonfinite for a in self.agents)
         ends = np.nanmax(self.round_end, axis=0)
         res.round_seconds = [float(x) for x in np.diff(np.concatenate([[0.0], ends]))]
         x, y = self.data.x_test, self.data.y_test

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import rng
+from edgedp import _validate, rng
 
 __all__ = ["Latency", "LinkDraws", "Network"]
 
@@ -43,6 +43,7 @@ class Latency:
             raise ValueError(f"{where}.kind must be one of {sorted(_KINDS)}, got {d!r}")
         kind = d["kind"]
         want = set(_KINDS[kind]) | ({"default_ms"} if kind == "table" else set())
+        _validate.known_keys(d, ("kind", *sorted(want)), where=where)
         extra = set(d) - want - {"kind"}
         missing = set(_KINDS[kind]) - set(d)
         if extra or missing:

@@ -12,11 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from edgedp import _validate
 from edgedp.accounting import laplace
 from sim import batch, engine
 from sim.scenarios import Scenario, ScenarioError, parse
 
 __all__ = ["run_scenario", "run_sweep", "sweep_points"]
+
+#: The keys a sweep file may hold (each ``[grid]`` key is a dotted scenario key, checked by
+#: parsing every grid point).
+SWEEP_KEYS = ("scenario", "seeds", "grid", "engine")
+ENGINES = ("event", "batch")
 
 
 def _progress(label: str, total: int, enabled: bool):
@@ -58,6 +64,7 @@ def run_scenario(
             "messages": res.messages,
             "bytes": res.bytes_sent,
             "dropped_messages": 0,
+            "nonfinite_examples": res.nonfinite,
             "model_digest": res.digests[0],
             "simulated_seconds": None,
         }
@@ -87,6 +94,7 @@ def run_scenario(
             "late_or_rejected": res.rejected,
             "missing": res.missing,
             "skipped_rounds": res.skipped_rounds,
+            "nonfinite_examples": res.nonfinite,
             "crashes": res.crashes,
             "events": res.events,
             "simulated_seconds": res.simulated_seconds,
@@ -167,11 +175,13 @@ def _plot(metrics: dict, out: Path, title: str) -> None:
 # ------------------------------------------------------------------ sweeps
 def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str, Any]]]:
     """The grid of a sweep file: ``scenario`` (a base scenario file), ``seeds`` and ``[grid]``
-    mapping dotted keys (e.g. ``"faults.dropout"``) to value lists."""
-    if set(sweep) - {"scenario", "seeds", "grid", "engine"}:
-        raise ScenarioError(f"sweep takes scenario, seeds, grid, engine; got {sorted(sweep)}")
+    mapping dotted keys (e.g. ``"faults.dropout"``) to value lists, and ``engine``. Every key
+    is checked, and every grid point is parsed as a scenario before anything runs."""
+    _validate.known_keys(sweep, SWEEP_KEYS, error=ScenarioError)
     if "scenario" not in sweep:
         raise ScenarioError("sweep.scenario (the base scenario file) is required")
+    if sweep.get("engine", "event") not in ENGINES:
+        raise ScenarioError(f"engine = {sweep['engine']!r}; choose one of {list(ENGINES)}")
     path = Path(sweep["scenario"])
     path = path if path.is_absolute() else base / path
     try:
@@ -182,6 +192,8 @@ def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str,
     seeds = sweep.get("seeds", [raw.get("seed", 0)])
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise ScenarioError("[grid] must map dotted keys to non-empty lists of values")
+    if not isinstance(seeds, list) or not seeds:
+        raise ScenarioError(f"seeds = {seeds!r} must be a non-empty list of integers")
     keys = sorted(grid)
     points = []
     for combo in itertools.product(*(grid[k] for k in keys)):
@@ -193,13 +205,18 @@ def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str,
                 *parents, leaf = k.split(".")
                 for p in parents:
                     node = node.setdefault(p, {})
+                    if not isinstance(node, dict):
+                        raise ScenarioError(f"[grid] key {k!r}: {p} is not a table")
                 node[leaf] = v
                 label.append(f"{k}={v}")
             point["seed"] = seed
             point["name"] = ",".join([*label, f"seed={seed}"])
             points.append((point["name"], point))
-    for _, point in points:  # validate everything before any work is shipped
-        parse(point, base=path.parent)
+    for name, point in points:  # validate everything before any work is shipped
+        try:
+            parse(point, base=path.parent)
+        except ScenarioError as exc:
+            raise ScenarioError(f"grid point {name}: {exc}") from None
     return [(name, {"raw": point, "base": str(path.parent)}) for name, point in points]
 
 

@@ -63,7 +63,7 @@ def node_by_node(plan, data, trial=0):
         for u, s in enumerate(shares):
             sel = orders[u][slot * bs : (slot + 1) * bs]
             g = model.per_example_gradients(theta[u], data.x[u, sel], data.y[u, sel])
-            gsum, _ = clipping.clipped_sum(g, s.clip_norm)
+            gsum, _, _ = clipping.clipped_sum(g, s.clip_norm)
             noise = None
             if s.noise_std > 0:
                 noise, states[u] = sources[u].next(states[u])

@@ -67,12 +67,12 @@ def test_clipping_properties(x, clip):
 
 def test_clipped_sum_counts_and_sensitivity():
     g = np.array([[[3.0, 4.0], [0.0, 0.0], [0.6, 0.8]]])
-    s, c = clipping.clipped_sum(g, 1.0)
+    s, c, bad = clipping.clipped_sum(g, 1.0)
     np.testing.assert_allclose(s, [[1.2, 1.6]])
-    assert c.tolist() == [1]
+    assert c.tolist() == [1] and bad.tolist() == [0]
     # removing any one example changes the sum by at most the clip norm
     for b in range(3):
-        s2, _ = clipping.clipped_sum(np.delete(g, b, axis=1), 1.0)
+        s2, _, _ = clipping.clipped_sum(np.delete(g, b, axis=1), 1.0)
         assert np.linalg.norm(s - s2) <= 1.0 + 1e-12
     with pytest.raises(ValueError, match="clip_norm"):
         clipping.clip_l2(g, 0.0)

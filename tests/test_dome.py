@@ -122,11 +122,11 @@ def test_one_example_moves_the_sketched_query_by_at_most_the_clip_norm(seed, kin
     r = np.random.default_rng(seed)
     g = r.standard_normal((5, 30)) * r.uniform(0.1, 10)
     B = sketch.basis(SketchSpec(dim=k, basis=kind, seed=seed), seed % 7, 30)  # noqa: N806
-    full, _ = clipping.clipped_sum(g, 1.0)
-    minus, _ = clipping.clipped_sum(g[:-1], 1.0)
+    full, _, _ = clipping.clipped_sum(g, 1.0)
+    minus, _, _ = clipping.clipped_sum(g[:-1], 1.0)
     assert np.linalg.norm(B.project(full) - B.project(minus)) <= 1.0 + 1e-12  # clip="model"
-    full, _ = clipping.clipped_sum(B.project(g), 1.0)
-    minus, _ = clipping.clipped_sum(B.project(g[:-1]), 1.0)
+    full, _, _ = clipping.clipped_sum(B.project(g), 1.0)
+    minus, _, _ = clipping.clipped_sum(B.project(g[:-1]), 1.0)
     assert np.linalg.norm(full - minus) <= 1.0 + 1e-12  # clip="sketch"
 
 

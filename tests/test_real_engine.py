@@ -206,7 +206,10 @@ def test_bad_config_budget_and_unsafe_resume(tmp_path):
     )
     bad.write_text(text.replace("[data]", "[data]\n").replace("shard =", "shard_typo ="))
     out = _agent(bad)
-    assert out.returncode == 2 and "missing data.shard" in out.stderr
+    assert (
+        out.returncode == 2
+        and "unknown key data.shard_typo (did you mean data.shard?)" in out.stderr
+    )
     eps = p.guarantee().epsilon(1e-6)
     budget = tmp_path / "budget.toml"
     budget.write_text(text.replace("[run]", f"[run]\nmax_epsilon = {eps / 2}"))

@@ -95,6 +95,41 @@ class Participation:
             raise ValueError(message)
         return cls(k, b)
 
+    @classmethod
+    def for_task(cls, steps: int, *, local_size: int, batch_size: int) -> Participation:
+        """The participation a task runs: b = batches per epoch, k = ⌈steps / b⌉.
+
+        The engines use batch ``t mod b`` of a fixed permutation of the local data at step
+        t, with b = ⌊local_size / batch_size⌋ (``batch_size`` 0 = the whole local set): every
+        example is in exactly one batch per epoch, so it participates every b steps, at most
+        ⌈steps / b⌉ times.
+
+        Raises:
+            ValueError: If batch_size exceeds local_size.
+
+        >>> Participation.for_task(10, local_size=359, batch_size=0)
+        Participation(k=10, b=1)
+        >>> Participation.for_task(1000, local_size=359, batch_size=32)
+        Participation(k=91, b=11)
+        """
+        integer(1, steps=steps, local_size=local_size)
+        integer(0, batch_size=batch_size)
+        batch = batch_size or local_size
+        if batch > local_size:
+            raise ValueError(f"Expected batch_size={batch} <= the local dataset size {local_size}.")
+        per_epoch = local_size // batch
+        return cls(-(-int(steps) // per_epoch), per_epoch)
+
+    def covers(self, run: Participation) -> bool:
+        """Whether this (certified) participation covers ``run``, the one a task runs: the
+        same gap b and at least as many participations k.
+
+        >>> Participation(10, 1).covers(Participation(10, 1)), Participation(3, 4).covers(
+        ...     Participation(10, 1))
+        (True, False)
+        """
+        return self.b == run.b and self.k >= run.k
+
     def count(self, steps: int) -> int:
         """Maximum number of participations within ``steps`` steps: min(k, ⌈steps/b⌉).
 

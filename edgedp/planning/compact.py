@@ -440,14 +440,21 @@ def _fit_blt(H, part, n, signed, restarts, max_iterations, initial, seed, refere
                 counter.fun = lambda y, s=smooth: _blt_objective(y, toe, n, sign, s)
                 x = _lbfgs(counter, x, None, max_iterations)
             out = _blt_objective(x, toe, n, sign, None)
-            if out is not None and out[0] < best[0]:
-                best = (out[0], *_blt_params(x, n, sign))
+            params = _blt_params(x, n, sign)
+            # a finite loss over T steps does not make C⁻¹ stable: factors.BLT refuses ρ >= 1
+            if out is not None and out[0] < best[0] and factors.blt_inverse_radius(*params) < 1:
+                best = (out[0], *params)
             counter.record(float(np.exp(best[0])), x)
 
     run(_blt_starts(n, T, restarts, seed, False, initial), False, (None,))
     if signed:  # from the best positive fit, then from small weights of either sign
         starts = [(best[1], best[2])] + _blt_starts(n, T, restarts - 1, seed, True, initial)
         run(starts, True, _SMOOTHING)
+    if best[1] is None:
+        raise ValueError(
+            f"No BLT with {n} buffers and a stable inverse fits this workload (T={T}); "
+            "try fewer buffers or more restarts."
+        )
     blt = factors.BLT(tuple(best[1]), tuple(best[2]))
     loss, s = _certify(blt, H, part)
     return CompactFit(

@@ -47,7 +47,9 @@ victim = 0
 trials = 5000
 attackers = ["hbc:1,2", "eavesdropper:all"]
 ```
-Every error names the field (``network.loss = 2 must be in [0, 1)``).
+Every error names the field (``network.loss = 2 must be in [0, 1)``). Every table and key
+is checked: an unknown one is refused naming the closest valid key
+(``unknown key privacy.clip_nrom (did you mean privacy.clip_norm?)``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgedp import _validate
 from edgedp import plan as plan_mod
 from edgedp.accounting.participation import Participation
 from edgedp.agent import DROPOUT_RULES
@@ -68,7 +71,8 @@ from sim.links import Latency, Network
 
 __all__ = ["Scenario", "ScenarioError", "from_plan", "load", "parse"]
 
-_TOP = {
+# The keys each table may hold (a key added to the parser is added here too).
+_TOP = (
     "name",
     "seed",
     "steps",
@@ -80,8 +84,41 @@ _TOP = {
     "network",
     "faults",
     "leakage",
-}
+)
 _LAPLACE_KEYS = ("gamma", "beta", "q1", "q2", "delta_grad", "adjacency")
+_TOPOLOGY_KEYS = ("spec", "weighting")
+_TASK_KEYS = ("model", "dataset", "partition", "batch_size", "loss")
+_PRIVACY_KEYS = (
+    "mechanism",
+    "target_epsilon",
+    "noise_multiplier",
+    "delta",
+    "clip_norm",
+    "learning_rate",
+    "participation",
+    "seed",
+    *_LAPLACE_KEYS,
+)
+_NETWORK_KEYS = (
+    "latency",
+    "bandwidth_mbps",
+    "loss",
+    "round_timeout_s",
+    "startup_timeout_s",
+    "compute_s",
+)
+_FAULTS_KEYS = ("dropout", "dropout_rule", "crashes", "churn")
+_CRASH_KEYS = ("node", "at_s", "down_s")
+_CHURN_KEYS = ("rate_per_s", "down_s", "horizon_s")
+_LEAKAGE_KEYS = ("victim", "trials", "attackers")  # read by `edgedp leak`
+_TABLES = {
+    "topology": _TOPOLOGY_KEYS,
+    "task": _TASK_KEYS,
+    "privacy": _PRIVACY_KEYS,
+    "network": _NETWORK_KEYS,
+    "faults": _FAULTS_KEYS,
+    "leakage": _LEAKAGE_KEYS,
+}
 
 
 class ScenarioError(ValueError):
@@ -134,12 +171,25 @@ def _table(raw: dict, key: str) -> dict:
     return value
 
 
-def _only(section: dict, name: str, allowed: set[str]) -> None:
-    extra = set(section) - allowed
-    if extra:
-        raise ScenarioError(
-            f"[{name}] has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}"
-        )
+def _only(section: dict, name: str, allowed: tuple[str, ...]) -> None:
+    """Refuse keys of ``section`` (the table ``name``; "" for the top level) not in allowed."""
+    _validate.known_keys(section, allowed, where=name, error=ScenarioError)
+
+
+def _check_keys(raw: dict) -> None:
+    """Every table and key of a scenario (except the latency table, whose keys depend on its
+    kind: ``Latency.from_dict``), before any work is done."""
+    _only(raw, "", _TOP)
+    for name, keys in _TABLES.items():
+        _only(_table(raw, name), name, keys)
+    faults = raw.get("faults", {})
+    crashes = faults.get("crashes", [])
+    for i, c in enumerate(crashes if isinstance(crashes, list) else []):
+        if isinstance(c, dict):
+            _only(c, f"faults.crashes[{i}]", _CRASH_KEYS)
+    churn = faults.get("churn", {})
+    if isinstance(churn, dict):
+        _only(churn, "faults.churn", _CHURN_KEYS)
 
 
 def _number(section: dict, name: str, key: str, default: Any) -> Any:
@@ -178,23 +228,6 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
     if steps is None:
         raise ScenarioError("steps is required when the scenario builds its own plan")
     topo, task_t, priv = _table(raw, "topology"), _table(raw, "task"), _table(raw, "privacy")
-    _only(topo, "topology", {"spec", "weighting"})
-    _only(task_t, "task", {"model", "dataset", "partition", "batch_size", "loss"})
-    _only(
-        priv,
-        "privacy",
-        {
-            "mechanism",
-            "target_epsilon",
-            "noise_multiplier",
-            "delta",
-            "clip_norm",
-            "learning_rate",
-            "participation",
-            "seed",
-            *_LAPLACE_KEYS,
-        },
-    )
     if "spec" not in topo:
         raise ScenarioError('topology.spec is required (e.g. "er:100:0.05:1")')
     try:
@@ -213,18 +246,24 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         return _laplace_plan(mech, graph, task, priv, raw, steps, str(topo["spec"]))
     if set(_LAPLACE_KEYS) & set(priv):
         raise ScenarioError(f"privacy.{sorted(set(_LAPLACE_KEYS) & set(priv))} are for sr-gt/dpop")
+    try:  # the participation the engines will run (datasets.task_participation)
+        run = datasets.task_participation(task, nodes=graph.n, steps=steps)
+    except ValueError as exc:
+        raise ScenarioError(f"[task]: {exc}") from None
+    part = run
     if "participation" in priv:
         try:
             part = Participation.from_string(str(priv["participation"]))
         except ValueError as exc:
             raise ScenarioError(f"privacy.participation: {exc}") from None
-    else:
-        try:
-            local = len(datasets.load(task.dataset, seed=0).y_train) // graph.n
-        except ValueError as exc:
-            raise ScenarioError(f"task.dataset: {exc}") from None
-        per_epoch = max(1, local // (task.batch_size or local)) if local else 1
-        part = Participation(math.ceil(steps / per_epoch), per_epoch)
+        noisy = mech != "dsgd" and priv.get("noise_multiplier", 1) != 0
+        if noisy and not part.covers(run):  # refused as `edgedp plan` refuses it
+            try:
+                datasets.check_participation(
+                    part, task, nodes=graph.n, steps=steps, name="privacy.participation"
+                )
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
     noise = {}
     if mech != "dsgd":
         if "target_epsilon" in priv:
@@ -288,7 +327,7 @@ def _laplace_plan(mech, graph, task, priv, raw, steps, spec) -> plan_mod.NoisePl
 
 def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
     """Build a Scenario from parsed TOML; ``base`` resolves relative file names."""
-    _only(raw, "scenario", _TOP)
+    _check_keys(raw)
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         raise ScenarioError(f"seed = {seed!r} must be a non-negative integer")
@@ -299,11 +338,7 @@ def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
     if steps is not None and steps != plan.steps:
         raise ScenarioError(f"steps = {steps} but the plan has {plan.steps}")
     net_t = _table(raw, "network")
-    _only(
-        net_t,
-        "network",
-        {"latency", "bandwidth_mbps", "loss", "round_timeout_s", "startup_timeout_s", "compute_s"},
-    )
+    leakage = _table(raw, "leakage")
     try:
         network = Network(
             latency=Latency.from_dict(
@@ -328,12 +363,11 @@ def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
         network=network,
         faults=faults,
         eval_every=eval_every,
-        leakage=_table(raw, "leakage"),
+        leakage=leakage,
     )
 
 
 def _faults(t: dict) -> Faults:
-    _only(t, "faults", {"dropout", "dropout_rule", "crashes", "churn"})
     rule = str(t.get("dropout_rule", "renormalize"))
     if rule not in DROPOUT_RULES:
         raise ScenarioError(
@@ -341,11 +375,11 @@ def _faults(t: dict) -> Faults:
         )
     crashes = []
     for i, c in enumerate(t.get("crashes", [])):
-        if not isinstance(c, dict) or not {"node", "at_s"} <= set(c) <= {"node", "at_s", "down_s"}:
+        if not isinstance(c, dict) or not {"node", "at_s"} <= set(c):
             raise ScenarioError(f"faults.crashes[{i}] needs node and at_s (and optional down_s)")
         crashes.append(Crash(int(c["node"]), float(c["at_s"]), float(c.get("down_s", math.inf))))
     churn = t.get("churn", {})
-    if not isinstance(churn, dict) or set(churn) - {"rate_per_s", "down_s", "horizon_s"}:
+    if not isinstance(churn, dict):
         raise ScenarioError("faults.churn takes rate_per_s, down_s, horizon_s")
     return Faults(
         dropout=_number(t, "faults", "dropout", 0.0),
