@@ -125,6 +125,10 @@ class Agent:
         ``cross_agent`` section needs (:class:`edgedp.cross_agent.CrossKeys`; secret).
       stream_fingerprint: a one-way fingerprint of the secrets, plan and run the keys come
         from, stored in snapshots and checked on restore.
+      gradient_transform: simulators only (privacy audits plant canaries with it, never on
+        a device): ``(round, point, sel, rows) -> rows`` applied to the per-example gradients
+        ``rows`` ``(B, d)`` of the batch ``sel`` (local indices) taken at ``point``, before
+        projection and clipping.
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class Agent:
         memoize_noise: bool = False,
         cross_keys: cross_mod.CrossKeys | None = None,
         stream_fingerprint: str = "",
+        gradient_transform=None,
     ) -> None:
         if dropout_rule not in DROPOUT_RULES:
             raise ValueError(
@@ -159,6 +164,8 @@ class Agent:
         _validate.finite_array("y", y)
         self.share = share
         self.node = share.node
+        # simulators only (audits plant canaries): (round, point, sel, rows) -> rows
+        self.gradient_transform = gradient_transform
         self.stream_fingerprint = stream_fingerprint
         self.model = model
         self.algo = algorithms.for_mechanism(share.mechanism)
@@ -321,6 +328,8 @@ class Agent:
 
         def sketch_gradient(point: np.ndarray, project=None) -> np.ndarray:
             grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
+            if self.gradient_transform is not None:
+                grads = self.gradient_transform(self.round, point, sel, grads)
             if project is not None:
                 grads = project(grads)
             gsum, hit, bad = clipping.clipped_sum(grads, self.share.clip_norm)

@@ -94,6 +94,10 @@ class RunKeys:
         """Node ``node``'s data-order permutation."""
         return self.key("batch", int(trial), int(node))
 
+    def initial(self, node: int, *, trial: int = 0) -> rng.StreamKey:
+        """Node ``node``'s random initial state (simulations that draw x_i(0), paper 004)."""
+        return self.key("initial-state", int(trial), int(node))
+
     def messages(self, node: int, *, trial: int = 0) -> rng.StreamKey:
         """Node ``node``'s message-wise noise (Zip-DL)."""
         return self.key("cross-message", int(trial), int(node))

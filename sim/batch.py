@@ -23,7 +23,7 @@ from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource, laplace_draw
 from edgedp.plan import NoisePlan, batch_schedule
-from sim import evaluation
+from sim import evaluation, initial
 from sim.datasets import FederatedData
 from sim.observers import RoundObserver, RoundView
 
@@ -60,6 +60,8 @@ def run(
     progress: Callable[[int], None] | None = None,
     observers: Sequence[RoundObserver] = (),
     keys: streams.RunKeys | None = None,
+    initial_state: str = "model",
+    gradient_transform: Callable | None = None,
 ) -> BatchResult:
     """Run ``plan`` on ``data`` for ``trials`` independent noise draws.
 
@@ -72,6 +74,16 @@ def run(
     returned (last call of the round) and the state at the start of the round. They only
     read; without observers nothing is recorded and the run is the same bit for bit.
     ``data`` may be a :class:`~sim.datasets.PerTrialData` (other local data in every trial).
+
+    ``initial_state``: ``"model"`` (every node starts at the model's init) or
+    ``"normal[:STD]"`` — x_i(0) ~ N(0, STD² I) per node and trial from the keyed stream
+    ``keys.initial(node, trial)`` (:mod:`sim.initial`; paper 004's Table 4 setup).
+
+    ``gradient_transform(step, point, sel, rows) -> rows`` (audits plant canaries with it,
+    :mod:`sim.canary`) sees every round's per-example gradients before projection and
+    clipping: ``point`` ``(trials, nodes, d)`` where they were taken, ``sel`` ``(trials,
+    nodes, B)`` the examples of each node's batch (indices into its local data), ``rows``
+    ``(trials, nodes, B, d)``. Without it the run is the same bit for bit.
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
@@ -111,6 +123,11 @@ def run(
     )
     back = None if cross is None else cross_mod.reverse_slots(plan.mixing_index)
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
+    start = initial.states(
+        initial_state, run_keys, nodes=plan.n, dim=d, trials=trials, first_trial=first_trial
+    )
+    if start is not None:
+        theta = start
     node_idx = np.arange(plan.n)[None, :, None]
     result = BatchResult(models=theta)
     degree_sum = int(
@@ -156,11 +173,15 @@ def run(
             xb = data.x[node_idx, sel]
             yb = data.y[node_idx, sel]
 
-        def gradient(point, xb=xb, yb=yb):
-            return clipped_sum(model.per_example_gradients(point, xb, yb))
+        def rows(point, xb=xb, yb=yb, sel=sel, t=t):
+            out = model.per_example_gradients(point, xb, yb)
+            return out if gradient_transform is None else gradient_transform(t, point, sel, out)
 
-        def sketch_gradient(point, project, xb=xb, yb=yb):
-            return clipped_sum(project(model.per_example_gradients(point, xb, yb)))
+        def gradient(point):
+            return clipped_sum(rows(point))
+
+        def sketch_gradient(point, project):
+            return clipped_sum(project(rows(point)))
 
         def noise(t=t):
             nonlocal state

@@ -17,7 +17,7 @@ A node whose message would be non-finite raises the Agent's
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +26,7 @@ import simpy
 from edgedp import models, rng, streams
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
-from sim import evaluation
+from sim import evaluation, initial
 from sim.churn import Crash, Faults
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
@@ -75,7 +75,10 @@ class _Sim:
         eval_every: int,
         progress: Callable[[int], None] | None,
         observers: Sequence[LinkObserver] = (),
+        initial_state: str = "model",
+        gradient_transforms: Mapping[int, Callable] | None = None,
     ) -> None:
+        self.gradient_transforms = dict(gradient_transforms or {})
         self.observers = tuple(observers)
         # ground-truth recorders: the observers that also want each node's round
         self.round_observers = tuple(o for o in self.observers if hasattr(o, "on_round"))
@@ -95,6 +98,10 @@ class _Sim:
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
         n, T = plan.n, plan.steps  # noqa: N806
         self.agents = [self._new_agent(u) for u in range(n)]
+        start = initial.states(initial_state, self.keys, nodes=n, dim=self.model.dim)
+        if start is not None:  # before the first snapshot: a restart resumes from it
+            for u, agent in enumerate(self.agents):
+                agent.theta = start[0, u]
         links = [(u, v) for u in range(n) for v in self.agents[u].neighbours]
         self.links = LinkDraws(network, links, T, net_secret)
         self.dropped = faults.dropout_table(n, T, net_secret)
@@ -119,6 +126,7 @@ class _Sim:
             y=self.data.y[u],
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
+            gradient_transform=self.gradient_transforms.get(u),
             **self.keys.agent(u, self.plan.share(u).neighbours),
         )
 
@@ -274,11 +282,16 @@ def run(
     eval_every: int = 10,
     progress: Callable[[int], None] | None = None,
     observers: Sequence[LinkObserver] = (),
+    initial_state: str = "model",
+    gradient_transforms: Mapping[int, Callable] | None = None,
 ) -> EventResult:
     """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal).
 
     ``observers`` (adversary probes) get ``on_message(sender=, recipient=, round=, frames=,
     time=)`` for every message put on a link, before its loss draw and delivery.
+    ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`sim.initial`; trial 0 of
+    the plan's keys, as the batch engine's first trial). ``gradient_transforms`` maps a node
+    to the Agent's ``gradient_transform`` (privacy audits plant canaries with it).
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
@@ -291,5 +304,7 @@ def run(
         eval_every,
         progress,
         observers,
+        initial_state,
+        gradient_transforms,
     )
     return sim.run()

@@ -57,15 +57,18 @@ def has_network_effects(sc) -> bool:
     return bool(net.loss or f.dropout or f.crashes or f.churn_rate_per_s or not no_latency)
 
 
-def formal_guarantee(plan, attacker: Attacker) -> dict[str, Any]:
-    """The plan's certified guarantee, its trust model and whether it covers ``attacker``."""
+def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[str, Any]:
+    """The plan's certified guarantee, its trust model and whether it covers ``attacker``.
+
+    ``epsilon`` at ``delta`` (pure ε for Laplace plans, ``delta`` 0); ``mu`` for Gaussian
+    plans — the μ-GDP parameter of the view the ε is for (the insider / neighbourhood
+    view of curious nodes against Whisper/DECOR, the plan's μ otherwise)."""
     algo = algorithms.for_mechanism(plan.mechanism)
     out: dict[str, Any] = {
         "trust_model": algo.TRUST_MODEL,
         "accountant": algo.ACCOUNTANT,
         "adjacency": plan.adjacency,
     }
-    delta = 1e-6
     if attacker.encrypted:
         out["covers_attacker"] = True
         out["note"] = "encrypted links: sizes and timing only (no data-dependent content)"
@@ -97,6 +100,7 @@ def formal_guarantee(plan, attacker: Attacker) -> dict[str, Any]:
             out["epsilon"] = (
                 report["neighbourhood"] if len(attacker.nodes) > 1 else report["insider"]
             )
+            out["mu"] = gdp.mu(out["epsilon"], delta=delta)
             out["guarantee"] += (
                 f"; insiders ({'neighbourhood' if len(attacker.nodes) > 1 else 'one insider'})"
                 f": eps = {out['epsilon']:.4g}"

@@ -1,0 +1,126 @@
+"""Plans of every mechanism for one small audit setting (tests, benchmarks, the audit table).
+
+:func:`build` makes a certified plan of ``mechanism`` on ``graph`` for a task with full
+local batches (every example in every round: participation (T, 1)), calibrated to
+``epsilon`` at ``delta`` — Gaussian mechanisms through their own accountant (μ-GDP against
+the eavesdropper on every link), the Laplace mechanisms (sr-gt, DPOP) to the pure ε of
+their schedule with the zero-out δ = Δ√d/B of the task (paper 004 Eq. 5 without q₂,
+:mod:`edgedp.accounting.laplace`). Planned temporal factors (dmf, mafalda, banded, blt)
+come from :func:`edgedp.planning.factorization.plan_factor` for the graph's MH weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgedp import models, topology
+from edgedp.accounting import gdp
+from edgedp.accounting import laplace as laplace_acc
+from edgedp.accounting.participation import Participation
+from edgedp.plan import NoisePlan, TaskSpec, make_plan
+from sim import datasets
+
+__all__ = ["MECHANISMS", "Setting", "build"]
+
+#: Every mechanism with noise, in the order of the audit table.
+MECHANISMS = (
+    "dp-dsgd",
+    "antipgd",
+    "banded",
+    "blt",
+    "dmf",
+    "mafalda",
+    "whisper",
+    "decor",
+    "zipdl",
+    "muffliato",
+    "dome",
+    "sr-gt",
+    "dpop",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """The audit setting: graph, horizon, task and privacy target (see :func:`build`)."""
+
+    topology: str = "ring:8"
+    steps: int = 20
+    dataset: str = "synthetic-logistic:3:160"
+    model: str = "logistic"
+    epsilon: float = 4.0
+    delta: float = 1e-5
+    clip_norm: float = 1.0
+    learning_rate: float = 0.2
+    sketch_dim: int = 2
+    gossip_rounds: int = 2
+    bandwidth: int = 4  # banded factors: diagonals
+    buffers: int = 2  # BLT factors: buffers
+    laplace: tuple[float, float, float, float] = (0.2, 1.0, 0.8, 0.9)  # γ, β, q₁, q₂
+    seed: int = 0
+
+
+def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
+    """A certified plan of ``mechanism`` in ``setting`` (module docstring)."""
+    import topologies
+
+    graph = topologies.parse(setting.topology)
+    task = TaskSpec(model=setting.model, dataset=setting.dataset, batch_size=0)
+    T = setting.steps  # noqa: N806
+    part = Participation(T, 1)
+    common = dict(
+        steps=T,
+        clip_norm=setting.clip_norm,
+        learning_rate=setting.learning_rate,
+        task=task,
+        seed=setting.seed,
+        topology_name=setting.topology,
+    )
+    if mechanism in ("sr-gt", "dpop"):
+        data = datasets.partition(
+            datasets.load(setting.dataset, seed=setting.seed), graph.n, seed=setting.seed
+        )
+        dim = models.for_task(task, data.features).dim
+        gamma, beta, q1, q2 = setting.laplace
+        sched = laplace_acc.LaplaceSchedule(
+            gamma=gamma,
+            beta=beta if mechanism == "sr-gt" else 0.0,
+            q1=q1,
+            q2=q2,
+            delta_grad=laplace_acc.example_delta(
+                clip_norm=setting.clip_norm, dim=dim, batch_size=data.local_size
+            ),
+            epsilon=setting.epsilon,
+        )
+        common.pop("learning_rate")
+        return make_plan(mechanism, graph, laplace=sched, **common)
+    noise = dict(target_epsilon=setting.epsilon, delta=setting.delta)
+    if mechanism in ("whisper", "decor", "zipdl", "muffliato"):
+        from edgedp.planning import cross_agent
+
+        steps = T * setting.gossip_rounds if mechanism == "muffliato" else T
+        common["steps"] = steps
+        extra = {"gossip_rounds": setting.gossip_rounds} if mechanism == "muffliato" else {}
+        return cross_agent.make_plan(
+            mechanism, graph, participation=Participation(steps, 1), **common, **noise, **extra
+        ).plan
+    factor = None
+    if mechanism in ("dmf", "mafalda", "banded", "blt"):
+        from edgedp.planning import factorization
+
+        W = topology.metropolis_hastings(graph)  # noqa: N806
+        sizes = {"banded": {"bandwidth": setting.bandwidth}, "blt": {"buffers": setting.buffers}}
+        factor = factorization.plan_factor(
+            mechanism, W, steps=T, participation=part, **sizes.get(mechanism, {})
+        ).factor
+    sketch = None
+    if mechanism == "dome":
+        from edgedp.sketch import SketchSpec
+
+        sketch = SketchSpec(dim=setting.sketch_dim, refresh=1)
+    noise_kw = dict(noise)
+    if mechanism == "dome":  # DOME certifies like DP-D-SGD: calibrate σ directly
+        noise_kw = {"noise_multiplier": 1.0 / gdp.mu(setting.epsilon, delta=setting.delta)}
+    return make_plan(
+        mechanism, graph, participation=part, factor=factor, sketch=sketch, **common, **noise_kw
+    )
