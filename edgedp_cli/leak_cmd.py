@@ -1,12 +1,14 @@
 """``edgedp leak``: empirical leakage of a scenario to curious neighbours and eavesdroppers.
 
     edgedp leak SCENARIO.toml --attacker hbc:1,2 --attacker eavesdropper:all [--encrypted]
-        [--trials N] [--target-eps E] [--victim U] [--json] [--plot PNG]
+        [--trials N] [--audit-trials N] [--target-eps E] [--victim U] [--json] [--plot PNG]
 
 Monte Carlo trials (batch engine; the event engine when the scenario has latency, loss or
 faults), the attackers' estimates of the victim's gradients, M-NMI (paper 004 Eq. 43) with
-its per-iteration curve, reconstruction MSE/cosine, and the plan's formal guarantee
-(:mod:`sim.leak`). Progress lines go to stderr.
+its per-iteration curve, reconstruction MSE/cosine, the plan's formal guarantee and, from
+a privacy audit of the same attackers (:mod:`sim.audit`, gradient canary), the empirical
+lower bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`sim.leak`).
+Progress lines go to stderr.
 """
 
 from __future__ import annotations
@@ -72,8 +74,16 @@ def _flatten(report: dict) -> dict:
     if len(entries) == 1:
         out.update({k: v for k, v in entries[0].items()})
     else:
-        for key in ("m_nmi", "nmi_curve", "low_variance_iterations", "mse", "cosine", "epsilon"):
-            out[key] = {e["attacker"]: e[key] for e in entries}
+        for key in (
+        "m_nmi",
+        "nmi_curve",
+        "low_variance_iterations",
+        "mse",
+        "cosine",
+        "epsilon",
+        "epsilon_lb",
+    ):
+            out[key] = {e["attacker"]: e.get(key) for e in entries}
     return out
 
 
@@ -93,7 +103,7 @@ def _fmt(x, spec=".4g") -> str:
 def text_table(report: dict) -> str:
     head = (
         f"{'attacker':<30}{'M-NMI':>8}{'round':>6}{'MSE':>11}{'cosine':>8}{'epsilon':>10}"
-        "  estimator"
+        f"{'eps_lb':>8}  estimator"
     )
     lines = [
         f"{report['scenario']}: {report['mechanism']} on the {report['engine']} engine, "
@@ -106,7 +116,8 @@ def text_table(report: dict) -> str:
         lines.append(
             f"{e['attacker']:<30}{_fmt(e['m_nmi'], '.3f'):>8}"
             f"{_fmt(e['argmax_iteration'], 'd'):>6}{_fmt(e['mse'], '.3g'):>11}"
-            f"{_fmt(e['cosine'], '.3f'):>8}{_fmt(e['epsilon'], '.3g'):>10}  {e['estimator']}"
+            f"{_fmt(e['cosine'], '.3f'):>8}{_fmt(e['epsilon'], '.3g'):>10}"
+            f"{_fmt(e.get('epsilon_lb'), '.3f'):>8}  {e['estimator']}"
         )
         low = e["low_variance_iterations"]
         if low:
@@ -116,6 +127,12 @@ def text_table(report: dict) -> str:
     for g in dict.fromkeys(e["guarantee"] for e in report["attackers"]):
         lines.append(f"formal guarantee: {g}")
     lines.append(f"trust model: {report['attackers'][0]['trust_model']}")
+    if "audit" in report:
+        a = report["audit"]
+        lines.append(
+            f"eps_lb: privacy audit, {a['canary']} canary ({a['background']} background), "
+            f"{a['n_trials']} trials, confidence {a['confidence']:g} (edgedp audit)"
+        )
     return "\n".join(lines)
 
 
@@ -156,6 +173,9 @@ def cmd_leak(args) -> None:
         sys.stderr.write(f"edgedp leak: {line}\n")
         sys.stderr.flush()
 
+    audit_trials = trials if args.audit_trials is None else args.audit_trials
+    if 0 < audit_trials < 8:
+        raise UsageError(f"--audit-trials {audit_trials} must be 0 (no audit) or >= 8")
     try:
         report = leak.run(
             sc,
@@ -168,6 +188,8 @@ def cmd_leak(args) -> None:
             workers=args.workers,
             progress=progress,
             standardized=args.standardized,
+            audit_trials=audit_trials,
+            audit_confidence=args.confidence,
         )
     except (ValueError, FloatingPointError) as exc:
         raise UsageError(str(exc)) from None
@@ -194,6 +216,12 @@ def register(sub, add) -> None:
         help="eavesdroppers see CURVE-encrypted links (curious nodes decrypt)",
     )
     p.add_argument("--trials", type=int, help="Monte Carlo trials N (default: scenario, or 1000)")
+    p.add_argument(
+        "--audit-trials",
+        type=int,
+        help="trials of the privacy audit reported as eps_lb (default: --trials; 0: none)",
+    )
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of eps_lb")
     p.add_argument("--target-eps", type=float, help="re-plan the mechanism for this epsilon")
     p.add_argument("--victim", type=int, help="the attacked node (default: scenario, or 0)")
     p.add_argument("--engine", default="auto", choices=["auto", "batch", "event"])

@@ -37,6 +37,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "edgedp_cli.model_cmd",
     "edgedp_cli.tune_cmd",
     "edgedp_cli.leak_cmd",
+    "edgedp_cli.audit_cmd",
 )
 
 

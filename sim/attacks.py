@@ -470,14 +470,18 @@ def dsgd_linear_observations(
     """y = m[seen] − (M θ₀)[seen] − A_known (g + n/B)_members, ``(trials, rows, d)``.
 
     The members' own gradients and noise come from ``log.own`` (paper 000 Lemma 11).
+    ``theta0``: the common initial model ``(d,)``, every node's ``(n, d)``, or every node's
+    per trial ``(trials, n, d)`` (random initial states, :mod:`sim.initial`).
     """
     W = np.asarray(mixing_matrix, dtype=np.float64)
     trials, T, _, d = log.messages.shape
     P = _powers(W, T)
-    theta0 = np.broadcast_to(np.asarray(theta0, dtype=np.float64), (len(W), d))
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    if theta0.ndim < 3:
+        theta0 = np.broadcast_to(theta0, (len(W), d))[None]
     y = log.messages.reshape(trials, -1, d).copy()
     rt, ru = np.array(view.rows).T
-    y -= np.einsum("rv,vd->rd", P[rt, ru], theta0)[None]
+    y -= np.einsum("rv,nvd->nrd", P[rt, ru], theta0)
     if view.known_columns:
         own = log.own["gradient"]
         if "noise" in log.own:

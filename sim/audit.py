@@ -225,6 +225,8 @@ def run(
 
 
 def _evaluate(plan, att, view, s, present, pick, *, confidence, delta) -> dict[str, Any]:
+    if not np.all(np.isfinite(s)):  # a test must decide every trial
+        raise FloatingPointError(f"{att.label}: the audit statistic is not finite in some trials.")
     alpha = 1.0 - confidence
     cert = leak.formal_guarantee(plan, att, delta=delta if delta > 0 else DEFAULT_DELTA)
     eps = float(cert["epsilon"])

@@ -46,7 +46,7 @@ class Setting:
 
     topology: str = "ring:8"
     steps: int = 20
-    dataset: str = "synthetic-logistic:3:160"
+    dataset: str = "synthetic-logistic:1:80"
     model: str = "logistic"
     epsilon: float = 4.0
     delta: float = 1e-5

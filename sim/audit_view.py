@@ -262,5 +262,7 @@ def _laplace_statistic(log, *, plan, canary, model) -> np.ndarray:
     for t in canary.steps:
         if t + 1 < plan.steps:
             w = s.stepsize(t) / s.noise_scale(t + 1)
-            total += w * np.sum(np.abs(v[:, t] - a0[t]) - np.abs(v[:, t] - a1[:, t]), axis=-1)
+            term = np.abs(v[:, t] - a0[t]) - np.abs(v[:, t] - a1[:, t])
+            # a round without the victim's next message (dropout, loss) tells nothing here
+            total += w * np.sum(np.where(np.isfinite(term), term, 0.0), axis=-1)
     return total

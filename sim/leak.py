@@ -39,7 +39,8 @@ from edgedp import algorithms, models
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.algorithms._gossip import mix_gathered
-from sim import adversary, attacks, batch, engine, leakage
+from edgedp import streams
+from sim import adversary, attacks, batch, engine, initial, leakage
 from sim.adversary import Attacker, ObservationLog
 
 __all__ = ["MAX_LINEAR_UNKNOWNS", "estimates", "formal_guarantee", "has_network_effects", "run"]
@@ -146,12 +147,14 @@ def estimates(
     """``(information, point estimate or None, estimator name)``, arrays ``(trials, T, ·)``.
 
     The information set is what the MI is computed on (paper 004's ℐ_j(k)); the point
-    estimate of the victim's gradient is what MSE and cosine score.
+    estimate of the victim's gradient is what MSE and cosine score. ``theta0`` is the common
+    initial model ``(d,)`` or every node's initial state per trial ``(trials, n, d)``.
     """
     if log.messages is None:
         return attacks.traffic_features(log), None, "traffic (encrypted: sizes, timing)"
     mech = plan.mechanism
-    theta0 = np.asarray(theta0, dtype=np.float64)
+    initial = np.asarray(theta0, dtype=np.float64)
+    theta0 = initial if initial.ndim == 1 else initial[:, victim]  # the victim's x(0)
     if getattr(plan, "sketch", None) is not None:  # DOME: k-float sketches of the model
         seen = log.sent_by(victim) if victim in log.senders else None
         if seen is not None and np.isfinite(seen).any():
@@ -202,14 +205,14 @@ def estimates(
             noise_factor=plan.factor.materialize(plan.steps),
         )
         y = attacks.dsgd_linear_observations(
-            log, view, mixing_matrix=plan.mixing_matrix(), theta0=theta0
+            log, view, mixing_matrix=plan.mixing_matrix(), theta0=initial
         )
         point = view.of(attacks.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
     if small and plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
         view = attacks.cross_linear_view(log, plan, batch_size=log.batch_size)
         y = attacks.cross_linear_observations(
-            log, view, plan, theta0=theta0, first_trial=first_trial
+            log, view, plan, theta0=initial, first_trial=first_trial
         )
         point = view.of(attacks.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS, cross-agent noise covariance)"
@@ -237,38 +240,53 @@ def _chunks(total: int, size: int):
         first += size
 
 
-def _observe_batch(sc, attackers, *, trials, victim, chunk, progress, data, dim, theta0):
+def _observe_batch(
+    sc, attackers, *, trials, victim, chunk, progress, data, dim, theta0, initial_state, final
+):
     plan = sc.plan
     info: dict[int, list] = {i: [] for i in range(len(attackers))}
     point: dict[int, list] = {i: [] for i in range(len(attackers))}
     names: dict[int, str] = {}
-    truth_parts = []
+    truth_parts, finals = [], []
     done = 0
+    keys = streams.RunKeys.simulation(plan)
     for first, count in _chunks(trials, chunk):
         probes = [adversary.Probe(a, plan, trials=count, dim=dim) for a in attackers]
         truth = adversary.GroundTruth([victim], trials=count, steps=plan.steps, dim=dim)
-        batch.run(
+        res = batch.run(
             plan,
             data,
             trials=count,
             first_trial=first,
             eval_every=plan.steps,
             observers=[*probes, truth],
+            initial_state=initial_state,
+        )
+        if final is not None:
+            finals.append(np.asarray(final(res.models, first), dtype=np.float64))
+        start = initial.states(
+            initial_state, keys, nodes=plan.n, dim=dim, trials=count, first_trial=first
         )
         truth_parts.append(truth.of(victim))
         for i, probe in enumerate(probes):
             a, p, names[i] = estimates(
-                probe.log, plan, victim=victim, theta0=theta0, first_trial=first
+                probe.log,
+                plan,
+                victim=victim,
+                theta0=theta0 if start is None else start,
+                first_trial=first,
             )
             info[i].append(a)
             point[i].append(p)
         done += count
         if progress is not None:
             progress(f"simulated {done}/{trials} trials")
-    return truth_parts, info, point, names
+    return truth_parts, info, point, names, finals
 
 
-def _observe_event(sc, attackers, *, trials, victim, progress, data, dim, theta0):
+def _observe_event(
+    sc, attackers, *, trials, victim, progress, data, dim, theta0, initial_state, final
+):
     truth_parts = []
     info: dict[int, list] = {i: [] for i in range(len(attackers))}
     point: dict[int, list] = {i: [] for i in range(len(attackers))}
@@ -285,15 +303,21 @@ def _observe_event(sc, attackers, *, trials, victim, progress, data, dim, theta0
             seed=sc.seed + tr,
             eval_every=plan.steps,
             observers=[*probes, truth],
+            initial_state=initial_state,
+        )
+        start = initial.states(
+            initial_state, streams.RunKeys.simulation(plan), nodes=plan.n, dim=dim
         )
         truth_parts.append(truth.of(victim))
         for i, probe in enumerate(probes):
-            a, p, names[i] = estimates(probe.log, plan, victim=victim, theta0=theta0)
+            a, p, names[i] = estimates(
+                probe.log, plan, victim=victim, theta0=theta0 if start is None else start
+            )
             info[i].append(a)
             point[i].append(p)
         if progress is not None and ((tr + 1) % max(1, trials // 20) == 0 or tr + 1 == trials):
             progress(f"simulated {tr + 1}/{trials} trials (event engine)")
-    return truth_parts, info, point, names
+    return truth_parts, info, point, names, []
 
 
 def run(
@@ -312,6 +336,10 @@ def run(
     coordinate: int | None = None,
     standardized: bool = False,
     data: Any = None,
+    audit_trials: int = 0,
+    audit_confidence: float = 0.95,
+    initial_state: str | None = None,
+    final: Callable[[np.ndarray, int], np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
 
@@ -338,6 +366,15 @@ def run(
         components of very different scale in ℐ hide the dependence from it.
       data: the engines' data instead of ``sc.data()`` — e.g. a
         :class:`~sim.datasets.PerTrialData` with a fresh private dataset in every trial.
+      audit_trials: also audit every attacker with this many trials (:func:`sim.audit.run`,
+        gradient canary) and report ``epsilon_lb`` beside M-NMI and the formal ε; 0: no audit.
+      audit_confidence: the confidence of ``epsilon_lb``.
+      initial_state: ``"model"`` or ``"normal[:STD]"``: x_i(0) ~ N(0, STD² I) per node and
+        trial (:mod:`sim.initial`; paper 004's Table 4 setup); default the scenario's. The
+        attackers are granted x(0) (the DP definition quantifies over every initial state).
+      final: ``final(models, first_trial) -> (trials,)`` of each chunk's final models
+        ``(trials, nodes, d)`` (e.g. paper 004's residual ‖x(K) − 1x*ᵀ‖²), summarized as
+        ``final_mean`` / ``final_std`` (batch engine).
     """
     plan = sc.plan
     if not 0 <= victim < plan.n:
@@ -354,14 +391,24 @@ def run(
     model = models.for_task(plan.task, data.features)
     dim, theta0 = model.dim, model.init_params()
     started = time.perf_counter()
-    common = dict(victim=victim, progress=progress, data=data, dim=dim, theta0=theta0)
+    initial_state = sc.initial_state if initial_state is None else initial_state
+    initial.parse(initial_state)  # a bad spec fails before any work
+    common = dict(
+        victim=victim,
+        progress=progress,
+        data=data,
+        dim=dim,
+        theta0=theta0,
+        initial_state=initial_state,
+        final=final,
+    )
     if engine_name == "batch":
         parts = _observe_batch(sc, attackers, trials=trials, chunk=chunk, **common)
     elif engine_name == "event":
         parts = _observe_event(sc, attackers, trials=trials, **common)
     else:
         raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
-    truth_parts, info, point, names = parts
+    truth_parts, info, point, names, finals = parts
     sim_seconds = time.perf_counter() - started
     V_full = np.concatenate(truth_parts)  # (trials, T, d)
     V = V_full if coordinate is None else V_full[..., [coordinate]]
@@ -488,7 +535,7 @@ def run(
         results.append(entry)
         if progress is not None:
             progress(f"{att.label}: M-NMI {entry['m_nmi']} ({entry['mi_seconds']:.1f} s of MI)")
-    return {
+    out = {
         "scenario": sc.name,
         "mechanism": plan.mechanism,
         "engine": engine_name,
@@ -497,6 +544,62 @@ def run(
         "k_neighbors": k,
         "iterations": plan.steps,
         "coordinate": coordinate,
+        "initial_state": initial_state,
         "simulation_seconds": round(sim_seconds, 3),
         "attackers": results,
+    }
+    if finals:
+        values = np.concatenate(finals)
+        out.update(final_mean=float(values.mean()), final_std=float(values.std()))
+    if audit_trials:
+        _audit_beside(
+            out,
+            sc,
+            attackers,
+            trials=audit_trials,
+            victim=victim,
+            engine_name=engine_name,
+            confidence=audit_confidence,
+            progress=progress,
+        )
+    return out
+
+
+#: What :func:`run` copies from the audit of each attacker into its entry (prefix ``audit_``
+#: except ``epsilon_lb``).
+_AUDIT_KEYS = (
+    "epsilon_lb",
+    "confidence",
+    "test",
+    "mu_hat",
+    "mu_low",
+    "mu_high",
+    "mu_view",
+    "epsilon_view",
+    "ratio",
+    "violation",
+)
+
+
+def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence, progress):
+    """The audit of every attacker (gradient canary) next to its M-NMI and formal ε."""
+    from sim import audit
+
+    rep = audit.run(
+        sc,
+        attackers,
+        trials=trials,
+        victim=victim,
+        engine_name=engine_name,
+        confidence=confidence,
+        delta=audit.DEFAULT_DELTA,
+        progress=progress,
+    )
+    for entry, a in zip(out["attackers"], rep["attackers"], strict=True):
+        for key in _AUDIT_KEYS:
+            if key in a:
+                entry[key if key == "epsilon_lb" else f"audit_{key}"] = a[key]
+        entry["audit_trials"] = rep["n_trials"]
+    out["audit"] = {
+        k: rep[k] for k in ("canary", "background", "n_trials", "confidence", "method", "seconds")
     }

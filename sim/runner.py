@@ -53,7 +53,13 @@ def run_scenario(
     if engine_name == "batch":
         if sc.network.loss or sc.faults.dropout or sc.faults.crashes or sc.faults.churn_rate_per_s:
             raise ScenarioError("the batch engine has no network or faults; use --engine event")
-        res = batch.run(sc.plan, data, eval_every=sc.eval_every, progress=update)
+        res = batch.run(
+            sc.plan,
+            data,
+            eval_every=sc.eval_every,
+            progress=update,
+            initial_state=sc.initial_state,
+        )
         metrics = {
             "rounds": res.eval_steps,
             "test_loss": [float(v[0]) for v in res.test_loss],
@@ -77,6 +83,7 @@ def run_scenario(
             seed=sc.seed,
             eval_every=sc.eval_every,
             progress=update,
+            initial_state=sc.initial_state,
         )
         metrics = {
             "rounds": res.eval_rounds,

@@ -6,6 +6,7 @@ name = "lan-100"
 seed = 1                 # network and fault draws; the plan seed drives noise and data
 steps = 60
 eval_every = 5
+initial_state = "model"  # or "normal[:STD]": x_i(0) ~ N(0, STD² I) per node and trial
 
 [topology]               # or: plan = "run.plan" instead of [topology], [task], [privacy]
 spec = "er:100:0.05:1"
@@ -65,7 +66,7 @@ from edgedp import plan as plan_mod
 from edgedp.accounting.participation import Participation
 from edgedp.agent import DROPOUT_RULES
 from edgedp.errors import PlanError
-from sim import datasets
+from sim import datasets, initial
 from sim.churn import Crash, Faults
 from sim.links import Latency, Network
 
@@ -84,6 +85,7 @@ _TOP = (
     "network",
     "faults",
     "leakage",
+    "initial_state",
 )
 _LAPLACE_KEYS = ("gamma", "beta", "q1", "q2", "delta_grad", "adjacency")
 _TOPOLOGY_KEYS = ("spec", "weighting")
@@ -134,6 +136,7 @@ class Scenario:
     faults: Faults = field(default_factory=Faults)
     eval_every: int = 10
     leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
+    initial_state: str = "model"  # or "normal[:STD]": x_i(0) per node and trial (sim.initial)
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
@@ -353,6 +356,11 @@ def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
         faults = _faults(_table(raw, "faults"))
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    initial_state = raw.get("initial_state", "model")
+    try:
+        initial.parse(initial_state)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
     eval_every = raw.get("eval_every", max(1, plan.steps // 20))
     if not isinstance(eval_every, int) or eval_every < 1:
         raise ScenarioError(f"eval_every = {eval_every!r} must be a positive integer")
@@ -364,6 +372,7 @@ def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
         faults=faults,
         eval_every=eval_every,
         leakage=leakage,
+        initial_state=str(initial_state),
     )
 
 
