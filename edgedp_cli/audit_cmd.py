@@ -110,6 +110,7 @@ def plot(report: dict, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 5))
     grid = np.logspace(-5, 0, 200)
+    drawn = set()
     for e in report["attackers"]:
         fpr, tpr = audit_stats.roc(e["scores"], e["present"])
         line = ax.plot(
@@ -120,9 +121,13 @@ def plot(report: dict, path: Path) -> None:
             label = f"certified mu = {e['mu']:.3g}"
         else:
             eps = e["epsilon"]
-            bound = np.minimum(1.0, np.minimum(math.exp(eps) * grid, 1 - math.exp(-eps) * (1 - grid)))
+            bound = np.minimum(
+                1.0, np.minimum(math.exp(eps) * grid, 1 - math.exp(-eps) * (1 - grid))
+            )
             label = f"certified eps = {eps:.3g}"
-        ax.plot(grid, bound, ls="--", color=line[0].get_color(), lw=1, label=label)
+        if label not in drawn:  # one boundary per certificate
+            drawn.add(label)
+            ax.plot(grid, bound, ls="--", color=line[0].get_color(), lw=1, label=label)
     ax.plot(grid, grid, color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -75,14 +75,14 @@ def _flatten(report: dict) -> dict:
         out.update({k: v for k, v in entries[0].items()})
     else:
         for key in (
-        "m_nmi",
-        "nmi_curve",
-        "low_variance_iterations",
-        "mse",
-        "cosine",
-        "epsilon",
-        "epsilon_lb",
-    ):
+            "m_nmi",
+            "nmi_curve",
+            "low_variance_iterations",
+            "mse",
+            "cosine",
+            "epsilon",
+            "epsilon_lb",
+        ):
             out[key] = {e["attacker"]: e.get(key) for e in entries}
     return out
 

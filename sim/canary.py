@@ -87,7 +87,10 @@ class Canary:
 
     def position(self, keys: streams.RunKeys, trial: int, local_size: int) -> int:
         """Index in the victim's shard of the example in the canary's batch slot, this trial
-        (the first example of slot ``slot`` in the trial's keyed batch permutation)."""
+        (the first example of slot ``slot`` in the trial's keyed batch permutation; example
+        0 when every example is in every batch)."""
+        if self.per_epoch == 1:
+            return 0
         order = rng.permutation(keys.batch(self.victim, trial=trial), local_size)
         return int(order[self.slot * self.batch_size])
 

@@ -35,11 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, models
+from edgedp import algorithms, models, streams
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.algorithms._gossip import mix_gathered
-from edgedp import streams
 from sim import adversary, attacks, batch, engine, initial, leakage
 from sim.adversary import Attacker, ObservationLog
 

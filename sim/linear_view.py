@@ -276,9 +276,13 @@ def regenerate(plan, src: Sources, which: np.ndarray, keys, *, dim: int) -> np.n
         else:  # Zip-DL message stream: the r-th of the node's recipient draws
             u, r = w[2], w[3]
             arr = stacked("message", u, lambda k, tr, u=u: k.messages(u, trial=tr))
+            if ("draws", u, t) in cache:  # one draw per (node, round) serves every slot
+                out[:, pos] = cache[("draws", u, t)][:, r]
+                continue
             count = int(np.count_nonzero(plan.share(u).cross_agent.recipients))
             draws = rng.stacked(
                 arr, t, (count, dim), lambda g, s=(count, dim): g.standard_normal(s)
             )
+            cache[("draws", u, t)] = draws
             out[:, pos] = draws[:, r]
     return out
