@@ -46,7 +46,7 @@ def main() -> None:
     # ---- ours: the whole computation, phase by phase
     data = sc.data()
     t0 = time.perf_counter()
-    truth_parts, info, _, _ = leak._observe_batch(
+    truth_parts, info, _, _, _ = leak._observe_batch(
         sc,
         attackers,
         trials=args.trials,
@@ -56,6 +56,8 @@ def main() -> None:
         data=data,
         dim=1,
         theta0=np.zeros(1),
+        initial_state="model",
+        final=None,
     )
     t_sim = time.perf_counter() - t0
     V = np.concatenate(truth_parts)[:, :, :1].swapaxes(0, 1)  # noqa: N806 (iterations, N, 1)

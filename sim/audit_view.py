@@ -97,7 +97,11 @@ def build(
     Rn = np.stack([gain[:, noise_cols + c] for c in range(cd)], axis=-1)  # (R, E, cd)
     Rs = np.einsum("rec,es->rsc", Rn, src.coef)  # (R, S, cd)
     held = linear_view.known(
-        src, members=members, knows_seed=attacker.kind == "hbc" and plan.mechanism == "whisper"
+        src,
+        members=members,
+        knows_seed=attacker.kind == "hbc"
+        and plan.cross_agent is not None
+        and plan.cross_agent.kind == "whisper",
     )
     unk = ~held
     Ru = (Rs[:, unk] * np.sqrt(src.var[unk])[None, :, None]).reshape(len(rows), -1)
@@ -217,6 +221,7 @@ def statistic(view: View, log: ObservationLog, *, plan, canary, model, src, keys
     if view.member_gain is not None and "gradient" in log.own:
         g = log.own["gradient"] * log.batch_size  # (n, T, members, gd)
         vals = np.stack([g[:, t, log.members.index(u)] for t, u in view.member_cols], axis=1)
+        vals = np.where(np.isfinite(vals), vals, 0.0)  # rounds without a gradient (Muffliato)
         pred += _apply(view.member_gain, vals, vd)
     resid = np.where(np.isfinite(obs), obs - pred, 0.0)
     return np.einsum("nrj,jr->n", resid, view.weights) - view.half_mu2
