@@ -56,7 +56,7 @@ def main() -> None:
         data=data,
         dim=1,
         theta0=np.zeros(1),
-        initial_state="model",
+        initial_state=sc.initial_state,
         final=None,
     )
     t_sim = time.perf_counter() - t0

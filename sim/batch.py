@@ -173,15 +173,15 @@ def run(
             xb = data.x[node_idx, sel]
             yb = data.y[node_idx, sel]
 
-        def rows(point, xb=xb, yb=yb, sel=sel, t=t):
+        def per_example(point, xb=xb, yb=yb, sel=sel, t=t):
             out = model.per_example_gradients(point, xb, yb)
             return out if gradient_transform is None else gradient_transform(t, point, sel, out)
 
         def gradient(point):
-            return clipped_sum(rows(point))
+            return clipped_sum(per_example(point))
 
         def sketch_gradient(point, project):
-            return clipped_sum(project(rows(point)))
+            return clipped_sum(project(per_example(point)))
 
         def noise(t=t):
             nonlocal state

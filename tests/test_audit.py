@@ -378,7 +378,7 @@ def test_scenario_initial_state_reaches_leak_and_the_attackers(tmp_path):
 
     text = (Path(scenarios.__file__).parent / "leakage_table4.toml").read_text()
     text = text.replace("steps = 1000", "steps = 8").replace("trials = 5000", "trials = 60")
-    text = text.replace('name = "leakage-table4"', 'name = "t4"\ninitial_state = "normal"')
+    assert 'initial_state = "normal"' in text  # paper 004 §6.1: x_i(0) ~ N(0, I)
     path = tmp_path / "t4.toml"
     path.write_text(text)
     sc = scenarios.load(path)
