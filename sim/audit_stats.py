@@ -61,7 +61,7 @@ def epsilon_bound(fpr, fnr, delta: float):
     """max(log((1 − δ − FNR)/FPR), log((1 − δ − FPR)/FNR)), clipped below at 0 (rates may be
     arrays; 0 rates give ∞ where the numerator is positive).
 
-    >>> float(epsilon_bound(0.05, 0.5, 0.0)) == math.log(10)
+    >>> round(float(epsilon_bound(0.05, 0.5, 0.0)), 12) == round(math.log(10), 12)
     True
     """
     fpr, fnr = np.asarray(fpr, dtype=np.float64), np.asarray(fnr, dtype=np.float64)
@@ -75,8 +75,10 @@ def epsilon_lower_bound(fp: int, negatives: int, fn: int, positives: int, *, del
     """ε_lb from held-out error counts (module docstring); also the two rate bounds.
 
     >>> eps, fpr, fnr = epsilon_lower_bound(0, 1000, 500, 1000, delta=0.0, alpha=0.05)
-    >>> round(eps, 3), round(fpr, 5)  # log((1 − FNR_ub) / FPR_ub)
-    (2.757, 0.00368)
+    >>> round(fpr, 6), round(fnr, 4)  # 1 − 0.025^(1/1000); Beta(0.975; 501, 500)
+    (0.003682, 0.5315)
+    >>> round(eps, 3)  # log((1 − FNR_ub) / FPR_ub)
+    4.846
     """
     fpr = float(clopper_pearson_upper(fp, negatives, alpha / 2))
     fnr = float(clopper_pearson_upper(fn, positives, alpha / 2))
