@@ -62,7 +62,7 @@ def _f(x, spec=".3f") -> str:
 
 def text_table(report: dict) -> str:
     head = (
-        f"{'attacker':<24}{'eps':>8}{'eps_lb':>8}{'ratio':>7}{'mu':>7}{'mu_hat':>8}"
+        f"{'attacker':<24}{'eps':>8}{'eps_lb':>8}{'ratio':>7}{'ceil':>7}{'mu':>7}{'mu_hat':>8}"
         f"{'interval':>16}{'mu_view':>9}"
     )
     lines = [
@@ -80,7 +80,8 @@ def text_table(report: dict) -> str:
         view = e.get("mu_view", e.get("epsilon_view"))
         lines.append(
             f"{e['attacker']:<24}{_f(e['epsilon']):>8}{_f(e['epsilon_lb']):>8}"
-            f"{_f(e['ratio'], '.2f'):>7}{_f(e.get('mu')):>7}{_f(e.get('mu_hat')):>8}"
+            f"{_f(e['ratio'], '.2f'):>7}{_f(e.get('epsilon_lb_ceiling')):>7}"
+            f"{_f(e.get('mu')):>7}{_f(e.get('mu_hat')):>8}"
             f"{interval:>16}{_f(view):>9}"
         )
         lines.append(f"{'':<4}test: {e['test']}")
@@ -89,6 +90,10 @@ def text_table(report: dict) -> str:
                 f"{'':<4}VIOLATION: eps_lb {e['epsilon_lb']:.3f} > certified "
                 f"{e['epsilon']:.3f} at confidence {e['confidence']:g}"
             )
+    lines.append(
+        "ceil: the eps_lb a perfect test of the certified mu reaches with these trials "
+        "(threshold tests at small delta cannot show much more than log N)"
+    )
     lines.append(f"method: {report['method']}")
     lines.append(
         f"{report['n_trials']} trials in {report['seconds']:.1f} s "

@@ -66,6 +66,7 @@ def audit_all(trials: int, canary: str) -> dict:
             "mu_high",
             "mu_view",
             "epsilon_view",
+            "epsilon_lb_ceiling",
             "fpr_upper",
             "fnr_upper",
             "test",
@@ -88,6 +89,19 @@ def _f(x, spec=".3f") -> str:
     return format(x, spec)
 
 
+def _ceiling(entry: dict, trials: int):
+    """What a perfect test of the certified μ shows with N/4 held-out trials per world
+    (:func:`sim.audit_stats.gdp_ceiling`); None for Laplace plans."""
+    if "mu" not in entry:
+        return None
+    if "epsilon_lb_ceiling" in entry:
+        return entry["epsilon_lb_ceiling"]
+    from sim import audit_stats
+
+    n = trials // 4
+    return audit_stats.gdp_ceiling(entry["mu"], n, n, delta=entry["delta"], alpha=0.05)
+
+
 def markdown(result: dict) -> str:
     s = result["setting"]
     lines = [
@@ -96,10 +110,11 @@ def markdown(result: dict) -> str:
         f"Gradient canary on the zero background, N = {result['trials']} trials per "
         f"mechanism; ε at δ = {s['delta']:g} (Laplace: pure ε); ε_lb at 95% "
         "(Clopper–Pearson, held-out threshold). μ̂ [95%] is the Gaussian fit of the test "
-        "statistic, μ_view the exact μ of the attacker's view (ε_view for Laplace).",
+        "statistic, μ_view the exact μ of the attacker's view (ε_view for Laplace); ceiling: "
+        "the ε_lb a perfect test of the certified μ reaches with these trials.",
         "",
-        "| mechanism | attacker | ε | ε_lb | ε_lb/ε | μ | μ̂ [95%] | μ_view / ε_view |",
-        "|---|---|---|---|---|---|---|---|",
+        "| mechanism | attacker | ε | ε_lb | ε_lb/ε | ceiling | μ | μ̂ [95%] | μ_view / ε_view |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for mech, row in result["gradient"].items():
         for e in row["attackers"]:
@@ -112,7 +127,8 @@ def markdown(result: dict) -> str:
             view = _f(e.get("mu_view", e.get("epsilon_view")))
             lines.append(
                 f"| {mech} | {e['attacker']} | {_f(e['epsilon'])} | {_f(e['epsilon_lb'])} | "
-                f"{_f(e['ratio'], '.2f')} | {mu} | {fit} | {view} |"
+                f"{_f(e['ratio'], '.2f')} | {_f(_ceiling(e, result['trials']))} | {mu} | {fit} "
+                f"| {view} |"
             )
     if result.get("example"):
         lines += [

@@ -122,7 +122,7 @@ def run(
     tr = linear_view.trace(plan, batch_size=can.batch_size, dim=d, theta0=theta0)
     src = linear_view.sources(plan, slots=tr.slots)
     views = [
-        audit_view.build(attacker=a, plan=plan, tr=tr, src=src, canary=can, theta0=theta0, dim=d)
+        audit_view.build(attacker=a, plan=plan, tr=tr, src=src, canary=can, theta0=theta0)
         for a in attackers
     ]
     view_seconds = time.perf_counter() - started
@@ -271,6 +271,8 @@ def _evaluate(plan, att, view, s, present, pick, *, confidence, delta) -> dict[s
             epsilon_mu=_eps(fit.mu, delta),
             epsilon_mu_low=_eps(fit.low, delta),
             mu_view=view.mu_view,
+            # what a perfect test of the certified μ could show with these trials
+            epsilon_lb_ceiling=audit_stats.gdp_ceiling(mu_cert, n0, n1, delta=delta, alpha=alpha),
         )
     else:
         entry.update(epsilon_view=view.epsilon_view)

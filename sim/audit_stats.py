@@ -38,6 +38,7 @@ __all__ = [
     "clopper_pearson_upper",
     "epsilon_bound",
     "epsilon_lower_bound",
+    "gdp_ceiling",
     "mu_fit",
     "roc",
 ]
@@ -83,6 +84,28 @@ def epsilon_lower_bound(fp: int, negatives: int, fn: int, positives: int, *, del
     fpr = float(clopper_pearson_upper(fp, negatives, alpha / 2))
     fnr = float(clopper_pearson_upper(fn, positives, alpha / 2))
     return float(epsilon_bound(fpr, fnr, delta)), fpr, fnr
+
+
+def gdp_ceiling(mu: float, negatives: int, positives: int, *, delta: float, alpha: float):
+    """What a perfect test of a μ-GDP mechanism shows with these held-out counts: the
+    largest :func:`epsilon_lower_bound` over thresholds with the error counts at their
+    expectations (FPR = α, FNR = Φ(Φ⁻¹(1 − α) − μ)). Threshold audits of Gaussian
+    mechanisms at small δ cannot exceed it (up to sampling), whatever the test.
+
+    >>> round(gdp_ceiling(0.925, 2500, 2500, delta=1e-5, alpha=0.05), 2)
+    1.59
+    """
+    if not math.isfinite(mu):
+        return float(epsilon_lower_bound(0, negatives, 0, positives, delta=delta, alpha=alpha)[0])
+    rates = np.logspace(-6, math.log10(0.5), 600)
+    fnr = stats.norm.cdf(stats.norm.ppf(1 - rates) - mu)
+    fp, fn = np.round(rates * negatives), np.round(fnr * positives)
+    bound = epsilon_bound(
+        clopper_pearson_upper(fp, negatives, alpha / 2),
+        clopper_pearson_upper(fn, positives, alpha / 2),
+        delta,
+    )
+    return float(np.max(bound))
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,9 +68,7 @@ class View:
     per_slot: bool = False
 
 
-def build(
-    *, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndarray, dim: int
-) -> View:
+def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndarray) -> View:
     """The :class:`View` of ``attacker`` auditing ``canary`` on ``plan`` (module docstring)."""
     links, senders, members = attacker.resolve(plan.edges, plan.n)
     if canary.victim in members:
