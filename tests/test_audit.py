@@ -114,26 +114,38 @@ def _run_worlds(plan, trials, attacker, *, canary="gradient"):
     return data, model, can, keys, present, probe.log
 
 
-@pytest.mark.parametrize("mechanism", [*audit_plans.MECHANISMS, "whisper-lowrank"])
+def _lowrank_whisper(task, sketch=None):
+    import topologies
+    from edgedp.accounting.participation import Participation
+    from edgedp.planning import cross_agent
+
+    return cross_agent.make_plan(
+        "whisper",
+        topologies.parse("ring:6"),
+        steps=6,
+        participation=Participation(6, 1),
+        clip_norm=1.0,
+        learning_rate=0.2,
+        noise_multiplier=1.0,
+        form="lowrank",
+        rank=2,
+        task=task,
+        sketch=sketch,
+    ).plan
+
+
+@pytest.mark.parametrize(
+    "mechanism", [*audit_plans.MECHANISMS, "whisper-lowrank", "dome-whisper-lowrank"]
+)
 def test_linear_view_reproduces_every_message_of_the_engine(mechanism, plans):
     """Impulse responses of the update rules × the regenerated noise sources + the canary
     = the batch engine's messages, to rounding, for every mechanism (and the shared seed of
-    Whisper's low-rank form)."""
-    if mechanism == "whisper-lowrank":
-        from edgedp.planning import cross_agent
+    Whisper's low-rank form, also on DOME's sketched messages)."""
+    if mechanism.endswith("whisper-lowrank"):
+        from edgedp.sketch import SketchSpec
 
-        plan = cross_agent.make_plan(
-            "whisper",
-            __import__("topologies").parse("ring:6"),
-            steps=6,
-            participation=__import__("edgedp").accounting.participation.Participation(6, 1),
-            clip_norm=1.0,
-            learning_rate=0.2,
-            noise_multiplier=1.0,
-            form="lowrank",
-            rank=2,
-            task=plans["dp-dsgd"].task,
-        ).plan
+        sketch = SketchSpec(dim=1, refresh=1) if mechanism.startswith("dome") else None
+        plan = _lowrank_whisper(plans["dp-dsgd"].task, sketch)
         assert plan.cross_agent.rank == 2
     else:
         plan = plans[mechanism]
