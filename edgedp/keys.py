@@ -1,39 +1,43 @@
-"""Device keys: ZeroMQ CURVE keypairs and pairwise secrets by X25519 key agreement.
+"""Device keys: ZeroMQ CURVE keypairs, pairwise secrets, sealed shared seeds — libsodium.
 
 CURVE keys are Curve25519 keys (z85-encoded), so two neighbours can agree on a shared
-secret without sending it: ``x25519(my_secret, their_public)`` is the same on both sides
-(RFC 7748). Pairwise-noise algorithms derive their per-edge streams from
-:func:`pairwise_secret`, which hashes that shared value with both node ids; the secret is
-never written to a plan or sent on the wire. X25519 is implemented here from RFC 7748 (a
-Montgomery ladder on Python integers, tested against the RFC vectors and the
-``cryptography`` package) because the device path may depend on numpy, pyzmq and msgpack
-only and pyzmq does not expose scalar multiplication. Python integer arithmetic is not
-constant-time; the keys are long-term CURVE keys used once per edge at start-up.
+secret without sending it. Everything here goes through libsodium (PyNaCl), which is
+constant-time and ships aarch64 wheels:
+
+* :func:`x25519` is ``crypto_scalarmult`` (RFC 7748; the RFC vectors are tests);
+* :func:`pairwise_secret` is libsodium's key exchange ``crypto_kx`` with the lower node id as
+  client: BLAKE2b-512 of the X25519 value and *both* public keys, split into two directed
+  session keys; the edge uses the client→server one, which both ends compute. Per-edge
+  stream keys are then derived from it with the plan hash and run id
+  (:func:`edgedp.streams.edge_key`), so one edge secret never feeds two runs;
+* :func:`seal` / :func:`open_sealed` are sealed boxes (``crypto_box_seal``): a planner
+  encrypts a run's shared seed to each device's CURVE public key; only that device opens it.
+
+The secrets are never written to a plan or sent on the wire in clear.
 """
 
 from __future__ import annotations
 
-import hashlib
-
+import nacl.bindings
+import nacl.exceptions
+import nacl.public
 import zmq
 from zmq.utils import z85
 
-__all__ = ["generate_keypair", "pairwise_secret", "public_from_secret", "x25519"]
-
-_P = 2**255 - 19
-_A24 = 121665
-
-
-def _clamp(scalar: bytes) -> int:
-    k = bytearray(scalar)
-    k[0] &= 248
-    k[31] &= 127
-    k[31] |= 64
-    return int.from_bytes(k, "little")
+__all__ = [
+    "generate_keypair",
+    "open_sealed",
+    "pairwise_secret",
+    "public_from_secret",
+    "seal",
+    "x25519",
+]
 
 
 def x25519(scalar: bytes, u: bytes) -> bytes:
-    """RFC 7748 X25519: the u-coordinate of ``scalar · u`` (both 32 raw bytes).
+    """RFC 7748 X25519 (libsodium ``crypto_scalarmult``): the u-coordinate of ``scalar · u``.
+
+    Raises ValueError for wrong lengths or an all-zero result (a low-order point).
 
     >>> k = bytes.fromhex("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4")
     >>> u = bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c")
@@ -42,31 +46,10 @@ def x25519(scalar: bytes, u: bytes) -> bytes:
     """
     if len(scalar) != 32 or len(u) != 32:
         raise ValueError("Expected 32-byte scalar and u-coordinate.")
-    k = _clamp(scalar)
-    ub = bytearray(u)
-    ub[31] &= 127
-    x1 = int.from_bytes(ub, "little") % _P
-    x2, z2, x3, z3 = 1, 0, x1, 1
-    swap = 0
-    for t in reversed(range(255)):
-        bit = (k >> t) & 1
-        swap ^= bit
-        if swap:
-            x2, x3, z2, z3 = x3, x2, z3, z2
-        swap = bit
-        a, b = x2 + z2, x2 - z2
-        aa, bb = a * a % _P, b * b % _P
-        e = aa - bb
-        c, d = x3 + z3, x3 - z3
-        da, cb = d * a % _P, c * b % _P
-        x3 = (da + cb) ** 2 % _P
-        z3 = x1 * (da - cb) ** 2 % _P
-        x2 = aa * bb % _P
-        z2 = e * (aa + _A24 * e) % _P
-    if swap:
-        x2, z2 = x3, z3
-    out = x2 * pow(z2, _P - 2, _P) % _P
-    return out.to_bytes(32, "little")
+    try:
+        return nacl.bindings.crypto_scalarmult(bytes(scalar), bytes(u))
+    except nacl.exceptions.RuntimeError:  # libsodium refuses an all-zero shared value
+        raise ValueError("X25519 gave the all-zero value (a low-order public key).") from None
 
 
 def generate_keypair() -> tuple[bytes, bytes]:
@@ -76,23 +59,48 @@ def generate_keypair() -> tuple[bytes, bytes]:
 
 def public_from_secret(secret_z85: bytes) -> bytes:
     """The z85 public key of a z85 secret key (checks a key file's consistency)."""
-    return z85.encode(x25519(z85.decode(secret_z85), (9).to_bytes(32, "little")))
+    return zmq.curve_public(secret_z85)
 
 
 def pairwise_secret(my_secret_z85: bytes, peer_public_z85: bytes, *, me: int, peer: int) -> bytes:
     """The 32-byte secret nodes ``me`` and ``peer`` share, identical on both sides.
 
-    Raises ValueError for a degenerate (all-zero) shared value, which only a malicious
-    low-order public key produces.
+    libsodium ``crypto_kx`` with the lower id as client (module docstring). Raises
+    ValueError for a node paired with itself or a low-order (malicious) public key.
     """
     if me == peer:
         raise ValueError("A node has no pairwise secret with itself.")
-    shared = x25519(z85.decode(my_secret_z85), z85.decode(peer_public_z85))
-    if shared == bytes(32):
+    secret = z85.decode(my_secret_z85)
+    public = z85.decode(zmq.curve_public(my_secret_z85))
+    theirs = z85.decode(peer_public_z85)
+    if len(theirs) != 32:
+        raise ValueError(f"Node {peer}'s public key is not a 32-byte Curve25519 key.")
+    try:
+        if me < peer:
+            _, client_to_server = nacl.bindings.crypto_kx_client_session_keys(
+                public, secret, theirs
+            )
+        else:
+            client_to_server, _ = nacl.bindings.crypto_kx_server_session_keys(
+                public, secret, theirs
+            )
+    except nacl.exceptions.CryptoError:  # the X25519 value was all-zero (RuntimeError too)
         raise ValueError(
             f"Key agreement with node {peer} gave the all-zero value; refusing its key."
-        )
-    lo, hi = sorted((int(me), int(peer)))
-    h = hashlib.blake2b(digest_size=32, person=b"edgedp-pair-v1")
-    h.update(shared + lo.to_bytes(8, "little") + hi.to_bytes(8, "little"))
-    return h.digest()
+        ) from None
+    return client_to_server
+
+
+def seal(message: bytes, recipient_public_z85: bytes) -> bytes:
+    """``message`` encrypted to one device's CURVE public key (libsodium sealed box)."""
+    box = nacl.public.SealedBox(nacl.public.PublicKey(z85.decode(recipient_public_z85)))
+    return box.encrypt(bytes(message))
+
+
+def open_sealed(ciphertext: bytes, secret_z85: bytes) -> bytes:
+    """Open a sealed box with the device's CURVE secret key (ValueError if not for it)."""
+    box = nacl.public.SealedBox(nacl.public.PrivateKey(z85.decode(secret_z85)))
+    try:
+        return box.decrypt(bytes(ciphertext))
+    except nacl.exceptions.CryptoError:
+        raise ValueError("The sealed value was not sealed to this device's key.") from None

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _codec, _validate, factors, topology
+from edgedp import _codec, _validate, factors, signing, topology
 from edgedp import cross_agent as cross_mod
 from edgedp import sketch as sketch_mod
 from edgedp.accounting import cross_agent as cross_acc
@@ -254,18 +254,38 @@ class NoisePlan:
     def plan_hash(self) -> str:
         return hashlib.sha256(_codec.canonical_bytes(self.to_dict())).hexdigest()
 
-    def to_bytes(self) -> bytes:
-        return _codec.encode({"plan": self.to_dict(), "hash": self.plan_hash})
+    def to_bytes(self, *, signing_key: str | None = None) -> bytes:
+        """The plan file; with ``signing_key`` (an Ed25519 planning key, hex) it carries the
+        operator's signature of the plan hash (:mod:`edgedp.signing`)."""
+        outer: dict[str, Any] = {"plan": self.to_dict(), "hash": self.plan_hash}
+        if signing_key is not None:
+            outer["signature"] = signing.sign(self.plan_hash, signing_key)
+        return _codec.encode(outer)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> NoisePlan:
-        """Decode, check version and hash, rebuild, and re-certify the sensitivity."""
+    def from_bytes(cls, data: bytes, *, trusted_key: str | None = None) -> NoisePlan:
+        """Decode, check version, hash and signature, rebuild, and re-certify.
+
+        A signature, when present, must verify; with ``trusted_key`` (the operator's planning
+        public key, hex) the plan must be signed by it (PlanError otherwise).
+        """
         try:
             outer = _codec.decode(data)
             d = outer["plan"]
             stored_hash = outer["hash"]
-        except (ValueError, KeyError, TypeError) as exc:
+            envelope = outer.get("signature")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlanError(f"Not a NoisePlan file: {exc}") from None
+        if envelope is not None or trusted_key is not None:
+            if envelope is None:
+                raise PlanError(
+                    "The plan is not signed, but this device trusts only plans signed by its "
+                    "planning key (sign it with `edgedp sign PLAN --key planner.key`)."
+                )
+            try:
+                signing.verify(envelope, str(stored_hash), trusted_key)
+            except signing.SignatureError as exc:
+                raise PlanError(str(exc)) from None
         if d.get("version") == 1:
             raise PlanError(
                 "Plan version 1 predates stated adjacencies and the corrected Laplace noise "

@@ -19,6 +19,7 @@ __all__ = [
     "participation_hint",
     "task_from_args",
     "task_model",
+    "write_plan",
 ]
 
 
@@ -113,6 +114,25 @@ def participation_hint(args) -> str:
     except (UsageError, ValueError, TypeError):
         return ""
     return f" (this task runs --participation {run.k},{run.b})"
+
+
+def write_plan(args, plan) -> None:
+    """Write ``plan`` to ``args.out``, signed with ``args.sign`` (a planning key file) if set."""
+    from edgedp import signing
+
+    key = None
+    if getattr(args, "sign", None):
+        try:
+            key = signing.read_key(Path(args.sign))
+        except signing.SignatureError as exc:
+            raise UsageError(f"--sign: {exc}") from None
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: folder {out.parent} does not exist")
+    try:
+        out.write_bytes(plan.to_bytes(signing_key=key))
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: {exc.strerror}") from None
 
 
 def load_plan(path: str):

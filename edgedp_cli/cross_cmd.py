@@ -7,11 +7,9 @@ post-mixing variance Tr(W R Wᵀ)/n per step next to DP-D-SGD's at the same guar
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from edgedp_cli._common import UsageError, emit
+from edgedp_cli._common import UsageError, emit, write_plan
 
 __all__ = ["add_plan_arguments", "cmd_plan_cross"]
 
@@ -70,7 +68,7 @@ def cmd_plan_cross(args, g, task, participation, model_dim: int) -> None:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     plan = planned.plan
-    Path(args.out).write_bytes(plan.to_bytes())
+    write_plan(args, plan)
     payload = planner.report(plan, delta=args.delta if args.delta is not None else 1e-6)
     payload["planner_seconds"] = planned.info["planner_seconds"]
     if sketch is not None:

@@ -13,7 +13,6 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from edgedp_cli._common import (
     UsageError,
@@ -26,6 +25,7 @@ from edgedp_cli._common import (
     participation_hint,
     task_from_args,
     task_model,
+    write_plan,
 )
 
 __all__ = ["main"]
@@ -37,6 +37,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "edgedp_cli.model_cmd",
     "edgedp_cli.tune_cmd",
     "edgedp_cli.leak_cmd",
+    "edgedp_cli.device_cmd",
     "edgedp_cli.audit_cmd",
 )
 
@@ -140,7 +141,7 @@ def cmd_plan(args) -> None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    Path(args.out).write_bytes(p.to_bytes())
+    write_plan(args, p)
     payload = _plan_report(p, args.delta if args.delta is not None else 1e-6)
     if p.noise_multiplier > 0:
         from edgedp.planning import factorization
@@ -266,117 +267,6 @@ def cmd_account(args) -> None:
     emit(args, payload, key_value_lines(payload))
 
 
-def cmd_keys_gen(args) -> None:
-    from firmware_py import deploy
-
-    info = deploy.generate_keys(Path(args.out), args.name)
-    text = (
-        f"public key   {info['public_key']}\n"
-        f"wrote        {info['public_key_file']}, {info['secret_key_file']} (secret), "
-        f"{info['noise_secret_file']} (secret)"
-    )
-    emit(args, info, text)
-
-
-def cmd_deploy(args) -> None:
-    import zmq.auth
-
-    from firmware_py import deploy
-
-    p = load_plan(args.plan)
-    if args.topology and args.topology != p.topology:
-        raise UsageError(f"--topology {args.topology!r} differs from the plan's {p.topology!r}")
-    try:
-        endpoints = deploy.read_endpoints(Path(args.endpoints), p.n)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    keys_dir = Path(args.keys)
-    public = {}
-    for u in range(p.n):
-        f = keys_dir / f"node-{u}.key"
-        try:
-            public[u] = zmq.auth.load_certificate(str(f))[0].decode()
-        except (OSError, ValueError):
-            raise UsageError(
-                f"missing public key {f}: run `edgedp keys gen --name node-{u}` "
-                "on that device and copy its node-{u}.key here"
-            ) from None
-    out = Path(args.out)
-    from edgedp import streams
-
-    try:
-        run_id = streams.validate_run_id(args.run_id or streams.new_run_id())
-    except ValueError as exc:
-        raise UsageError(f"--run-id: {exc}") from None
-    shards = (
-        {u: str(s.resolve()) for u, s in enumerate(deploy.write_shards(p, out / "shards"))}
-        if args.write_shards
-        else {u: f"shards/node-{u}.npz" for u in range(p.n)}
-    )
-    configs = deploy.write_configs(
-        Path(args.plan_path_on_device or Path(args.plan).name),
-        p,
-        endpoints=endpoints,
-        public_keys=public,
-        out=out,
-        key_files={u: f"keys/node-{u}.key_secret" for u in range(p.n)},
-        noise_files={u: f"keys/node-{u}.noise" for u in range(p.n)},
-        shards=shards,
-        round_timeout=args.round_timeout,
-        max_epsilon=args.max_epsilon,
-        run_id=run_id,
-    )
-    payload = {
-        "configs": [str(c) for c in configs],
-        "n": p.n,
-        "plan_hash": p.plan_hash,
-        "run_id": run_id,
-    }
-    emit(args, payload, f"wrote {len(configs)} node configs for run {run_id} to {out}")
-
-
-def cmd_local_run(args) -> None:
-    import tempfile
-    import time
-
-    from edgedp.models import model_digest
-    from firmware_py import deploy
-
-    p = load_plan(args.plan)
-    if args.n is not None and args.n != p.n:
-        raise UsageError(f"--n {args.n} but the plan is for {p.n} nodes")
-    directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="edgedp-local-"))
-    start = time.monotonic()
-    run = deploy.local_run(
-        Path(args.plan),
-        directory,
-        private_noise=args.private_noise,
-        round_timeout=args.round_timeout,
-    )
-    codes = run.wait(timeout=args.timeout)
-    elapsed = time.monotonic() - start
-    if any(codes):
-        raise UsageError(f"agents exited with {codes}; logs in {directory}")
-    done = [next(m for m in reversed(run.metrics(u)) if m["event"] == "done") for u in range(p.n)]
-    models = run.final_models()
-    payload = {
-        "engine": "real",
-        "n": p.n,
-        "rounds": p.steps,
-        "model_digest": model_digest(models),
-        "messages": sum(d["sent"] for d in done),
-        "received": sum(d["received"] for d in done),
-        "bytes": sum(d["received"] for d in done) * models.shape[1] * 8,
-        "missing": sum(d["missing"] for d in done),
-        "rejected": sum(sum(d["rejected"].values()) for d in done),
-        "seconds": round(elapsed, 3),
-        "private_noise": args.private_noise,
-        "directory": str(directory),
-        "plan_hash": p.plan_hash,
-    }
-    emit(args, payload, "\n".join(f"{k:<16}{v}" for k, v in payload.items()))
-
-
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     from edgedp import topology
@@ -481,52 +371,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="pndp: curious nodes (default) or a tap on every link into the set, links "
         "between members included",
     )
-
-    keys = sub.add_parser("keys", help="device keys")
-    keysub = keys.add_subparsers(dest="keys_command", required=True)
-    p = keysub.add_parser("gen", help="generate a CURVE keypair and a noise secret")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="node", help="file stem (default node)")
-    p.set_defaults(func=cmd_keys_gen)
-
-    p = add("deploy", cmd_deploy, "write one node.toml per device")
-    p.add_argument("--plan", required=True)
-    p.add_argument("--topology", help="optional: must equal the plan's topology")
-    p.add_argument("--endpoints", required=True, help="endpoints.toml: [endpoints] ID = tcp://...")
-    p.add_argument("--keys", required=True, help="folder with every node-U.key public key")
-    p.add_argument("--out", required=True)
-    p.add_argument("--plan-path-on-device", help="plan path written into node.toml")
-    p.add_argument(
-        "--write-shards",
-        action="store_true",
-        help="also split the plan's task dataset into per-node shards",
-    )
-    p.add_argument("--round-timeout", type=float, default=10.0)
-    p.add_argument(
-        "--max-epsilon",
-        type=float,
-        help="each device's budget (default: the plan's own epsilon against the worst "
-        "adversary, at delta 1e-6)",
-    )
-    p.add_argument(
-        "--run-id",
-        help="the run id every node's streams are bound to (default: a fresh random one; "
-        "a new deployment of the same plan must use a new id)",
-    )
-
-    p = add("local-run", cmd_local_run, "run one agent process per node on 127.0.0.1")
-    p.add_argument("--plan", required=True)
-    p.add_argument("--n", type=int, help="number of agents (must equal the plan's n)")
-    p.add_argument("--dir", help="working folder (default: a new temporary folder)")
-    p.add_argument(
-        "--private-noise",
-        action="store_true",
-        help="per-device secret noise keys (default: the plan seed, comparable "
-        "with `edgedp sim run`, not private)",
-    )
-    p.add_argument("--round-timeout", type=float, default=10.0)
-    p.add_argument("--timeout", type=float, default=600.0)
 
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(sub, add)

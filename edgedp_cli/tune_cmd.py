@@ -11,8 +11,6 @@ replace-one adjacency, and (ε, δ) from a privacy-loss distribution.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from edgedp_cli._common import (
     UsageError,
     emit,
@@ -20,6 +18,7 @@ from edgedp_cli._common import (
     parse_graph,
     task_from_args,
     task_model,
+    write_plan,
 )
 
 __all__ = ["add_plan_arguments", "cmd_plan_laplace", "laplace_report", "register"]
@@ -108,7 +107,7 @@ def cmd_plan_laplace(args) -> None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    Path(args.out).write_bytes(p.to_bytes())
+    write_plan(args, p)
     payload = laplace_report(p, delta=args.delta if args.delta is not None else 1e-6)
     payload["out"] = args.out
     emit(args, payload, key_value_lines(payload))

@@ -24,9 +24,17 @@ class CheckpointError(RuntimeError):
 
 
 def private_folder(path: Path) -> None:
-    """Create ``path`` (and parents) if needed and make it 0700: owner only."""
+    """Create ``path`` if needed and make it 0700 (owner only); folders created on the way
+    are 0700 too (existing ancestors are left as they are)."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
     os.chmod(path, 0o700)
 
 

@@ -7,9 +7,13 @@ bind = "tcp://0.0.0.0:5603"                # where this node listens
 key_file = "keys/node-3.key_secret"        # ZeroMQ CURVE keypair (pyzmq certificate format)
 noise_secret_file = "keys/node-3.noise"    # 32+ secret bytes; or noise_secret = "plan-seed"
 # ledger_file = "keys/node-3.noise.ledger" # streams this secret has used (default: beside it)
+# sealed_seed = "base64..."                # whisper lowrank/dense: the run's shared seed,
+                                           # sealed to this device's CURVE key by edgedp deploy
 
 [plan]
 file = "run.plan"
+hash = "5f1c..."                           # the plan's SHA-256: any other plan is refused
+public_key = "9a0b..."                     # optional: only plans signed by this planning key
 
 [data]
 shard = "shards/node-3.npz"                # arrays x (m, f) and y (m,)
@@ -68,8 +72,16 @@ PLAN_SEED = "plan-seed"
 ADVERSARIES = ("worst", "eavesdropper", "insider", "neighbourhood")
 
 # The keys each section may hold; a key added to ``load`` is added here too.
-NODE_KEYS = ("id", "bind", "key_file", "noise_secret_file", "noise_secret", "ledger_file")
-PLAN_KEYS = ("file",)
+NODE_KEYS = (
+    "id",
+    "bind",
+    "key_file",
+    "noise_secret_file",
+    "noise_secret",
+    "ledger_file",
+    "sealed_seed",
+)
+PLAN_KEYS = ("file", "hash", "public_key")
 DATA_KEYS = ("shard",)
 MODEL_KEYS = ("kind", "file")
 RUN_KEYS = (
@@ -120,6 +132,9 @@ class NodeConfig:
     run_id: str
     adversary: str
     plan_file: Path
+    plan_hash: str
+    plan_public_key: str
+    sealed_seed: str
     shard: Path
     model_kind: str
     model_file: Path | None
@@ -173,6 +188,14 @@ def _check_layout(raw: dict) -> None:
             raise ConfigError(f"[{section}] must be a table")
         else:
             _validate.known_keys(value, keys, where=section, error=ConfigError)
+
+
+def _hex(table: dict, section: str, key: str) -> str:
+    """An optional 64-hex-digit value (a pinned plan hash or a public key), lower case."""
+    value = _get(table, section, key, str, "")
+    if value and not (len(value) == 64 and all(c in "0123456789abcdefABCDEF" for c in value)):
+        raise ConfigError(f"{section}.{key} = {value!r} must be 64 hex digits")
+    return value.lower()
 
 
 def _endpoint(name: str, value: str) -> str:
@@ -276,6 +299,9 @@ def load(path: str | Path) -> NodeConfig:
         run_id=run_id,
         adversary=adversary,
         plan_file=rel(_get(raw, "plan", "file", str)),
+        plan_hash=_hex(raw, "plan", "hash"),
+        plan_public_key=_hex(raw, "plan", "public_key"),
+        sealed_seed=_get(raw, "node", "sealed_seed", str, ""),
         shard=rel(_get(raw, "data", "shard", str)),
         model_kind=_get(raw, "model", "kind", str, ""),
         model_file=rel(model_file) if model_file is not None else None,

@@ -25,9 +25,12 @@ of that round); 128+N stopped by signal N at a round boundary.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import hashlib
 import io
 import json
+import os
 import signal
 import sys
 import time
@@ -58,14 +61,24 @@ class RefusedError(Exception):
 
 def _load_inputs(cfg: config.NodeConfig):
     try:
-        plan = NoisePlan.from_bytes(cfg.plan_file.read_bytes())
+        plan = NoisePlan.from_bytes(
+            cfg.plan_file.read_bytes(), trusted_key=cfg.plan_public_key or None
+        )
     except OSError as exc:
         raise config.ConfigError(f"plan.file {cfg.plan_file}: {exc.strerror}") from None
     except PlanError as exc:
         raise RefusedError(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
+    if cfg.plan_hash and plan.plan_hash != cfg.plan_hash:
+        raise RefusedError(
+            EXIT_PLAN,
+            f"plan {cfg.plan_file} has hash {plan.plan_hash[:16]}… but node.toml pins "
+            f"plan.hash {cfg.plan_hash[:16]}…: refusing a plan this device was not given",
+        )
     if cfg.id >= plan.n:
         raise config.ConfigError(f"node.id = {cfg.id} but the plan has only {plan.n} nodes")
-    if cfg.model_kind and cfg.model_kind != plan.task.model.partition("@")[0]:
+    planned = plan.task.model.partition("@")[0]  # onnx:PATH names the planner's file
+    kinds = {planned, "onnx"} if planned.startswith("onnx:") else {planned}
+    if cfg.model_kind and cfg.model_kind not in kinds:
         raise config.ConfigError(
             f"model.kind = {cfg.model_kind!r} but the plan was made for {plan.task.model!r}"
         )
@@ -130,11 +143,9 @@ def _stream_keys(cfg, plan, share, secret, noise_secret) -> tuple[dict, str]:
     cross = share.cross_agent
     if cross is None:
         return arguments, own.fingerprint()
+    shared = None
     if cross.factor_row:
-        raise config.ConfigError(
-            "this plan's shared-seed noise (whisper --form lowrank/dense) needs a seed shared "
-            "by all devices, which node.toml cannot carry yet; plan with --form local"
-        )
+        shared = streams.RunKeys(_open_seed(cfg, secret), plan.plan_hash, cfg.run_id).shared()
     public = {n.id: n.public_key for n in cfg.neighbours}
     pairs = {
         v: streams.edge_key(
@@ -146,11 +157,32 @@ def _stream_keys(cfg, plan, share, secret, noise_secret) -> tuple[dict, str]:
         )
         for v, _ in cross.edge_terms
     }
-    arguments["cross_keys"] = cross_agent.CrossKeys(pairs=pairs, messages=own.messages(cfg.id))
+    arguments["cross_keys"] = cross_agent.CrossKeys(
+        shared=shared, pairs=pairs, messages=own.messages(cfg.id)
+    )
     digest = hashlib.sha256(own.fingerprint().encode())
+    if shared is not None:
+        digest.update(hashlib.sha256(f"shared:{shared.hex()}".encode()).digest())
     for v in sorted(pairs):  # a changed edge secret must refuse a resume too
         digest.update(hashlib.sha256(f"{v}:{pairs[v].hex()}".encode()).digest())
     return arguments, digest.hexdigest()
+
+
+def _open_seed(cfg, secret) -> bytes:
+    """The run's shared seed, opened from the sealed box ``edgedp deploy`` wrote for this
+    device (libsodium, this device's CURVE key); never stored in clear."""
+    if not cfg.sealed_seed:
+        raise config.ConfigError(
+            "this plan's shared-seed noise (whisper --form lowrank/dense) needs node.sealed_seed: "
+            "the run's seed sealed to this device's key (`edgedp deploy` writes it)"
+        )
+    try:
+        seed = keys.open_sealed(base64.b64decode(cfg.sealed_seed, validate=True), secret)
+    except (ValueError, binascii.Error) as exc:
+        raise config.ConfigError(f"node.sealed_seed: {exc}") from None
+    if len(seed) < 32:
+        raise config.ConfigError("node.sealed_seed holds fewer than 32 seed bytes")
+    return seed
 
 
 def _sent_record(path) -> dict | None:
@@ -246,8 +278,9 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     transport = ZmqTransport(
         node=cfg.id, bind=cfg.bind, public_key=public, secret_key=secret, peers=peers
     )
-    cfg.metrics.parent.mkdir(parents=True, exist_ok=True)
-    metrics = open(cfg.metrics, "a", buffering=1)
+    checkpoint.private_folder(cfg.metrics.parent)
+    fd = os.open(cfg.metrics, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    metrics = os.fdopen(fd, "a", buffering=1)
     metrics.write(
         json.dumps(
             {

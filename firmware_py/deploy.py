@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import zmq.auth
 
-from edgedp import algorithms, streams
+from edgedp import algorithms, keys, streams
 from edgedp.accounting import budget
 from edgedp.plan import NoisePlan
 from firmware_py import checkpoint
@@ -26,16 +28,29 @@ __all__ = [
     "generate_keys",
     "local_run",
     "read_endpoints",
+    "node_config",
+    "sealed_seeds",
+    "systemd_unit",
     "write_configs",
+    "write_device_folders",
     "write_shards",
 ]
 
 
-def generate_keys(out: Path, name: str = "node") -> dict[str, str]:
+def generate_keys(out: Path, name: str = "node", *, force: bool = False) -> dict[str, str]:
     """A CURVE keypair (``NAME.key``, ``NAME.key_secret``) and a 32-byte noise secret
-    (``NAME.noise``, mode 0600) in ``out``; returns the paths and the public key."""
+    (``NAME.noise``) in ``out`` (folder 0700, secrets 0600); returns the paths and the public
+    key. Existing keys are never overwritten unless ``force``: a new noise secret would
+    orphan its stream ledger and a new keypair every neighbour's pinned public key."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    files = [out / f"{name}.{ext}" for ext in ("key", "key_secret", "noise")]
+    if not force and any(f.exists() for f in files):
+        raise FileExistsError(
+            f"{out / name}.* already exist: refusing to overwrite device keys (their public "
+            "key is pinned by the neighbours and the noise secret keys its ledger); "
+            "pass --force to replace them"
+        )
+    checkpoint.private_folder(out)
     public_file, secret_file = zmq.auth.create_certificates(str(out), name)
     noise = out / f"{name}.noise"
     fd = os.open(noise, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -90,6 +105,96 @@ def _toml_str(s: str) -> str:
     return json.dumps(str(s))
 
 
+def node_config(
+    plan: NoisePlan,
+    u: int,
+    *,
+    bind: str,
+    endpoints: dict[int, str],
+    public_keys: dict[int, str],
+    key_file: str,
+    noise_file: str | None,
+    plan_file: str,
+    shard: str,
+    checkpoint_dir: str,
+    model_file: str | None = None,
+    round_timeout: float = 10.0,
+    startup_timeout: float = 120.0,
+    max_epsilon: float | None = None,
+    delta: float = 1e-6,
+    run_id: str | None = None,
+    planner_key: str | None = None,
+    sealed_seed: str | None = None,
+) -> str:
+    """The node.toml text of node ``u`` (paths are written as given: relative ones are
+    relative to the config file on the device)."""
+    nbrs = sorted(set(plan.share(u).neighbours) - {u})
+    node = [
+        "[node]",
+        f"id = {u}",
+        f"bind = {_toml_str(bind)}",
+        f"key_file = {_toml_str(key_file)}",
+        f"noise_secret_file = {_toml_str(noise_file)}"
+        if noise_file
+        else 'noise_secret = "plan-seed"',
+    ]
+    if sealed_seed is not None:
+        node.append(f"sealed_seed = {_toml_str(sealed_seed)}")
+    lines = [
+        *node,
+        "",
+        "[plan]",
+        f"file = {_toml_str(plan_file)}",
+        f"hash = {_toml_str(plan.plan_hash)}",
+        *([f"public_key = {_toml_str(planner_key)}"] if planner_key else []),
+        "",
+        "[data]",
+        f"shard = {_toml_str(shard)}",
+        "",
+        "[model]",
+        f"kind = {_toml_str(_model_kind(plan))}",
+        *([f"file = {_toml_str(model_file)}"] if model_file else []),
+        "",
+        "[run]",
+        *([f"id = {_toml_str(run_id)}"] if run_id is not None else []),
+        f"checkpoint_dir = {_toml_str(checkpoint_dir)}",
+        f"round_timeout = {float(round_timeout)}",
+        f"startup_timeout = {float(startup_timeout)}",
+        'dropout_rule = "renormalize"',
+        f"delta = {float(delta)}",
+    ]
+    if max_epsilon is not None and max_epsilon < float("inf"):
+        lines.append(f"max_epsilon = {float(max_epsilon)!r}")
+    for v in nbrs:
+        lines += [
+            "",
+            "[[neighbours]]",
+            f"id = {v}",
+            f"endpoint = {_toml_str(endpoints[v])}",
+            f"public_key = {_toml_str(public_keys[v])}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _model_kind(plan: NoisePlan) -> str:
+    """``[model] kind``: the plan's model name; ``onnx`` for ONNX plans, whose planner-side
+    path means nothing on the device (``[model] file`` names the device's copy)."""
+    name = plan.task.model.partition("@")[0]
+    return "onnx" if name.startswith("onnx:") else name
+
+
+def _run_settings(plan, noise_files, run_id, max_epsilon, delta):
+    """(run_id, max_epsilon) of a deployment: with private noise a run id (fresh unless
+    given) and the plan's own worst-adversary ε as the default budget."""
+    if noise_files:
+        run_id = streams.validate_run_id(run_id or streams.new_run_id())
+        if max_epsilon is None:
+            max_epsilon, _ = budget.device_epsilon(plan, delta=delta)
+    elif run_id is not None:
+        streams.validate_run_id(run_id)
+    return run_id, max_epsilon
+
+
 def write_configs(
     plan_file: Path,
     plan: NoisePlan,
@@ -106,70 +211,155 @@ def write_configs(
     max_epsilon: float | None = None,
     delta: float = 1e-6,
     run_id: str | None = None,
+    model_files: dict[int, str] | None = None,
+    sealed_seeds: dict[int, str] | None = None,
 ) -> list[Path]:
-    """One ``node-U.toml`` per node. ``noise_files=None`` writes ``noise_secret = "plan-seed"``
-    (reproducible, not private: for tests and comparisons with the simulators).
+    """One ``node-U.toml`` per node in ``out`` (state in ``out/state/node-U``).
+    ``noise_files=None`` writes ``noise_secret = "plan-seed"`` (reproducible, not private:
+    for tests and comparisons with the simulators).
 
     With private noise every config gets the same ``run.id`` (``run_id``, default a fresh
     random one: :mod:`edgedp.streams`), and ``run.max_epsilon`` defaults to the plan's own ε
     against the worst adversary (:func:`edgedp.accounting.budget.device_epsilon`), so a
     device never runs a plan looser than the one it was deployed with."""
-    if noise_files:
-        run_id = streams.validate_run_id(run_id or streams.new_run_id())
-        if max_epsilon is None:
-            max_epsilon, _ = budget.device_epsilon(plan, delta=delta)
-    elif run_id is not None:
-        streams.validate_run_id(run_id)
+    run_id, max_epsilon = _run_settings(plan, noise_files, run_id, max_epsilon, delta)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for u in range(plan.n):
-        share = plan.share(u)
-        nbrs = sorted(set(share.neighbours) - {u})
-        secret_line = (
-            f"noise_secret_file = {_toml_str(noise_files[u])}"
-            if noise_files
-            else 'noise_secret = "plan-seed"'
+        text = node_config(
+            plan,
+            u,
+            bind=(bind or endpoints)[u],
+            endpoints=endpoints,
+            public_keys=public_keys,
+            key_file=key_files[u],
+            noise_file=noise_files[u] if noise_files else None,
+            plan_file=str(plan_file),
+            shard=shards[u],
+            checkpoint_dir=f"state/node-{u}",
+            model_file=(model_files or {}).get(u),
+            round_timeout=round_timeout,
+            startup_timeout=startup_timeout,
+            max_epsilon=max_epsilon,
+            delta=delta,
+            run_id=run_id,
+            sealed_seed=(sealed_seeds or {}).get(u),
         )
-        lines = [
-            "[node]",
-            f"id = {u}",
-            f"bind = {_toml_str((bind or endpoints)[u])}",
-            f"key_file = {_toml_str(key_files[u])}",
-            secret_line,
-            "",
-            "[plan]",
-            f"file = {_toml_str(plan_file)}",
-            f"# plan_hash = {plan.plan_hash}",
-            "",
-            "[data]",
-            f"shard = {_toml_str(shards[u])}",
-            "",
-            "[model]",
-            f"kind = {_toml_str(plan.task.model.partition('@')[0])}",
-            "",
-            "[run]",
-            *([f"id = {_toml_str(run_id)}"] if run_id is not None else []),
-            f"checkpoint_dir = {_toml_str(f'state/node-{u}')}",
-            f"round_timeout = {float(round_timeout)}",
-            f"startup_timeout = {float(startup_timeout)}",
-            'dropout_rule = "renormalize"',
-            f"delta = {float(delta)}",
-        ]
-        if max_epsilon is not None and max_epsilon < float("inf"):
-            lines.append(f"max_epsilon = {float(max_epsilon)!r}")
-        for v in nbrs:
-            lines += [
-                "",
-                "[[neighbours]]",
-                f"id = {v}",
-                f"endpoint = {_toml_str(endpoints[v])}",
-                f"public_key = {_toml_str(public_keys[v])}",
-            ]
         p = out / f"node-{u}.toml"
-        p.write_text("\n".join(lines) + "\n")
+        p.write_text(text)
         paths.append(p)
     return paths
+
+
+#: Where ``edgedp deploy`` assumes a device keeps its keys, node.toml, plan and state.
+DEVICE_ROOT = "/var/lib/edgedp"
+#: The agent command the systemd unit runs (a pip install into /usr/local).
+AGENT_COMMAND = "/usr/local/bin/edgedp-agent"
+
+
+def systemd_unit(
+    *, root: str = DEVICE_ROOT, command: str = AGENT_COMMAND, description: str = ""
+) -> str:
+    """The hardened systemd unit (``firmware_py/edgedp-agent.service``) for one device."""
+    from importlib import resources
+    from string import Template
+
+    for name, value in (("root", root), ("command", command)):
+        if not value.startswith("/") or any(c in value for c in " \n\"'$%"):
+            raise ValueError(f"Expected {name}={value!r} to be an absolute path without spaces.")
+    template = resources.files("firmware_py").joinpath("edgedp-agent.service").read_text()
+    return Template(template).substitute(root=root, command=command, description=description)
+
+
+def needs_shared_seed(plan: NoisePlan) -> bool:
+    """True for cross-agent plans with shared-seed streams (Whisper's low-rank/dense forms)."""
+    return plan.cross_agent is not None and plan.cross_agent.rank > 0
+
+
+def sealed_seeds(plan: NoisePlan, public_keys: dict[int, str]) -> dict[int, str] | None:
+    """A fresh 32-byte shared seed for one run, sealed to every device's CURVE public key
+    (base64; libsodium sealed boxes). The seed itself is never written anywhere."""
+    if not needs_shared_seed(plan):
+        return None
+    seed = os.urandom(32)
+    return {
+        u: base64.b64encode(keys.seal(seed, public_keys[u].encode())).decode()
+        for u in range(plan.n)
+    }
+
+
+def write_device_folders(
+    plan_bytes: bytes,
+    plan: NoisePlan,
+    *,
+    endpoints: dict[int, str],
+    public_keys: dict[int, str],
+    out: Path,
+    with_shards: bool = False,
+    planner_key: str | None = None,
+    run_id: str | None = None,
+    max_epsilon: float | None = None,
+    delta: float = 1e-6,
+    round_timeout: float = 10.0,
+    startup_timeout: float = 120.0,
+    root: str = DEVICE_ROOT,
+    command: str = AGENT_COMMAND,
+) -> dict:
+    """One folder ``out/node-U`` per device with everything it needs besides its own keys.
+
+    Each holds ``node.toml`` (every path relative to it, so the folder can be copied to the
+    device's ``root`` as is), ``run.plan``, ``edgedp-agent.service`` (the hardened systemd
+    unit for ``root``), ``shard.npz`` (see below), and ``model.onnx`` for ONNX
+    plans (hash-checked against the plan on the device); ``with_shards`` adds each node's
+    shard of the plan's task as ``shard.npz``. The device's keys are generated on
+    the device (``edgedp keys gen --out keys --name node-U`` in ``root``); only its public
+    key comes back to the operator. Returns the run id, the budget and the folders.
+    """
+    run_id, max_epsilon = _run_settings(plan, True, run_id, max_epsilon, delta)
+    seeds = sealed_seeds(plan, public_keys)
+    model_path = None
+    if plan.task.model.startswith("onnx:"):
+        model_path = Path(plan.task.model.removeprefix("onnx:").partition("@")[0])
+    shard_files = None
+    if with_shards:
+        shard_files = write_shards(plan, Path(out) / ".shards")
+    folders = []
+    for u in range(plan.n):
+        folder = Path(out) / f"node-{u}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "run.plan").write_bytes(plan_bytes)
+        if shard_files is not None:
+            os.replace(shard_files[u], folder / "shard.npz")
+        if model_path is not None:
+            shutil.copyfile(model_path, folder / "model.onnx")
+        text = node_config(
+            plan,
+            u,
+            bind="tcp://0.0.0.0:" + endpoints[u].rsplit(":", 1)[1],
+            endpoints=endpoints,
+            public_keys=public_keys,
+            key_file=f"keys/node-{u}.key_secret",
+            noise_file=f"keys/node-{u}.noise",
+            plan_file="run.plan",
+            shard="shard.npz",
+            checkpoint_dir=f"state/{run_id}",
+            model_file="model.onnx" if model_path is not None else None,
+            round_timeout=round_timeout,
+            startup_timeout=startup_timeout,
+            max_epsilon=max_epsilon,
+            delta=delta,
+            run_id=run_id,
+            planner_key=planner_key,
+            sealed_seed=None if seeds is None else seeds[u],
+        )
+        (folder / "node.toml").write_text(text)
+        unit = systemd_unit(root=root, command=command, description=f"(node {u}, run {run_id})")
+        (folder / "edgedp-agent.service").write_text(unit)
+        folders.append(folder)
+    if shard_files is not None:
+        shutil.rmtree(Path(out) / ".shards", ignore_errors=True)
+    return {"run_id": run_id, "max_epsilon": max_epsilon, "folders": folders}
 
 
 def free_ports(count: int) -> list[int]:
@@ -246,25 +436,38 @@ def local_run(
     round_timeout: float = 10.0,
     startup_timeout: float = 60.0,
 ) -> LocalRun:
-    """Set up and launch one agent process per node on 127.0.0.1 (returns immediately)."""
+    """Set up and launch one agent process per node on 127.0.0.1 (returns immediately).
+
+    Paths are made absolute first (the agents run in ``directory``), so a relative
+    ``directory`` or a plan naming a relative ``onnx:`` file works. With ``private_noise``
+    every agent gets its own keys, a fresh run id and — for shared-seed plans — the run's
+    seed sealed to its key."""
     plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
-    directory = Path(directory)
+    directory = Path(directory).resolve()
     checkpoint.private_folder(directory / "keys")
-    keys = {u: generate_keys(directory / "keys", f"node-{u}") for u in range(plan.n)}
+    keys = {
+        u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)
+    }
     ports = free_ports(plan.n)
     endpoints = {u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)}
     shards = write_shards(plan, directory / "shards")
+    public = {u: k["public_key"] for u, k in keys.items()}
+    model = None
+    if plan.task.model.startswith("onnx:"):
+        model = str(Path(plan.task.model.removeprefix("onnx:").partition("@")[0]).resolve())
     configs = write_configs(
         Path(plan_file).resolve(),
         plan,
         endpoints=endpoints,
-        public_keys={u: k["public_key"] for u, k in keys.items()},
+        public_keys=public,
         out=directory / "configs",
         key_files={u: k["secret_key_file"] for u, k in keys.items()},
         noise_files={u: k["noise_secret_file"] for u, k in keys.items()} if private_noise else None,
         shards={u: str(s.resolve()) for u, s in enumerate(shards)},
         round_timeout=round_timeout,
         startup_timeout=startup_timeout,
+        model_files=None if model is None else dict.fromkeys(range(plan.n), model),
+        sealed_seeds=sealed_seeds(plan, public) if private_noise else None,
     )
     run = LocalRun(directory, configs, [None] * plan.n, plan)
     for u in range(plan.n):

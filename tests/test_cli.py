@@ -4,6 +4,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -192,11 +193,24 @@ def test_keys_gen_and_deploy(tmp_path):
             "--json",
         ).stdout
     )
-    assert len(out["configs"]) == 3
-    cfg = config.load(out["configs"][1])
+    assert len(out["folders"]) == 3 and len(out["run_id"]) == 32
+    folder = Path(out["folders"][1])
+    assert sorted(f.name for f in folder.iterdir()) == [
+        "edgedp-agent.service",
+        "node.toml",
+        "run.plan",
+    ]
+    text = (folder / "node.toml").read_text()
+    assert str(tmp_path) not in text  # relocatable: every path relative to node.toml
+    cfg = config.load(folder / "node.toml")
     assert cfg.id == 1 and [n.id for n in cfg.neighbours] == [0, 2]
     assert cfg.neighbours[0].endpoint == "tcp://127.0.0.1:5600" and cfg.model_kind == "logistic"
     assert not cfg.reproducible  # real deployments get per-device noise secrets
+    assert cfg.run_id == out["run_id"] and cfg.plan_hash == out["plan_hash"]
+    assert cfg.bind == "tcp://0.0.0.0:5601" and cfg.max_epsilon == out["max_epsilon"]
+    assert cfg.key_file == folder / "keys" / "node-1.key_secret"
+    again = edgedp("keys", "gen", "--out", str(tmp_path / "keys"), "--name", "node-0", check=False)
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr
     eps.write_text('[endpoints]\n0 = "tcp://127.0.0.1:1"\n')
     bad = edgedp(
         "deploy",

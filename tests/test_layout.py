@@ -1,4 +1,4 @@
-"""Import rules of DESIGN §3: the device path needs only numpy, pyzmq and msgpack."""
+"""Import rules of DESIGN §3: the device path needs only numpy, pyzmq, msgpack and PyNaCl."""
 
 import json
 import subprocess
@@ -35,6 +35,13 @@ DEVICE_MODULES = [
     "edgedp.models.dense",
     "edgedp.models.onnx_backend",
     "edgedp._codec",
+    "edgedp.streams",
+    "edgedp.keys",
+    "edgedp.signing",
+    "edgedp.accounting.budget",
+    "edgedp.agent",
+    "edgedp.wire",
+    "edgedp.transport.zmq",
 ]
 FORBIDDEN = [
     "scipy",
@@ -47,6 +54,9 @@ FORBIDDEN = [
     "tqdm",
     "onnx",  # graph building is offline tooling (edgedp.models.graph / importer)
     "onnxruntime",  # imported lazily, only when an ONNX model is loaded
+    "dp_accounting",  # offline (edgedp.planning.laplace_pld) and tests only
+    "cryptography",  # tests only
+    "cvxpy",
 ]
 
 
@@ -55,6 +65,17 @@ def test_device_path_imports_no_heavy_or_simulation_modules():
         "import importlib, json, sys\n"
         f"for m in {DEVICE_MODULES!r}: importlib.import_module(m)\n"
         f"print(json.dumps(sorted(m for m in {FORBIDDEN!r} if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_the_device_daemon_imports_only_the_device_path():
+    code = (
+        "import json, sys\n"
+        "import firmware_py.daemon\n"
+        f"print(json.dumps(sorted(m for m in {[m for m in FORBIDDEN if m != 'firmware_py']!r} "
+        "if m in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []

@@ -237,11 +237,12 @@ def test_a_node_with_another_plan_is_refused(tmp_path):
     )
     assert other.plan_hash != p.plan_hash
     cfg0 = run.directory / "configs" / "node-0.toml"
-    cfg0.write_text(
-        cfg0.read_text().replace(
-            str((tmp_path / "run.plan").resolve()), str((tmp_path / "other.plan").resolve())
-        )
+    text = cfg0.read_text().replace(
+        str((tmp_path / "run.plan").resolve()), str((tmp_path / "other.plan").resolve())
     )
+    pinned = f'hash = "{p.plan_hash}"\n'
+    assert pinned in text
+    cfg0.write_text(text.replace(pinned, ""))  # unpinned: the neighbours must catch it
     for u in range(3):
         run.start(u)
     codes = run.wait(timeout=120)

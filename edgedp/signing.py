@@ -1,0 +1,111 @@
+"""Plan signatures: Ed25519 (libsodium through PyNaCl) over a plan's hash.
+
+A plan's SHA-256 detects accidents, not tampering: whoever edits ``noise_multiplier`` can
+recompute the hash. The operator therefore signs plans with a planning key; devices pin
+the operator's public key (``[plan] public_key`` in node.toml) and refuse a plan without a
+valid signature by it. What is signed is the domain-separated plan hash
+``b"edgedp-plan-v2\\0" + sha256``; the signature sits in the plan file's envelope, beside
+the plan, so signing does not change the hash (nor any stream key bound to it).
+
+>>> secret, public = generate_planner_key()
+>>> envelope = sign("ab" * 32, secret)
+>>> verify(envelope, "ab" * 32, public) == public
+True
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nacl.exceptions
+import nacl.signing
+
+__all__ = ["SignatureError", "generate_planner_key", "read_key", "sign", "verify", "write_keys"]
+
+_DOMAIN = b"edgedp-plan-v2\0"
+
+
+class SignatureError(ValueError):
+    """A missing, malformed or invalid plan signature, or one by an untrusted key."""
+
+
+def _message(plan_hash: str) -> bytes:
+    try:
+        digest = bytes.fromhex(plan_hash)
+    except (TypeError, ValueError):
+        raise SignatureError(f"Expected a plan hash of 64 hex digits, got {plan_hash!r}.") from None
+    if len(digest) != 32:
+        raise SignatureError(f"Expected a plan hash of 64 hex digits, got {plan_hash!r}.")
+    return _DOMAIN + digest
+
+
+def generate_planner_key() -> tuple[str, str]:
+    """A new planning keypair ``(secret_hex, public_hex)`` (Ed25519 seed and verify key)."""
+    key = nacl.signing.SigningKey.generate()
+    return bytes(key).hex(), bytes(key.verify_key).hex()
+
+
+def sign(plan_hash: str, secret_hex: str) -> dict[str, str]:
+    """The signature envelope ``{"key": public_hex, "sig": signature_hex}`` of a plan hash."""
+    try:
+        key = nacl.signing.SigningKey(bytes.fromhex(secret_hex))
+    except (TypeError, ValueError, nacl.exceptions.CryptoError):
+        raise SignatureError("The planning key is not a 32-byte Ed25519 seed in hex.") from None
+    signed = key.sign(_message(plan_hash))
+    return {"key": bytes(key.verify_key).hex(), "sig": signed.signature.hex()}
+
+
+def verify(envelope, plan_hash: str, trusted_hex: str | None = None) -> str:
+    """Check a signature envelope; returns the signer's public key (hex).
+
+    With ``trusted_hex`` the signer must be that key. Raises :class:`SignatureError`.
+    """
+    if not isinstance(envelope, dict) or set(envelope) != {"key", "sig"}:
+        raise SignatureError("The plan's signature is malformed (expected key and sig).")
+    try:
+        public = bytes.fromhex(str(envelope["key"]))
+        signature = bytes.fromhex(str(envelope["sig"]))
+        nacl.signing.VerifyKey(public).verify(_message(plan_hash), signature)
+    except (ValueError, TypeError, nacl.exceptions.CryptoError):
+        raise SignatureError("The plan's signature does not verify: it was modified.") from None
+    if trusted_hex is not None and public.hex() != str(trusted_hex).lower():
+        raise SignatureError(
+            f"The plan is signed by {public.hex()[:16]}…, not by the trusted planning key "
+            f"{str(trusted_hex)[:16]}…."
+        )
+    return public.hex()
+
+
+def write_keys(out: Path, name: str = "planner", *, force: bool = False) -> dict[str, str]:
+    """Write ``NAME.key`` (secret, 0600) and ``NAME.pub`` in ``out``; refuse to overwrite."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    secret_file, public_file = out / f"{name}.key", out / f"{name}.pub"
+    if not force and (secret_file.exists() or public_file.exists()):
+        raise FileExistsError(
+            f"{secret_file} already exists: refusing to overwrite a planning key "
+            "(devices pin its public key); pass --force to replace it"
+        )
+    secret, public = generate_planner_key()
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(secret + "\n")
+    public_file.write_text(public + "\n")
+    return {"secret_key_file": str(secret_file), "public_key_file": str(public_file),
+            "public_key": public}  # fmt: skip
+
+
+def read_key(path: Path) -> str:
+    """A hex key from a key file (first line), checked to be 64 hex digits."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SignatureError(f"{path}: {exc.strerror}") from None
+    try:
+        if len(bytes.fromhex(text)) != 32:
+            raise ValueError
+    except ValueError:
+        raise SignatureError(f"{path}: expected one 64-hex-digit key") from None
+    return text

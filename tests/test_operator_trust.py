@@ -1,0 +1,245 @@
+"""Boards an operator can trust: signed and pinned plans, sealed shared seeds, relocatable
+device folders, the hardened systemd unit, and private files (real agent processes)."""
+
+import base64
+import hashlib
+import json
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq.auth
+
+import topologies
+from edgedp import _codec, keys, signing
+from edgedp.accounting.participation import Participation
+from edgedp.errors import PlanError
+from edgedp.plan import NoisePlan, TaskSpec, make_plan
+from edgedp.planning import cross_agent as planner
+from firmware_py import config, daemon, deploy
+
+
+def _plan(steps=4, sigma=1.0):
+    return make_plan(
+        "dp-dsgd",
+        topologies.parse("ring:3"),
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.3,
+        noise_multiplier=sigma,
+        task=TaskSpec(dataset="synthetic-logistic"),
+        seed=2,
+        topology_name="ring:3",
+    )
+
+
+def _tampered(data: bytes, **changes) -> bytes:
+    """The plan file with fields changed and its SHA-256 recomputed (what an attacker can do)."""
+    outer = _codec.decode(data)
+    d = dict(outer["plan"], **changes)
+    outer["plan"], outer["hash"] = d, hashlib.sha256(_codec.canonical_bytes(d)).hexdigest()
+    return _codec.encode(outer)
+
+
+# ---------------------------------------------------------------- signatures
+def test_a_signed_plan_verifies_and_a_tampered_one_does_not():
+    secret, public = signing.generate_planner_key()
+    p = _plan()
+    signed = p.to_bytes(signing_key=secret)
+    assert NoisePlan.from_bytes(signed, trusted_key=public).plan_hash == p.plan_hash
+    # a smaller σ with the hash recomputed: the hash check passes, the signature does not
+    bad = _tampered(signed, noise_multiplier=0.5, sensitivity=p.sensitivity)
+    with pytest.raises(PlanError, match="does not verify"):
+        NoisePlan.from_bytes(bad, trusted_key=public)
+    with pytest.raises(PlanError, match="not signed"):
+        NoisePlan.from_bytes(p.to_bytes(), trusted_key=public)
+    _, other = signing.generate_planner_key()
+    with pytest.raises(PlanError, match="not by the trusted planning key"):
+        NoisePlan.from_bytes(signed, trusted_key=other)
+    # σ = 0 with the hash recomputed is refused even unsigned: no private plan without noise
+    with pytest.raises(PlanError, match="never runs without noise"):
+        NoisePlan.from_bytes(_tampered(p.to_bytes(), noise_multiplier=0.0))
+
+
+def _device_folders(tmp_path, plan, *, signed=True, with_shards=True):
+    secret, public = signing.generate_planner_key()
+    device_keys = {u: deploy.generate_keys(tmp_path / f"dev{u}" / "keys", f"node-{u}")
+                   for u in range(plan.n)}  # fmt: skip
+    ports = deploy.free_ports(plan.n)
+    out = deploy.write_device_folders(
+        plan.to_bytes(signing_key=secret if signed else None),
+        plan,
+        endpoints={u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)},
+        public_keys={u: k["public_key"] for u, k in device_keys.items()},
+        out=tmp_path / "deploy",
+        with_shards=with_shards,
+        planner_key=public if signed else None,
+        root=str(tmp_path),
+        command=str(Path(sys.executable).parent / "edgedp-agent"),
+    )
+    # "copy node-U/* to the device": the device folder already holds its keys/
+    for u, folder in enumerate(out["folders"]):
+        for f in folder.iterdir():
+            shutil.copy(f, tmp_path / f"dev{u}" / f.name)
+    return out, secret
+
+
+def _run_devices(tmp_path, n):
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "firmware_py.daemon", "--config", "node.toml"],
+            cwd=tmp_path / f"dev{u}",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for u in range(n)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+def test_relocated_device_folders_run_signed_and_pinned(tmp_path):
+    p = _plan()
+    out, _ = _device_folders(tmp_path, p)
+    codes, logs = _run_devices(tmp_path, p.n)
+    assert codes == [0, 0, 0], logs
+    for u in range(p.n):
+        text = (tmp_path / f"dev{u}" / "node.toml").read_text()
+        assert str(tmp_path / "deploy") not in text  # nothing points back at the operator
+        state = tmp_path / f"dev{u}" / "state" / out["run_id"]
+        assert (state / "final.npy").exists()
+    # a tampered, re-hashed plan copied to one device is refused there (exit 3)
+    plan_file = tmp_path / "dev0" / "run.plan"
+    plan_file.write_bytes(_tampered(plan_file.read_bytes(), learning_rate=0.31))
+    shutil.rmtree(tmp_path / "dev0" / "state")
+    assert daemon.main(["--config", str(tmp_path / "dev0" / "node.toml")]) == daemon.EXIT_PLAN
+
+
+def test_the_pinned_plan_hash_is_enforced_without_a_signature(tmp_path, capsys):
+    p = _plan()
+    _device_folders(tmp_path, p, signed=False)
+    other = _plan(sigma=1.1)
+    (tmp_path / "dev1" / "run.plan").write_bytes(other.to_bytes())
+    assert daemon.main(["--config", str(tmp_path / "dev1" / "node.toml")]) == daemon.EXIT_PLAN
+    assert "pins plan.hash" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- sealed shared seeds
+def _whisper_lowrank():
+    return planner.make_plan(
+        "whisper",
+        topologies.parse("er:5:0.8:1"),
+        steps=4,
+        participation=Participation(4, 1),
+        clip_norm=0.5,
+        learning_rate=0.3,
+        target_epsilon=8.0,
+        delta=1e-6,
+        form="lowrank",
+        rank=2,
+        task=TaskSpec(dataset="synthetic-logistic"),
+        topology_name="er:5:0.8:1",
+    ).plan
+
+
+def test_whisper_lowrank_runs_on_private_devices_with_a_sealed_seed(tmp_path):
+    p = _whisper_lowrank()
+    assert p.cross_agent.rank == 2
+    out, _ = _device_folders(tmp_path, p)
+    boxes = {u: config.load(tmp_path / f"dev{u}" / "node.toml").sealed_seed for u in range(p.n)}
+    assert len(set(boxes.values())) == p.n  # one sealed copy per device
+    own = {}
+    for u in range(p.n):
+        _, sk = zmq.auth.load_certificate(
+            str(tmp_path / f"dev{u}" / "keys" / f"node-{u}.key_secret")
+        )
+        own[u] = keys.open_sealed(base64.b64decode(boxes[u]), sk)
+        with pytest.raises(ValueError, match="not sealed to this device"):
+            keys.open_sealed(base64.b64decode(boxes[(u + 1) % p.n]), sk)
+    seed = own[0]
+    assert all(s == seed for s in own.values()) and len(seed) == 32
+    # the seed in clear (raw, hex, base64) appears in no file the operator or devices hold
+    forms = [seed, seed.hex().encode(), base64.b64encode(seed)]
+    for f in [*tmp_path.rglob("*")]:
+        if f.is_file():
+            data = f.read_bytes()
+            assert not any(form in data for form in forms), f
+    codes, logs = _run_devices(tmp_path, p.n)
+    assert codes == [0] * p.n, logs
+    models = [
+        np.load(tmp_path / f"dev{u}" / "state" / out["run_id"] / "final.npy") for u in range(p.n)
+    ]
+    assert all(np.all(np.isfinite(m)) for m in models)
+
+
+# ---------------------------------------------------------------- files and the unit
+def test_every_file_under_the_state_folder_is_private(tmp_path):
+    p = _plan()
+    out, _ = _device_folders(tmp_path, p)
+    codes, logs = _run_devices(tmp_path, p.n)
+    assert codes == [0, 0, 0], logs
+    dev = tmp_path / "dev0"
+    checked = 0
+    for f in [dev / "keys", *(dev / "keys").rglob("*"), dev / "state", *(dev / "state").rglob("*")]:
+        mode = stat.S_IMODE(f.stat().st_mode)
+        if f.is_dir():
+            assert mode == 0o700, (f, oct(mode))
+        elif f.name.endswith(".key"):  # a public key
+            continue
+        else:
+            assert mode == 0o600, (f, oct(mode))
+        checked += 1
+    assert checked >= 8
+
+
+def test_a_plan_file_holds_no_secret(tmp_path):
+    p = _whisper_lowrank()
+    out, planning_secret = _device_folders(tmp_path, p)
+    plan_bytes = (tmp_path / "dev0" / "run.plan").read_bytes()
+    secrets = [bytes.fromhex(planning_secret), planning_secret.encode()]
+    for u in range(p.n):
+        kdir = tmp_path / f"dev{u}" / "keys"
+        secrets.append((kdir / f"node-{u}.noise").read_bytes())
+        secret_line = next(
+            line for line in (kdir / f"node-{u}.key_secret").read_text().splitlines()
+            if "secret-key" in line
+        )  # fmt: skip
+        secrets.append(secret_line.split('"')[1].encode())
+    assert not any(s in plan_bytes for s in secrets)
+    decoded = json.dumps(_codec.decode(plan_bytes)["plan"], default=str)
+    assert "seed" in decoded and "sealed" not in decoded  # the public simulation seed only
+
+
+def test_the_systemd_unit_is_hardened_and_valid(tmp_path):
+    unit = deploy.systemd_unit(
+        root=str(tmp_path), command=str(Path(sys.executable).parent / "edgedp-agent")
+    )
+    for directive in (
+        "User=edgedp",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        f"ReadWritePaths={tmp_path}",
+        "RestartPreventExitStatus=2 3 4 5",
+        "Restart=on-failure",
+        "UMask=0077",
+        "CapabilityBoundingSet=\n",
+    ):
+        assert directive in unit
+    path = tmp_path / "edgedp-agent.service"
+    path.write_text(unit)
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed: the unit's syntax is not checked")
+    res = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True)
+    # verify only warns (exit 0) about values it ignores: demand no output at all
+    assert res.returncode == 0 and not res.stderr.strip() and not res.stdout.strip(), res.stderr
+    with pytest.raises(ValueError, match="absolute path"):
+        deploy.systemd_unit(root="relative/dir")
