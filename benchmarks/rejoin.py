@@ -117,8 +117,10 @@ def main() -> None:
         )
         print(f"exit codes: {codes}")
         print(f"baseline: median round time before the kill {statistics.median(before):.3f} s")
-        print(f"rounds at restart: victims {[fronts[u] for u in victims]}, others "
-              f"{[fronts[u] for u in range(n) if u not in victims]}")
+        print(
+            f"rounds at restart: victims {[fronts[u] for u in victims]}, others "
+            f"{[fronts[u] for u in range(n) if u not in victims]}"
+        )
         for u in victims:
             seconds, skipped = recovery(run, plan, u, restarted_at)
             nbrs = sorted(set(plan.share(u).neighbours) - {u})
