@@ -200,6 +200,7 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
 
 def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     """Run the node until its rounds are done; returns the exit status."""
+    log = resources.SafeLog(log)
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
         log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
