@@ -449,8 +449,9 @@ class Agent:
         """The round to skip to if this node fell more than the receive window behind, else
         None (also inside a round): :func:`edgedp.rejoin.target` on the rounds seen from
         the neighbours, including messages past the window (rejected, their round noted).
+        Never with an adaptive dome basis: its spanning-tree aggregate needs every round.
         """
-        if self.message is not None:
+        if self.message is not None or self.aggregator is not None:
             return None
         return rejoin.target(
             self.round,

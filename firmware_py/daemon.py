@@ -380,6 +380,7 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                     "seconds": round(time.monotonic() - started, 4),
                     "rejected": dict(agent.metrics.rejected),
                     "refused": dict(transport.refused),
+                    "refused_handshakes": transport.refused_handshakes,
                     "dropped": transport.dropped,
                 }
             )
