@@ -126,8 +126,8 @@ def measure(tmp: Path, attack: str, target: str, decoy, window: float) -> dict:
     plan = make_plan(
         "dp-dsgd",
         graph,
-        steps=5000,
-        participation=Participation(5000, 1),
+        steps=1500,
+        participation=Participation(1500, 1),
         clip_norm=1.0,
         learning_rate=0.1,
         noise_multiplier=1.5,
@@ -149,7 +149,7 @@ def measure(tmp: Path, attack: str, target: str, decoy, window: float) -> dict:
     )
     log.close()
     pid = run.processes[0].pid
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while len(_round_times(run, 0)) < 20 and time.monotonic() < deadline:
         time.sleep(0.05)
     endpoint = run.configs[0].read_text().split("bind = ")[1].split("\n")[0].strip('"')
