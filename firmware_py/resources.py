@@ -6,9 +6,10 @@ agent raises its soft ``RLIMIT_NOFILE`` to at least :data:`DESCRIPTOR_FLOOR` (wh
 hard limit allows) and then keeps :data:`RESERVE` descriptors between the soft and the hard
 limit: connections can fill the table only up to the soft limit. When one of the agent's
 own files cannot be opened because the table is full (EMFILE), :func:`open_fd` lifts the
-soft limit to the hard one for that single ``open`` and puts it back. libzmq could take a
-reserved slot only by accepting in that microsecond window, and at most the kernel's
-accept backlog (:class:`edgedp.transport.zmq.ZmqTransport` keeps it at 16) is waiting.
+soft limit one descriptor at a time for that single ``open`` and puts it back. libzmq,
+accepting in its own thread, can win a lifted slot only in that microsecond window; the
+slots it wins stay taken until its handshake interval closes those connections (3 s), and
+a write that finds the reserve used up is retried (:func:`retry`).
 
 *Durable writes.* :func:`retry` repeats a write that failed with any ``OSError`` (EMFILE,
 ENOSPC, EIO, EFBIG, ...) with exponential backoff, logging the failure and the recovery,
@@ -95,21 +96,27 @@ def reserve_descriptors(
 
 
 def open_fd(path, flags: int, mode: int = 0o600) -> int:
-    """``os.open``, taking a reserved descriptor if the table is full (module docstring)."""
+    """``os.open``, taking a reserved descriptor if the table is full (module docstring).
+
+    The soft limit is lifted one descriptor at a time, so that libzmq, accepting in another
+    thread, can take at most the slot it wins a race for, not the whole reserve."""
     try:
         return os.open(path, flags, mode)
     except OSError as exc:
         if exc.errno != errno.EMFILE:
             raise
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    ceiling = _ceiling(hard)
-    if soft >= ceiling:
-        raise OSError(errno.EMFILE, "Too many open files (no reserved descriptor)", str(path))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
     try:
-        return os.open(path, flags, mode)
+        for limit in range(soft + 1, _ceiling(hard) + 1):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            try:
+                return os.open(path, flags, mode)
+            except OSError as exc:
+                if exc.errno != errno.EMFILE:
+                    raise
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    raise OSError(errno.EMFILE, "Too many open files (reserve used up)", str(path))
 
 
 def _describe(exc: OSError) -> str:

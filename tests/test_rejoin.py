@@ -172,20 +172,26 @@ def _wait(predicate, timeout=90.0):
     raise AssertionError("timed out")
 
 
-def test_real_agent_restarted_past_the_window_rejoins_and_the_run_completes(tmp_path):
+@pytest.mark.parametrize("how", ["kill-restart", "stop-continue"])
+def test_real_agent_past_the_window_rejoins_and_the_run_completes(tmp_path, how):
     p = _plan("antipgd", spec="ring:4", steps=60, seed=21)
     (tmp_path / "run.plan").write_bytes(p.to_bytes())
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=0.25)
     late = 1
     _wait(lambda: len(_rounds(run, late)) >= 3)
-    os.kill(run.processes[late].pid, signal.SIGKILL)
-    run.processes[late].wait()
+    pid = run.processes[late].pid
+    os.kill(pid, signal.SIGKILL if how == "kill-restart" else signal.SIGSTOP)
+    if how == "kill-restart":
+        run.processes[late].wait()
     stopped_at = max(m["round"] for m in _rounds(run, late))
     # wait until both neighbours are past the window (8 rounds) even after the late node
     # has used the messages their links queued for it (16 per link)
     _wait(lambda: all(_rounds(run, v)[-1]["round"] > stopped_at + 28 for v in (0, 2)))
     restarted = time.time()
-    run.start(late)
+    if how == "kill-restart":
+        run.start(late)
+    else:
+        os.kill(pid, signal.SIGCONT)
     assert run.wait(timeout=180) == [0, 0, 0, 0]
     lines = run.metrics(late)
     jumps = [m for m in lines if m["event"] == "rejoin"]
