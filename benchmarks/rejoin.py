@@ -7,6 +7,8 @@ from its restart to the end of the first round in which it mixed a neighbour's m
 and a neighbour mixed its message ("exchange again"), the rounds it skipped to rejoin,
 and the neighbours' missing count after the restart. "never" means no such round came
 before the run ended. Baseline in the same run: the median round time before the kill.
+A restarted node first uses the messages its neighbours' links queued for it (16 each) and
+skips rounds only if they are still past its window after that (e.g. ``--down 40``).
 """
 
 from __future__ import annotations

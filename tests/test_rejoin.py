@@ -174,7 +174,9 @@ def _wait(predicate, timeout=90.0):
 
 @pytest.mark.parametrize("how", ["kill-restart", "stop-continue"])
 def test_real_agent_past_the_window_rejoins_and_the_run_completes(tmp_path, how):
-    p = _plan("antipgd", spec="ring:4", steps=60, seed=21)
+    # killed: its neighbours' links kept 16 messages for it, the rest is past its window, so
+    # it skips rounds; stopped: the TCP buffers kept every message, so it replays them
+    p = _plan("antipgd", spec="ring:4", steps=80, seed=21)
     (tmp_path / "run.plan").write_bytes(p.to_bytes())
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=0.25)
     late = 1
@@ -187,21 +189,26 @@ def test_real_agent_past_the_window_rejoins_and_the_run_completes(tmp_path, how)
     # wait until both neighbours are past the window (8 rounds) even after the late node
     # has used the messages their links queued for it (16 per link)
     _wait(lambda: all(_rounds(run, v)[-1]["round"] > stopped_at + 28 for v in (0, 2)))
-    restarted = time.time()
+    resumed = time.time()
     if how == "kill-restart":
         run.start(late)
     else:
         os.kill(pid, signal.SIGCONT)
     assert run.wait(timeout=180) == [0, 0, 0, 0]
-    lines = run.metrics(late)
-    jumps = [m for m in lines if m["event"] == "rejoin"]
-    assert jumps and stopped_at < jumps[0]["from"] and jumps[0]["round"] > stopped_at + 9
-    after = [m for m in _rounds(run, late) if m["time"] >= restarted]
-    # after the jump it mixes its neighbours' messages again (before: never)
-    assert sum(len(m["missing"]) for m in after if m["round"] > jumps[-1]["round"]) <= 4
-    for v in (0, 2):  # the neighbours missed it while it was down, and at most briefly after
-        late_missed = [m["round"] for m in _rounds(run, v) if late in m["missing"]]
-        assert max(late_missed) <= jumps[-1]["round"] + 3
+    if how == "kill-restart":
+        resumed = [m for m in run.metrics(late) if m["event"] == "start"][-1]["time"]
+    # before: from here to the end (~45 rounds) the late node and its neighbours never used
+    # each other's messages again. Now they do once the neighbours' links reconnected
+    # (backoff up to 2 s, ~8 deadlines) and the late node caught up
+    for v in (0, 2):
+        later = [m for m in _rounds(run, v) if m["time"] > resumed]
+        assert sum(late in m["missing"] for m in later) <= 16
+        assert not any(m["missing"] for m in later[-10:])
+    assert not any(m["missing"] for m in _rounds(run, late)[-10:])
+    jumps = [m for m in run.metrics(late) if m["event"] == "rejoin"]
+    skipped = {r for j in jumps for r in range(j["from"], j["round"])}
+    if how == "kill-restart":
+        assert jumps and stopped_at < jumps[0]["from"] and jumps[0]["round"] > stopped_at + 9
     # nothing reused: every round it sent carries that round's noise of the uninterrupted
     # stream, and the skipped rounds sent nothing
     data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
@@ -218,6 +225,5 @@ def test_real_agent_past_the_window_rejoins_and_the_run_completes(tmp_path, how)
     sent = {}
     for m in _rounds(run, late):
         sent.setdefault(m["round"], set()).add(m["noise"])
-    skipped = set(range(jumps[0]["from"], jumps[0]["round"]))
-    assert skipped and not skipped & set(sent)
+    assert not skipped & set(sent) and sorted(skipped | set(sent)) == list(range(p.steps))
     assert all(sent[r] == {expected[r]} for r in sent)
