@@ -4,7 +4,9 @@
 descriptor, before any key is checked, and it has no cap on connections. So at start the
 agent raises its soft ``RLIMIT_NOFILE`` to at least :data:`DESCRIPTOR_FLOOR` (when the
 hard limit allows) and then keeps :data:`RESERVE` descriptors between the soft and the hard
-limit: connections can fill the table only up to the soft limit. When one of the agent's
+limit: connections can fill the table only up to the soft limit. Not up to the hard limit
+itself (systemd's default is 524,288): each accepted idle connection costs libzmq about
+4 KiB, so a flood could then take gigabytes instead of descriptors. When one of the agent's
 own files cannot be opened because the table is full (EMFILE), :func:`open_fd` lifts the
 soft limit one descriptor at a time for that single ``open`` and puts it back. libzmq,
 accepting in its own thread, can win a lifted slot only in that microsecond window; the
