@@ -22,7 +22,11 @@ Guarantees (DESIGN §6, §8):
   made with (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret,
   plan or run is refused;
 * :meth:`final_release` is the model to publish at the end, covered by the plan's
-  accountant (for sr-gt/DPOP the last state plus one more Laplace draw).
+  accountant (for sr-gt/DPOP the last state plus one more Laplace draw);
+* a node that fell more than the receive window behind rejoins by skipping rounds
+  (:meth:`rejoin_target`, :meth:`rejoin`): only on evidence from a majority of its
+  neighbours, never past a round one of that majority reached, and every skipped round
+  releases nothing and draws and discards its noise (:meth:`skip_round`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate, algorithms, clipping, rng, sketch_adaptive, wire
+from edgedp import _validate, algorithms, clipping, rejoin, rng, sketch_adaptive, wire
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
 from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, PlanError
@@ -432,6 +436,46 @@ class Agent:
         scale = self.share.laplace.noise_scale(steps)
         return self.theta + laplace_draw(self.noise.keys, steps, self.model.dim, scale)
 
+    def wire_limits(self) -> tuple[int, int]:
+        """``(largest frame in bytes, most frames)`` of any message this node accepts: a
+        header of at most ``wire.MAX_HEADER_BYTES`` and one array per expected shape (two
+        with an adaptive dome basis). Transports cap inbound frames and parts with these."""
+        shapes = self.context.shapes * (2 if self.aggregator is not None else 1)
+        itemsize = np.dtype(self.context.dtype).itemsize
+        largest = max(int(np.prod(shape, dtype=np.int64)) * itemsize for shape in shapes)
+        return max(wire.MAX_HEADER_BYTES, largest), 1 + len(shapes)
+
+    def rejoin_target(self) -> int | None:
+        """The round to skip to if this node fell more than the receive window behind, else
+        None (also inside a round): :func:`edgedp.rejoin.target` on the rounds seen from
+        the neighbours, including messages past the window (rejected, their round noted).
+        Never with an adaptive dome basis: its spanning-tree aggregate needs every round.
+        """
+        if self.message is not None or self.aggregator is not None:
+            return None
+        return rejoin.target(
+            self.round,
+            window=self.round_window,
+            steps=self.share.steps,
+            seen=self.ahead,
+            neighbours=self.neighbours,
+        )
+
+    def rejoin(self, target: int) -> int:
+        """Skip every round before ``target`` (see :meth:`rejoin_target`); returns how many.
+
+        Each skipped round is :meth:`skip_round`: no step and no message, its noise drawn and
+        discarded, so the stream stays aligned with the round counter and never reused.
+        """
+        if not self.round < target < self.share.steps:
+            raise ValueError(
+                f"Expected round {self.round} < target={target} < T={self.share.steps}."
+            )
+        skipped = target - self.round
+        while self.round < target:
+            self.skip_round()
+        return skipped
+
     def skip_round(self) -> None:
         """Sit out the current round (the node is offline): no step, no messages.
 
@@ -468,6 +512,8 @@ class Agent:
             )
         except wire.WireError as exc:
             self.metrics.rejected[type(exc).__name__] += 1
+            if isinstance(exc, wire.RoundOutOfWindow):
+                self._note_far_round(msg, context, authenticated_sender)
             if isinstance(exc, wire.PlanHashMismatch) and authenticated_sender is not None:
                 self.announced[authenticated_sender] = (
                     self.announced.get(authenticated_sender, 0) + 1
@@ -485,13 +531,31 @@ class Agent:
         self.metrics.received += 1
         return True
 
+    def _note_far_round(self, msg, context, authenticated_sender: int | None) -> None:
+        """Note the round of an authenticated neighbour's message past the receive window if
+        the message is valid in every other way (round < T); it stays rejected."""
+        if authenticated_sender is None or msg.round <= self.round + self.round_window:
+            return
+        try:
+            wire.check(
+                msg,
+                context,
+                round_lo=0,
+                round_hi=self.share.steps - 1,
+                authenticated_sender=authenticated_sender,
+            )
+        except wire.WireError:
+            return
+        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+
     def missing(self) -> tuple[int, ...]:
         """Neighbours whose message for the current round has not arrived."""
         got = self.inbox.get(self.round, {})
         return tuple(v for v in self.neighbours if v not in got)
 
     def hopeless(self) -> tuple[int, ...]:
-        """Missing neighbours already seen in a later round: their message will never come."""
+        """Missing neighbours already seen in a later round (also past the receive window):
+        their message for this round will never come."""
         return tuple(v for v in self.missing() if self.ahead.get(v, -1) > self.round)
 
     def plan_rejected_by_all(self, limit: int) -> bool:

@@ -4,7 +4,9 @@ A reader sees the previous complete checkpoint or the new complete one, never a 
 file is msgpack ``{"sha256": ..., "body": ...}``; a checksum mismatch is an error, never a
 silent restart (restarting from scratch after messages were sent would reuse noise). Every
 file is written 0600 (only the device's user reads it) and :func:`private_folder` makes the
-state folder 0700.
+state folder 0700. Files are opened through :func:`firmware_py.resources.open_fd` (a full
+descriptor table falls back on the reserve); a failed write removes its temporary file and
+raises ``OSError`` for the caller to retry.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgedp import _codec
+from firmware_py import resources
 
 __all__ = ["CheckpointError", "atomic_write", "load", "private_folder", "save"]
 
@@ -43,14 +46,18 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as fh:
-        os.fchmod(fh.fileno(), mode)  # an existing leftover temporary keeps no wider mode
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+    fd = resources.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)  # an existing leftover temporary keeps no wider mode
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written temporary
+        raise
+    fd = resources.open_fd(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -4,13 +4,20 @@ Before the first round: load and re-certify the plan, check the device's budget 
 worst adversary it faces (``run.max_epsilon``, :mod:`edgedp.accounting.budget`), derive every
 stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), and check the stream
 ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise secret already
-drew noise for is refused. Per round: ``begin_round`` (local noisy step), record the round as
-sent (durably, before sending; the first time also in the ledger), send to every
-neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
-every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
-rule); write the checkpoint atomically; append a metrics line. At the end, write the
-model to publish (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last
-state plus one more Laplace draw, covered by the plan's ε).
+drew noise for is refused; keep descriptors in reserve (:mod:`firmware_py.resources`) and
+cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`). Per
+round: if a majority of the neighbours is past the receive window, skip to their round
+(:meth:`edgedp.agent.Agent.rejoin`; nothing sent, the skipped rounds' noise drawn and
+discarded) and checkpoint; ``begin_round`` (local noisy step), record the round as sent
+(durably, before sending; the first time also in the ledger), send to every neighbour,
+collect neighbours' messages until all arrived, the round deadline passed, or every
+missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout rule);
+append a metrics line; write the checkpoint atomically. At the end, write the model to
+publish (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last state plus
+one more Laplace draw, covered by the plan's ε). A write that fails (EMFILE, ENOSPC, EIO,
+...) is logged and retried with backoff; the agent does not go on — in particular does not
+send the round — until it succeeded (a stop signal meanwhile exits with 128+N). Metrics
+lines that cannot be written wait in memory.
 
 Exit status: 0 the plan's T rounds are done; 2 bad configuration (also: the state folder
 belongs to another run); 3 plan refused (hash mismatch with the neighbours, tampered file,
@@ -19,7 +26,8 @@ but the checkpoint is missing or older than them; the checkpoint was made with a
 secret or run; or the ledger shows this noise secret already drew noise for this plan and
 run — starting over would reuse noise: deploy a new run id); 5 the model diverged (the
 round's message would be non-finite; nothing was sent, the checkpoint stays at the start
-of that round); 128+N stopped by signal N at a round boundary.
+of that round); 6 a file or the port could not be opened at start; 128+N stopped by
+signal N at a round boundary or while retrying a write.
 """
 
 from __future__ import annotations
@@ -27,15 +35,16 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import functools
 import hashlib
 import io
 import json
-import os
 import signal
 import sys
 import time
 
 import numpy as np
+import zmq
 import zmq.auth
 
 from edgedp import cross_agent, keys, models, rng, sketch_adaptive, streams
@@ -44,12 +53,13 @@ from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, PlanError
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, ledger
+from firmware_py import checkpoint, config, ledger, resources
 
 __all__ = ["main", "run"]
 
 EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
 EXIT_DIVERGED = 5  # the round's message would be non-finite; nothing was sent
+EXIT_IO = 6  # a file or the port could not be opened at start (later failures are retried)
 MISMATCH_LIMIT = 3
 
 
@@ -221,6 +231,7 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
 
 def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
     """Run the node until its rounds are done; returns the exit status."""
+    log = resources.SafeLog(log)
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
         log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
@@ -274,49 +285,91 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
-    peers = [Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours]
-    transport = ZmqTransport(
-        node=cfg.id, bind=cfg.bind, public_key=public, secret_key=secret, peers=peers
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit: EFBIG, retried
+    soft, hard = resources.reserve_descriptors()
+    max_frame, max_parts = agent.wire_limits()
+    log.write(
+        f"node {cfg.id}: descriptors {soft} (hard {hard}; the rest kept for own files); "
+        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message\n"
     )
     checkpoint.private_folder(cfg.metrics.parent)
-    fd = os.open(cfg.metrics, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    metrics = os.fdopen(fd, "a", buffering=1)
-    metrics.write(
-        json.dumps(
-            {
-                "event": "start",
-                "node": cfg.id,
-                "round": agent.round,
-                "plan_hash": plan.plan_hash,
-                "time": time.time(),
-            }
+    metrics = resources.MetricsLog(cfg.metrics, log=log)
+    try:
+        transport = ZmqTransport(
+            node=cfg.id,
+            bind=cfg.bind,
+            public_key=public,
+            secret_key=secret,
+            peers=[Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours],
+            max_frame_bytes=max_frame,
+            max_parts=max_parts,
         )
-        + "\n"
+    except BaseException:
+        metrics.close()
+        raise
+
+    def durable(what: str, write) -> None:
+        resources.retry(f"node {cfg.id}: {what}", write, log=log, stop=lambda: bool(stop["signal"]))
+
+    metrics.write(
+        {
+            "event": "start",
+            "node": cfg.id,
+            "round": agent.round,
+            "plan_hash": plan.plan_hash,
+            "time": time.time(),
+        }
     )
     first_round = agent.round
     try:
         while not agent.done:
+            target = agent.rejoin_target()
+            if target is not None:  # a majority of the neighbours is past the window
+                behind, skipped = agent.round, agent.rejoin(target)
+                log.write(
+                    f"node {cfg.id}: rejoining at round {target}; rounds {behind}..{target - 1} "
+                    "skipped (nothing sent, their noise drawn and discarded)\n"
+                )
+                metrics.write(
+                    {
+                        "event": "rejoin",
+                        "time": time.time(),
+                        "node": cfg.id,
+                        "from": behind,
+                        "round": target,
+                        "skipped": skipped,
+                    }
+                )
+                # before the sent record of `target`: a resume must not start behind it
+                durable(
+                    "checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot())
+                )
             try:
                 out = agent.begin_round()
             except NonFiniteMessageError as exc:  # nothing sent; the checkpoint is intact
                 metrics.write(
-                    json.dumps(
-                        {
-                            "event": "error",
-                            "time": time.time(),
-                            "node": cfg.id,
-                            "round": agent.round,
-                            "error": str(exc),
-                            **agent.metrics.to_dict(),
-                        }
-                    )
-                    + "\n"
+                    {
+                        "event": "error",
+                        "time": time.time(),
+                        "node": cfg.id,
+                        "round": agent.round,
+                        "error": str(exc),
+                        **agent.metrics.to_dict(),
+                    }
                 )
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
             if stream_ledger is not None and out.round == first_round:
-                stream_ledger.record(plan.plan_hash, cfg.run_id, cfg.id, fingerprint)
-            record = {"run": cfg.run_id, "round": out.round}
-            checkpoint.atomic_write(sent_path, json.dumps(record).encode())
+                durable(
+                    "stream ledger",
+                    functools.partial(
+                        stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
+                    ),
+                )
+            record = json.dumps({"run": cfg.run_id, "round": out.round}).encode()
+            # nothing is sent before the record is durable (a stop here sends nothing)
+            durable(
+                "sent-round record", functools.partial(checkpoint.atomic_write, sent_path, record)
+            )
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()
@@ -345,42 +398,46 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
             except sketch_adaptive.MissingAggregateError as exc:  # adaptive dome, faults
                 raise RefusedError(EXIT_UNSAFE, str(exc)) from None
             metrics.write(
-                json.dumps(
-                    {
-                        "event": "round",
-                        "time": time.time(),
-                        "node": cfg.id,
-                        "round": report.round,
-                        "missing": list(report.missing),
-                        "clipped": report.clipped,
-                        "nonfinite": report.nonfinite,
-                        "update_norm": report.update_norm,
-                        "noise": out.noise_digest,
-                        "seconds": round(time.monotonic() - started, 4),
-                        "rejected": dict(agent.metrics.rejected),
-                        "dropped": transport.dropped,
-                    }
-                )
-                + "\n"
-            )
-            # metrics first: a crash in between repeats a line instead of losing one
-            checkpoint.save(ckpt_path, agent.snapshot())
-        buf = io.BytesIO()
-        np.save(buf, agent.final_release())  # covered by the plan's guarantee
-        checkpoint.atomic_write(cfg.final_model, buf.getvalue())
-        metrics.write(
-            json.dumps(
                 {
-                    "event": "done",
+                    "event": "round",
+                    "time": time.time(),
                     "node": cfg.id,
-                    **agent.metrics.to_dict(),
-                    "dropped": transport.dropped,
+                    "round": report.round,
+                    "missing": list(report.missing),
+                    "clipped": report.clipped,
+                    "nonfinite": report.nonfinite,
+                    "update_norm": report.update_norm,
+                    "noise": out.noise_digest,
+                    "seconds": round(time.monotonic() - started, 4),
+                    "rejected": dict(agent.metrics.rejected),
+                    "refused": dict(transport.refused),
                     "refused_handshakes": transport.refused_handshakes,
+                    "dropped": transport.dropped,
                 }
             )
-            + "\n"
+            # metrics first: a crash in between repeats a line instead of losing one
+            durable("checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot()))
+        buf = io.BytesIO()
+        np.save(buf, agent.final_release())  # covered by the plan's guarantee
+        durable(
+            "final model",
+            functools.partial(checkpoint.atomic_write, cfg.final_model, buf.getvalue()),
         )
+        metrics.write(
+            {
+                "event": "done",
+                "node": cfg.id,
+                **agent.metrics.to_dict(),
+                "refused": dict(transport.refused),
+                "dropped": transport.dropped,
+                "refused_handshakes": transport.refused_handshakes,
+                "metrics_lines_lost": metrics.lost,
+            }
+        )
+        durable("metrics", metrics.flush)
         return EXIT_OK
+    except resources.StoppedError:
+        return 128 + stop["signal"]
     finally:
         metrics.close()
         transport.close()
@@ -399,6 +456,9 @@ def main(argv=None) -> int:
     except RefusedError as exc:
         sys.stderr.write(f"edgedp-agent: refused: {exc}\n")
         return exc.code
+    except (OSError, zmq.ZMQError) as exc:  # at start: the state folder, the port
+        sys.stderr.write(f"edgedp-agent: I/O error at start: {exc}\n")
+        return EXIT_IO
 
 
 if __name__ == "__main__":

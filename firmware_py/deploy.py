@@ -393,13 +393,16 @@ class LocalRun:
                 codes.append(p.wait())
         return codes
 
-    def start(self, u: int) -> subprocess.Popen:
+    def start(self, u: int, *, preexec_fn=None) -> subprocess.Popen:
+        """(Re)start node ``u``'s agent; ``preexec_fn`` runs in the child before it starts
+        (e.g. to set resource limits)."""
         log = open(self.directory / f"node-{u}.log", "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u])],
             stdout=log,
             stderr=log,
             cwd=self.directory,
+            preexec_fn=preexec_fn,
         )
         log.close()
         self.processes[u] = proc

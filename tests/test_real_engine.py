@@ -153,7 +153,9 @@ def test_live_attack_frames_are_counted_and_change_nothing(tmp_path):
     good = np.zeros(dim)
     kinds = {
         "Malformed": [b"\x93\x01\x02"],
-        "Oversized": [b"\x00" * 300_000],
+        # two frames under the transport's frame cap whose sum is over the message cap (a
+        # single frame over the frame cap never reaches the agent: libzmq disconnects)
+        "Oversized": [b"\x00" * 4000, b"\x00" * 4000],
         "BadPayload": wire.encode(wire.Message(h, 0, 1, "model", (np.full(dim, np.nan),))),
         "PlanHashMismatch": wire.encode(wire.Message(b"\x00" * 32, 0, 1, "model", (good,))),
         "RoundOutOfWindow": wire.encode(wire.Message(h, 10_000, 1, "model", (good,))),
