@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,10 +193,14 @@ class LocalRun:
     processes: list[subprocess.Popen]
     plan: NoisePlan | None = None
 
-    def wait(self, timeout: float) -> list[int]:
+    def wait(self, timeout: float) -> list[int | None]:
+        """Every node's exit status (None for a node this run did not start)."""
         deadline = time.monotonic() + timeout
         codes = []
         for p in self.processes:
+            if p is None:
+                codes.append(None)
+                continue
             try:
                 codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
@@ -245,8 +250,12 @@ def local_run(
     private_noise: bool = False,
     round_timeout: float = 10.0,
     startup_timeout: float = 60.0,
+    start: Collection[int] | None = None,
 ) -> LocalRun:
-    """Set up and launch one agent process per node on 127.0.0.1 (returns immediately)."""
+    """Set up and launch one agent process per node on 127.0.0.1 (returns immediately).
+
+    ``start`` lists the nodes to launch (default: all); the others are left for the caller
+    (``LocalRun.start(u)``, or a test playing that node itself)."""
     plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
     directory = Path(directory)
     checkpoint.private_folder(directory / "keys")
@@ -267,6 +276,6 @@ def local_run(
         startup_timeout=startup_timeout,
     )
     run = LocalRun(directory, configs, [None] * plan.n, plan)
-    for u in range(plan.n):
+    for u in range(plan.n) if start is None else sorted(start):
         run.start(u)
     return run
