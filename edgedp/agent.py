@@ -9,18 +9,24 @@ the frames and who keeps time differs.
 Guarantees (DESIGN §6, §8):
 * the only way to obtain outgoing frames is :meth:`begin_round`, which always adds the
   round's noise; no round past the plan's T is ever started (BudgetExhaustedError);
-* a received message is decoded and fully checked before anything changes; a rejected
-  one only increments ``metrics.rejected[reason]``;
+* a received message is decoded and fully checked before anything changes — structure,
+  plan, sender, round (never past the plan's T), shape, finite values within the plan's
+  bound on honest messages (:mod:`edgedp.bounds`); a rejected one only increments
+  ``metrics.rejected[reason]``;
+* the agent never adopts a non-finite state: :meth:`end_round` raises
+  :class:`~edgedp.errors.NonFiniteStateError` before changing anything;
 * nothing non-finite is ever sent: a per-example gradient with a NaN or ±inf entry adds
   zero to the clipped sum (counted in ``metrics.nonfinite``), and a round whose outgoing
   message would still be non-finite (the model diverged) raises
   :class:`~edgedp.errors.NonFiniteMessageError` and leaves the agent at the start of that
   round, with nothing sent;
 * :meth:`snapshot` / :meth:`restore` carry everything needed to resume at the start of a
-  round; the noise of every round is a pure function of (key, round), so a restarted agent
-  regenerates the same noise. A snapshot records the fingerprint of the streams it was
-  made with (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret,
-  plan or run is refused;
+  round, and no noise: the noise of every round is a pure function of (key, round), so a
+  restarted agent regenerates the same noise and the temporal factor's buffers
+  (``NoiseSource.state_at``) — a snapshot that leaked would not reveal them. A snapshot
+  records the fingerprint of the streams it was made with
+  (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret, plan or run
+  is refused;
 * :meth:`final_release` is the model to publish at the end, covered by the plan's
   accountant (for sr-gt/DPOP the last state plus one more Laplace draw).
 """
@@ -38,7 +44,12 @@ import numpy as np
 from edgedp import _validate, algorithms, clipping, rng, sketch_adaptive, wire
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
-from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, PlanError
+from edgedp.errors import (
+    BudgetExhaustedError,
+    NonFiniteMessageError,
+    NonFiniteStateError,
+    PlanError,
+)
 from edgedp.factors import StreamState
 from edgedp.noise import NoiseSource, laplace_draw, noise_digest
 from edgedp.plan import NodeShare, batch_schedule
@@ -208,12 +219,7 @@ class Agent:
         self.last_seen: dict[int, np.ndarray] = {}
         self.ahead: dict[int, int] = {}
         self.metrics = Metrics()
-        self.context = wire.Context(
-            plan_hash=bytes.fromhex(share.plan_hash),
-            neighbours=frozenset(self.neighbours),
-            shapes=((self.message_dim,),),
-            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
-        )
+        self._set_bounds(theta0)
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
     # ------------------------------------------------------------------ state
@@ -224,7 +230,26 @@ class Agent:
 
     @theta.setter
     def theta(self, value: np.ndarray) -> None:
-        self.state = self.algo.init_state(np.asarray(value, dtype=np.float64))
+        """Start the node from the model ``value`` (its θ₀; every node must use the same)."""
+        theta0 = np.asarray(value, dtype=np.float64)
+        self.state = self.algo.init_state(theta0)
+        self._set_bounds(theta0)
+
+    def _set_bounds(self, theta0: np.ndarray) -> None:
+        """The plan's bound on honest messages from the common θ₀ (:mod:`edgedp.bounds`)."""
+        share = self.share
+        self.bounds: tuple[float, ...] = (
+            ()
+            if share.network is None
+            else tuple(self.algo.message_bound(share, dim=self.model.dim, theta0=theta0))
+        )
+        self.context = wire.Context(
+            plan_hash=bytes.fromhex(share.plan_hash),
+            neighbours=frozenset(self.neighbours),
+            shapes=((self.message_dim,),),
+            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
+            bounds=self.bounds[:1],
+        )
 
     @property
     def done(self) -> bool:
@@ -241,7 +266,6 @@ class Agent:
             "round": self.round,
             "state": dict(self.state),
             "noise_step": self.noise_state.step,
-            "noise_buffers": list(self.noise_state.buffers),
             "last_seen": {str(k): v for k, v in self.last_seen.items()},
             "metrics": self.metrics.to_dict(),
         }
@@ -266,19 +290,14 @@ class Agent:
         stream_ok = self.share.noise_std == 0 or int(snap["noise_step"]) == r
         if not 0 <= r <= self.share.steps or not stream_ok:
             raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
-        expected = self.noise.init().buffers
-        buffers = tuple(np.asarray(b, dtype=np.float64) for b in snap["noise_buffers"])
-        if len(buffers) != len(expected) or any(
-            b.shape != e.shape for b, e in zip(buffers, expected, strict=True)
-        ):
-            raise PlanError("Checkpoint noise state does not match the plan's temporal factor.")
         if self.aggregator is not None and r > 0:
             raise NotImplementedError(
                 "Resuming an adaptive dome basis mid-run is not built: the spanning-tree "
                 "frames in flight and the PCA state (U, Λ, bases) are not checkpointed."
             )
         self.state, self.round = state, r
-        self.noise_state = StreamState(r, buffers)
+        # regenerated from the key: a checkpoint holds no noise (module docstring)
+        self.noise_state = self.noise.state_at(r)
         self.last_seen = {
             int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
         }
@@ -458,12 +477,13 @@ class Agent:
             msg = wire.decode(frames, max_bytes=self.context.max_bytes)
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
-                context = replace(context, shapes=context.shapes * 2)  # model + tree frame
+                # model + tree frame
+                context = replace(context, shapes=context.shapes * 2, bounds=self.bounds)
             wire.check(
                 msg,
                 context,
                 round_lo=self.round,
-                round_hi=self.round + self.round_window,
+                round_hi=min(self.round + self.round_window, self.share.steps - 1),
                 authenticated_sender=authenticated_sender,
             )
         except wire.WireError as exc:
@@ -503,7 +523,13 @@ class Agent:
         return self.message is not None and not self.missing()
 
     def end_round(self) -> RoundReport:
-        """Mix (fixed order; dropout rule for missing neighbours) and advance the round."""
+        """Mix (fixed order; dropout rule for missing neighbours) and advance the round.
+
+        Raises:
+          NonFiniteStateError: the mixed state would hold NaN or ±inf; nothing changes (the
+            agent stays inside the round, its inbox intact; counted in
+            ``metrics.rejected["NonFiniteStateError"]``).
+        """
         if self.message is None:
             raise RuntimeError("end_round() before begin_round()")
         got = self.inbox.get(self.round, {})
@@ -516,13 +542,23 @@ class Agent:
                 f"node {self.node}: a spanning-tree frame of round {self.round} did not "
                 f"arrive (from {missing}); the adaptive basis needs every frame"
             )
-        self.inbox.pop(self.round, None)
         weights, vectors = self._mixing_terms(got, set(missing))
         before = self.theta
-        self.state = self.algo.receive(
-            self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
-        )
-        update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
+            state = self.algo.receive(
+                self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
+            )
+        bad = sum(int(a.size - np.count_nonzero(np.isfinite(a))) for a in state.values())
+        if bad:  # checked before any change: the agent never adopts a non-finite state
+            self.metrics.rejected["NonFiniteStateError"] += 1
+            raise NonFiniteStateError(
+                f"node {self.node}, round {self.round}: mixing would leave {bad} NaN/Inf "
+                "entries in the state (the model diverged); the state was not changed."
+            )
+        self.inbox.pop(self.round, None)
+        self.state = state
+        with np.errstate(over="ignore"):  # a diagnostic: an overflow reads as inf
+            update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
         for v, vec in got.items():
             self.last_seen[v] = vec
         if self.aggregator is not None:

@@ -12,6 +12,7 @@ __all__ = [
     "BudgetExhaustedError",
     "EdgeDPError",
     "NonFiniteMessageError",
+    "NonFiniteStateError",
     "PlanError",
     "PlanMismatchError",
     "TopologyError",
@@ -48,4 +49,12 @@ class NonFiniteMessageError(EdgeDPError, FloatingPointError):
 
     Raised before anything is sent: a non-finite message would reveal, by its NaN, whatever
     made it non-finite.
+    """
+
+
+class NonFiniteStateError(EdgeDPError, FloatingPointError):
+    """Mixing would leave NaN or ±inf in a node's state (the model diverged).
+
+    Raised before the state changes: a node never adopts, checkpoints or sends from a
+    non-finite state.
     """
