@@ -46,6 +46,7 @@ from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
 from edgedp.errors import (
     BudgetExhaustedError,
+    DamagedSnapshotError,
     NonFiniteMessageError,
     NonFiniteStateError,
     PlanError,
@@ -271,7 +272,13 @@ class Agent:
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
-        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node."""
+        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node.
+
+        Raises:
+          PlanError: the snapshot belongs to another plan, node, secret or run.
+          DamagedSnapshotError: its content is malformed, non-finite or inconsistent with
+            the plan (a damaged or hand-edited file); nothing changed.
+        """
         if snap.get("plan_hash") != self.share.plan_hash or snap.get("node") != self.node:
             raise PlanError("Checkpoint belongs to another plan or node; refusing to resume.")
         if snap.get("stream_fingerprint", "") != self.stream_fingerprint:
@@ -279,17 +286,45 @@ class Agent:
                 "Checkpoint was made with another noise secret, pairwise key or run id: "
                 "resuming would continue its streams with other noise; refusing to resume."
             )
-        state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+        try:
+            state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+            r, noise_step = int(snap["round"]), int(snap["noise_step"])
+            last_seen = {
+                int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
+            }
+            m = snap["metrics"]
+            metrics = Metrics(
+                rounds=int(m["rounds"]),
+                sent=int(m["sent"]),
+                received=int(m["received"]),
+                missing=int(m["missing"]),
+                clipped=int(m["clipped"]),
+                skipped=int(m.get("skipped", 0)),
+                nonfinite=int(m.get("nonfinite", 0)),
+                rejected=Counter({str(k): int(v) for k, v in m["rejected"].items()}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DamagedSnapshotError(
+                f"Checkpoint has missing or malformed fields ({exc})."
+            ) from None
         want = self.algo.init_state(self.theta)
         if set(state) != set(want) or any(
             state[k].shape != want[k].shape or not np.all(np.isfinite(state[k])) for k in want
         ):
-            raise PlanError("Checkpoint model state has the wrong fields, shapes or values.")
-        r = int(snap["round"])
+            raise DamagedSnapshotError(
+                "Checkpoint model state has the wrong fields, shapes or non-finite values."
+            )
+        if any(
+            v not in self.neighbours or x.shape != (self.message_dim,) or not np.all(np.isfinite(x))
+            for v, x in last_seen.items()
+        ):
+            raise DamagedSnapshotError("Checkpoint holds a malformed last-seen message.")
         # without Gaussian noise (dsgd, Laplace plans) the Gaussian stream never advances
-        stream_ok = self.share.noise_std == 0 or int(snap["noise_step"]) == r
+        stream_ok = self.share.noise_std == 0 or noise_step == r
         if not 0 <= r <= self.share.steps or not stream_ok:
-            raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
+            raise DamagedSnapshotError(
+                f"Checkpoint round {r} is inconsistent with the plan or noise state."
+            )
         if self.aggregator is not None and r > 0:
             raise NotImplementedError(
                 "Resuming an adaptive dome basis mid-run is not built: the spanning-tree "
@@ -298,20 +333,8 @@ class Agent:
         self.state, self.round = state, r
         # regenerated from the key: a checkpoint holds no noise (module docstring)
         self.noise_state = self.noise.state_at(r)
-        self.last_seen = {
-            int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
-        }
-        m = snap["metrics"]
-        self.metrics = Metrics(
-            rounds=m["rounds"],
-            sent=m["sent"],
-            received=m["received"],
-            missing=m["missing"],
-            clipped=m["clipped"],
-            skipped=m.get("skipped", 0),
-            nonfinite=m.get("nonfinite", 0),
-            rejected=Counter(m["rejected"]),
-        )
+        self.last_seen = last_seen
+        self.metrics = metrics
         self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
 
     # ------------------------------------------------------------------ round

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetExhaustedError",
+    "DamagedSnapshotError",
     "EdgeDPError",
     "NonFiniteMessageError",
     "NonFiniteStateError",
@@ -34,6 +35,11 @@ class PlanError(EdgeDPError, ValueError):
 
 class PlanMismatchError(PlanError):
     """Two parties hold plans with different hashes."""
+
+
+class DamagedSnapshotError(PlanError):
+    """A snapshot of this plan, node and run whose content cannot be resumed (malformed,
+    non-finite, or inconsistent with the plan): a damaged file, not someone else's."""
 
 
 class BudgetExhaustedError(EdgeDPError):
