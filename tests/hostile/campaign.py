@@ -47,7 +47,7 @@ def run(directory: Path, *, total: int, seed: int = 0, steps: int = 6) -> dict:
     )
     strangers = harness.Strangers(net.endpoint(0), net.public_key(0))
     attack_rounds = list(range(1, plan.steps - 1))
-    per_category = max(1, total // (len(frames_mod.REJECTED) * len(attack_rounds)))
+    per_category = max(1, -(-total // (len(frames_mod.REJECTED) * len(attack_rounds))))
     stranger_frames = max(1, per_category * len(frames_mod.REJECTED) // 10)
     sent, expected, rss = Counter(), Counter(), {}
     pid = net.run.processes[0].pid

@@ -254,7 +254,7 @@ class Oracle:
 
     @property
     def bound(self) -> float:
-        return float(getattr(self.agent.context, "bound", 1e6))
+        return float(self.agent.bounds[0])
 
     def classify(self, r: int, frames: list[list[bytes]], *, sender: int, first=None) -> Counter:
         """Rejection reasons of ``frames`` at round r (``first``: an honest frame received
