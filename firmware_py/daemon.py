@@ -298,6 +298,8 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
     )
     cfg.metrics.parent.mkdir(parents=True, exist_ok=True)
     metrics = open(cfg.metrics, "a", buffering=1)
+    if metrics.tell() and not cfg.metrics.read_bytes().endswith(b"\n"):
+        metrics.write("\n")  # end a line torn by a kill: the next one starts clean
     metrics.write(
         json.dumps(
             {

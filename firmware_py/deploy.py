@@ -239,8 +239,15 @@ class LocalRun:
         return self.directory / "configs" / "state" / f"node-{u}"
 
     def metrics(self, u: int) -> list[dict]:
+        """Node u's metrics lines (a line torn by a kill -9 is skipped)."""
         path = self.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
 
 
 def local_run(
