@@ -97,8 +97,8 @@ def coordinate_budget(facts: NetworkFacts, *, steps: int, width: int, slots: int
 def gaussian_tail(p: float) -> float:
     """z with P(|N(0, 1)| > z) ≤ p, from the Chernoff bound 2·exp(−z²/2).
 
-    >>> round(gaussian_tail(1e-12), 3)
-    7.482
+    >>> round(gaussian_tail(1e-12), 3)  # √(2 ln(2·10¹²)); the exact two-sided quantile: 7.131
+    7.527
     """
     return math.sqrt(2.0 * math.log(2.0 / p))
 

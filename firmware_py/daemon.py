@@ -178,8 +178,8 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
     """Refuse a start that could reuse noise: a fresh start on a stream this secret
     already used, or a checkpoint behind the last round sent (module docstring)."""
     fresh = snap is None and sent is None
-    entry = (
-        None if stream_ledger is None else stream_ledger.used(plan.plan_hash, cfg.run_id, cfg.id)
+    entry = None if stream_ledger is None else stream_ledger.used(
+        plan.plan_hash, cfg.run_id, cfg.id
     )
     if fresh and entry is not None:
         raise RefusedError(

@@ -105,12 +105,15 @@ def run(
     )
     cfgs = [config.load(c) for c in lr.configs]
     kills, refusals, restarts = [], [], Counter()
+    starts = [1] * plan.n  # start lines each node's current incarnation follows
     u = -1
     for i in range(iterations):
         aim = float(gen.random())
         if aim < 0.2 and u >= 0:  # the node just restarted, somewhere in its start-up
+            aimed = "start-up"
             time.sleep(float(gen.uniform(0.0, 1.5)))
         else:
+            aimed = "mid-run" if aim < 0.6 else "a write"
             if u >= 0:  # let the last victim rejoin before the next kill
                 _wait_for(cfgs[u], lr.processes[u], "round")
             u = int(gen.integers(0, plan.n))
@@ -130,9 +133,15 @@ def run(
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         phase, leftovers = _phase(cfgs[u], proc.pid)
-        last_round = max((m["round"] for m in _lines(cfgs[u].metrics) if "round" in m), default=-1)
-        kills.append({"node": u, "phase": phase, "leftovers": leftovers, "round": last_round})
+        lines = _lines(cfgs[u].metrics)
+        if sum(m["event"] == "start" for m in lines) < starts[u]:
+            phase = "start-up (before its start line)"
+        last_round = max((m["round"] for m in lines if "round" in m), default=-1)
+        kills.append(
+            {"node": u, "aimed": aimed, "phase": phase, "leftovers": leftovers, "round": last_round}
+        )
         restarts[u] += 1
+        starts[u] = sum(m["event"] == "start" for m in lines) + 1
         lr.start(u)
     codes = lr.wait(timeout=timeout)
     for u, code in enumerate(codes):
@@ -174,6 +183,7 @@ def run(
         "steps": plan.steps,
         "kills": kills,
         "phases": dict(Counter(k["phase"] for k in kills)),
+        "aimed": dict(Counter(k["aimed"] for k in kills)),
         "inside_atomic_write": sum(bool(k["leftovers"]) for k in kills),
         "writes_interrupted": dict(
             Counter(name.split(".tmp.")[0].lstrip(".") for k in kills for name in k["leftovers"])
@@ -220,6 +230,7 @@ def _tail(lr: deploy.LocalRun, u: int) -> str:
 def report(result: dict) -> str:
     rows = [(phase, n) for phase, n in sorted(result["phases"].items())]
     out = [harness.table(rows, ("where the kill landed", "kills"))]
+    out.append(f"aimed at: {result['aimed']}")
     out.append(
         f"kills {result['iterations']} (inside atomic_write {result['inside_atomic_write']}: "
         f"{result['writes_interrupted']}), "
