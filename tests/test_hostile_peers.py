@@ -9,11 +9,46 @@ number of authenticated frames (default 5,000; benchmarks/hostile_peers.py runs 
 import os
 from pathlib import Path
 
+import msgpack
 import numpy as np
 from hostile import campaign, harness
 from hostile import frames as frames_mod
 
 FRAMES = int(os.environ.get("EDGEDP_HOSTILE_FRAMES", "5000"))
+
+
+def test_the_frames_that_crashed_or_bricked_an_agent_are_counted(tmp_path):
+    # before: a dtype given as a list or map, or a shape whose int64 product wraps to 0,
+    # killed the agent with a traceback (exit 1); 1.797e308 / 1e300 from a neighbour were
+    # mixed in and the whole ring ended at |θ| ≈ 1e307 / 1e299
+    plan = harness.write_plan(tmp_path / "run.plan", steps=4)
+    net = harness.Network(tmp_path / "run", tmp_path / "run.plan", peer=1, target=0)
+    dim = net.honest.agent.message_dim
+
+    def frame(r, spec, data):
+        header = {"v": 1, "plan": bytes.fromhex(plan.plan_hash), "round": r, "sender": 1}
+        return [msgpack.packb({**header, "kind": "model", "arrays": [spec]}), data]
+
+    def before(r):
+        if r == 1:  # ahead of node 1's honest frame: each would stand for it if accepted
+            for f in (
+                frame(r, [["<f8"], [dim]], bytes(8 * dim)),
+                frame(r, [{"<f8": 1}, [dim]], bytes(8 * dim)),
+                frame(r, ["<f8", [2**30, 2**30, 16]], b""),
+                frame(r, ["<f8", [dim]], np.full(dim, 1.7976931348623157e308).tobytes()),
+                frame(r, ["<f8", [dim]], np.full(dim, 1e300).tobytes()),
+            ):
+                net.honest.attack(f)
+
+    try:
+        net.honest.play(before=before)
+        codes = net.wait()
+    finally:
+        net.close()
+    assert codes == [0, None, 0, 0]
+    assert net.last_metrics(0)["rejected"] == {"Malformed": 2, "Oversized": 1, "BeyondBound": 2}
+    assert net.final_digest() == harness.clean_digest(plan)
+    assert net.run.start(0).wait(timeout=120) == 0
 
 
 def test_hostile_frames_are_counted_and_change_nothing(tmp_path):

@@ -115,9 +115,9 @@ def run(
         else:
             aimed = "mid-run" if aim < 0.6 else "a write"
             if u >= 0:  # let the last victim rejoin before the next kill
-                _wait_for(cfgs[u], lr.processes[u], "round")
+                _wait_for(cfgs[u], lr.processes[u], "round", starts[u])
             u = int(gen.integers(0, plan.n))
-            _wait_for(cfgs[u], lr.processes[u], "sent")
+            _wait_for(cfgs[u], lr.processes[u], "sent", starts[u])
             if aim < 0.6:  # anywhere in its next ~10 rounds
                 time.sleep(float(gen.uniform(0.0, 0.3)))
             else:  # inside a write: the moment its temporary file shows up
@@ -201,13 +201,16 @@ def run(
     }
 
 
-def _wait_for(cfg: config.NodeConfig, proc, event: str, timeout: float = 120.0) -> None:
-    """Until the running incarnation has written an ``event`` line (or stopped)."""
+def _wait_for(
+    cfg: config.NodeConfig, proc, event: str, incarnation: int, timeout: float = 120.0
+) -> None:
+    """Until the running incarnation (the ``incarnation``-th start line) has written an
+    ``event`` line (or stopped)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         lines = _lines(cfg.metrics)
         starts = [i for i, m in enumerate(lines) if m["event"] == "start"]
-        if starts and any(m["event"] == event for m in lines[starts[-1] :]):
+        if len(starts) >= incarnation and any(m["event"] == event for m in lines[starts[-1] :]):
             return
         time.sleep(0.02)
 
