@@ -15,7 +15,7 @@ ITERATIONS = int(os.environ.get("EDGEDP_KILL_ITERATIONS", "6"))
 
 
 def test_kill_nine_at_random_times_never_reuses_noise(tmp_path):
-    result = kill.run(tmp_path, iterations=ITERATIONS, seed=1)
+    result = kill.run(tmp_path, iterations=ITERATIONS, seed=1, steps=120 * ITERATIONS + 60)
     print("\n" + kill.report(result))
     assert result["refusals"] == [] and result["exit_codes"] == [0, 0, 0, 0]
     assert result["digest_mismatches"] == [] and result["wrong_stream"] == []
