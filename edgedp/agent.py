@@ -9,18 +9,24 @@ the frames and who keeps time differs.
 Guarantees (DESIGN §6, §8):
 * the only way to obtain outgoing frames is :meth:`begin_round`, which always adds the
   round's noise; no round past the plan's T is ever started (BudgetExhaustedError);
-* a received message is decoded and fully checked before anything changes; a rejected
-  one only increments ``metrics.rejected[reason]``;
+* a received message is decoded and fully checked before anything changes — structure,
+  plan, sender, round (never past the plan's T), shape, finite values within the plan's
+  bound on honest messages (:mod:`edgedp.bounds`); a rejected one only increments
+  ``metrics.rejected[reason]``;
+* the agent never adopts a non-finite state: :meth:`end_round` raises
+  :class:`~edgedp.errors.NonFiniteStateError` before changing anything;
 * nothing non-finite is ever sent: a per-example gradient with a NaN or ±inf entry adds
   zero to the clipped sum (counted in ``metrics.nonfinite``), and a round whose outgoing
   message would still be non-finite (the model diverged) raises
   :class:`~edgedp.errors.NonFiniteMessageError` and leaves the agent at the start of that
   round, with nothing sent;
 * :meth:`snapshot` / :meth:`restore` carry everything needed to resume at the start of a
-  round; the noise of every round is a pure function of (key, round), so a restarted agent
-  regenerates the same noise. A snapshot records the fingerprint of the streams it was
-  made with (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret,
-  plan or run is refused;
+  round, and no noise: the noise of every round is a pure function of (key, round), so a
+  restarted agent regenerates the same noise and the temporal factor's buffers
+  (``NoiseSource.state_at``) — a snapshot that leaked would not reveal them. A snapshot
+  records the fingerprint of the streams it was made with
+  (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret, plan or run
+  is refused;
 * :meth:`final_release` is the model to publish at the end, covered by the plan's
   accountant (for sr-gt/DPOP the last state plus one more Laplace draw);
 * a node that fell more than the receive window behind rejoins by skipping rounds
@@ -42,7 +48,13 @@ import numpy as np
 from edgedp import _validate, algorithms, clipping, rejoin, rng, sketch_adaptive, wire
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
-from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, PlanError
+from edgedp.errors import (
+    BudgetExhaustedError,
+    DamagedSnapshotError,
+    NonFiniteMessageError,
+    NonFiniteStateError,
+    PlanError,
+)
 from edgedp.factors import StreamState
 from edgedp.noise import NoiseSource, laplace_draw, noise_digest
 from edgedp.plan import NodeShare, batch_schedule
@@ -212,12 +224,7 @@ class Agent:
         self.last_seen: dict[int, np.ndarray] = {}
         self.ahead: dict[int, int] = {}
         self.metrics = Metrics()
-        self.context = wire.Context(
-            plan_hash=bytes.fromhex(share.plan_hash),
-            neighbours=frozenset(self.neighbours),
-            shapes=((self.message_dim,),),
-            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
-        )
+        self._set_bounds(theta0)
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
     # ------------------------------------------------------------------ state
@@ -228,7 +235,26 @@ class Agent:
 
     @theta.setter
     def theta(self, value: np.ndarray) -> None:
-        self.state = self.algo.init_state(np.asarray(value, dtype=np.float64))
+        """Start the node from the model ``value`` (its θ₀; every node must use the same)."""
+        theta0 = np.asarray(value, dtype=np.float64)
+        self.state = self.algo.init_state(theta0)
+        self._set_bounds(theta0)
+
+    def _set_bounds(self, theta0: np.ndarray) -> None:
+        """The plan's bound on honest messages from the common θ₀ (:mod:`edgedp.bounds`)."""
+        share = self.share
+        self.bounds: tuple[float, ...] = (
+            ()
+            if share.network is None
+            else tuple(self.algo.message_bound(share, dim=self.model.dim, theta0=theta0))
+        )
+        self.context = wire.Context(
+            plan_hash=bytes.fromhex(share.plan_hash),
+            neighbours=frozenset(self.neighbours),
+            shapes=((self.message_dim,),),
+            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
+            bounds=self.bounds[:1],
+        )
 
     @property
     def done(self) -> bool:
@@ -245,13 +271,18 @@ class Agent:
             "round": self.round,
             "state": dict(self.state),
             "noise_step": self.noise_state.step,
-            "noise_buffers": list(self.noise_state.buffers),
             "last_seen": {str(k): v for k, v in self.last_seen.items()},
             "metrics": self.metrics.to_dict(),
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
-        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node."""
+        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node.
+
+        Raises:
+          PlanError: the snapshot belongs to another plan, node, secret or run.
+          DamagedSnapshotError: its content is malformed, non-finite or inconsistent with
+            the plan (a damaged or hand-edited file); nothing changed.
+        """
         if snap.get("plan_hash") != self.share.plan_hash or snap.get("node") != self.node:
             raise PlanError("Checkpoint belongs to another plan or node; refusing to resume.")
         if snap.get("stream_fingerprint", "") != self.stream_fingerprint:
@@ -259,44 +290,55 @@ class Agent:
                 "Checkpoint was made with another noise secret, pairwise key or run id: "
                 "resuming would continue its streams with other noise; refusing to resume."
             )
-        state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+        try:
+            state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+            r, noise_step = int(snap["round"]), int(snap["noise_step"])
+            last_seen = {
+                int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
+            }
+            m = snap["metrics"]
+            metrics = Metrics(
+                rounds=int(m["rounds"]),
+                sent=int(m["sent"]),
+                received=int(m["received"]),
+                missing=int(m["missing"]),
+                clipped=int(m["clipped"]),
+                skipped=int(m.get("skipped", 0)),
+                nonfinite=int(m.get("nonfinite", 0)),
+                rejected=Counter({str(k): int(v) for k, v in m["rejected"].items()}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DamagedSnapshotError(
+                f"Checkpoint has missing or malformed fields ({exc})."
+            ) from None
         want = self.algo.init_state(self.theta)
         if set(state) != set(want) or any(
             state[k].shape != want[k].shape or not np.all(np.isfinite(state[k])) for k in want
         ):
-            raise PlanError("Checkpoint model state has the wrong fields, shapes or values.")
-        r = int(snap["round"])
-        # without Gaussian noise (dsgd, Laplace plans) the Gaussian stream never advances
-        stream_ok = self.share.noise_std == 0 or int(snap["noise_step"]) == r
-        if not 0 <= r <= self.share.steps or not stream_ok:
-            raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
-        expected = self.noise.init().buffers
-        buffers = tuple(np.asarray(b, dtype=np.float64) for b in snap["noise_buffers"])
-        if len(buffers) != len(expected) or any(
-            b.shape != e.shape for b, e in zip(buffers, expected, strict=True)
+            raise DamagedSnapshotError(
+                "Checkpoint model state has the wrong fields, shapes or non-finite values."
+            )
+        if any(
+            v not in self.neighbours or x.shape != (self.message_dim,) or not np.all(np.isfinite(x))
+            for v, x in last_seen.items()
         ):
-            raise PlanError("Checkpoint noise state does not match the plan's temporal factor.")
+            raise DamagedSnapshotError("Checkpoint holds a malformed last-seen message.")
+        # without Gaussian noise (dsgd, Laplace plans) the Gaussian stream never advances
+        stream_ok = self.share.noise_std == 0 or noise_step == r
+        if not 0 <= r <= self.share.steps or not stream_ok:
+            raise DamagedSnapshotError(
+                f"Checkpoint round {r} is inconsistent with the plan or noise state."
+            )
         if self.aggregator is not None and r > 0:
             raise NotImplementedError(
                 "Resuming an adaptive dome basis mid-run is not built: the spanning-tree "
                 "frames in flight and the PCA state (U, Λ, bases) are not checkpointed."
             )
         self.state, self.round = state, r
-        self.noise_state = StreamState(r, buffers)
-        self.last_seen = {
-            int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
-        }
-        m = snap["metrics"]
-        self.metrics = Metrics(
-            rounds=m["rounds"],
-            sent=m["sent"],
-            received=m["received"],
-            missing=m["missing"],
-            clipped=m["clipped"],
-            skipped=m.get("skipped", 0),
-            nonfinite=m.get("nonfinite", 0),
-            rejected=Counter(m["rejected"]),
-        )
+        # regenerated from the key: a checkpoint holds no noise (module docstring)
+        self.noise_state = self.noise.state_at(r)
+        self.last_seen = last_seen
+        self.metrics = metrics
         self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
 
     # ------------------------------------------------------------------ round
@@ -502,12 +544,13 @@ class Agent:
             msg = wire.decode(frames, max_bytes=self.context.max_bytes)
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
-                context = replace(context, shapes=context.shapes * 2)  # model + tree frame
+                # model + tree frame
+                context = replace(context, shapes=context.shapes * 2, bounds=self.bounds)
             wire.check(
                 msg,
                 context,
                 round_lo=self.round,
-                round_hi=self.round + self.round_window,
+                round_hi=min(self.round + self.round_window, self.share.steps - 1),
                 authenticated_sender=authenticated_sender,
             )
         except wire.WireError as exc:
@@ -567,7 +610,13 @@ class Agent:
         return self.message is not None and not self.missing()
 
     def end_round(self) -> RoundReport:
-        """Mix (fixed order; dropout rule for missing neighbours) and advance the round."""
+        """Mix (fixed order; dropout rule for missing neighbours) and advance the round.
+
+        Raises:
+          NonFiniteStateError: the mixed state would hold NaN or ±inf; nothing changes (the
+            agent stays inside the round, its inbox intact; counted in
+            ``metrics.rejected["NonFiniteStateError"]``).
+        """
         if self.message is None:
             raise RuntimeError("end_round() before begin_round()")
         got = self.inbox.get(self.round, {})
@@ -580,13 +629,23 @@ class Agent:
                 f"node {self.node}: a spanning-tree frame of round {self.round} did not "
                 f"arrive (from {missing}); the adaptive basis needs every frame"
             )
-        self.inbox.pop(self.round, None)
         weights, vectors = self._mixing_terms(got, set(missing))
         before = self.theta
-        self.state = self.algo.receive(
-            self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
-        )
-        update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
+            state = self.algo.receive(
+                self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
+            )
+        bad = sum(int(a.size - np.count_nonzero(np.isfinite(a))) for a in state.values())
+        if bad:  # checked before any change: the agent never adopts a non-finite state
+            self.metrics.rejected["NonFiniteStateError"] += 1
+            raise NonFiniteStateError(
+                f"node {self.node}, round {self.round}: mixing would leave {bad} NaN/Inf "
+                "entries in the state (the model diverged); the state was not changed."
+            )
+        self.inbox.pop(self.round, None)
+        self.state = state
+        with np.errstate(over="ignore"):  # a diagnostic: an overflow reads as inf
+            update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
         for v, vec in got.items():
             self.last_seen[v] = vec
         if self.aggregator is not None:

@@ -5,29 +5,42 @@ worst adversary it faces (``run.max_epsilon``, :mod:`edgedp.accounting.budget`),
 stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), and check the stream
 ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise secret already
 drew noise for is refused; keep descriptors in reserve (:mod:`firmware_py.resources`) and
-cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`). Per
-round: if a majority of the neighbours is past the receive window, skip to their round
+cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`); resume
+from the newest usable checkpoint (:mod:`firmware_py.recovery`: a damaged latest one is
+rolled back to ``checkpoint.prev`` when nothing sent is lost). Per round: if a majority of
+the neighbours is past the receive window, skip to their round
 (:meth:`edgedp.agent.Agent.rejoin`; nothing sent, the skipped rounds' noise drawn and
 discarded) and checkpoint; ``begin_round`` (local noisy step), record the round as sent
-(durably, before sending; the first time also in the ledger), send to every neighbour,
-collect neighbours' messages until all arrived, the round deadline passed, or every
-missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout rule);
-append a metrics line; write the checkpoint atomically. At the end, write the model to
-publish (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last state plus
-one more Laplace draw, covered by the plan's ε). A write that fails (EMFILE, ENOSPC, EIO,
-...) is logged and retried with backoff; the agent does not go on — in particular does not
+(durably, before sending; the first time then also in the ledger), send to every
+neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
+every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
+rule; a non-finite state is never adopted); append a metrics line; write the checkpoint
+atomically. At the end, write the model to publish
+(:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last state plus one
+more Laplace draw, covered by the plan's ε). A write that fails (EMFILE, ENOSPC, EIO, ...)
+is logged and retried with backoff; the agent does not go on — in particular does not
 send the round — until it succeeded (a stop signal meanwhile exits with 128+N). Metrics
 lines that cannot be written wait in memory.
+
+The state folder holds the checkpoint (the state at the start of the next round; the one it
+replaced is kept as ``checkpoint.prev``) and the sent record. A restart resumes from the
+checkpoint and re-sends a round already sent bit for bit; a damaged checkpoint is rolled
+back to ``checkpoint.prev`` when nothing sent from the damaged one is lost, and otherwise
+only on ``--rollback``, which sits out the rounds sent from states the device no longer has
+(:mod:`firmware_py.recovery`). Metrics lines: ``start``, ``sent`` (the round's noise and
+message digests, written before sending), ``round``, ``error``, ``done``.
 
 Exit status: 0 the plan's T rounds are done; 2 bad configuration (also: the state folder
 belongs to another run); 3 plan refused (hash mismatch with the neighbours, tampered file,
 no noise, or a budget the plan exceeds); 4 unsafe to start or resume (messages were sent
-but the checkpoint is missing or older than them; the checkpoint was made with another
-secret or run; or the ledger shows this noise secret already drew noise for this plan and
-run — starting over would reuse noise: deploy a new run id); 5 the model diverged (the
-round's message would be non-finite; nothing was sent, the checkpoint stays at the start
-of that round); 6 a file or the port could not be opened at start; 128+N stopped by
-signal N at a round boundary or while retrying a write.
+but no usable checkpoint holds the state they were sent from — the message names
+``--rollback`` when a checkpoint is usable; the checkpoint was made with another secret or
+run; or the ledger shows this noise secret already drew noise for this plan and run —
+starting over would reuse noise: deploy a new run id); 5 the model diverged (the round's
+message, or the state after mixing, would be non-finite; nothing was sent or adopted, the
+checkpoint stays at the start of that round; ``--rollback`` sits that round out); 6 a file
+or the port could not be opened at start; 128+N stopped by signal N at a round boundary or
+while retrying a write.
 """
 
 from __future__ import annotations
@@ -50,10 +63,10 @@ import zmq.auth
 from edgedp import cross_agent, keys, models, rng, sketch_adaptive, streams
 from edgedp.accounting import budget
 from edgedp.agent import Agent
-from edgedp.errors import NonFiniteMessageError, PlanError
+from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, ledger, resources
+from firmware_py import checkpoint, config, ledger, recovery, resources
 
 __all__ = ["main", "run"]
 
@@ -229,8 +242,38 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
         )
 
 
-def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
-    """Run the node until its rounds are done; returns the exit status."""
+def _error_line(node: int, agent: Agent, exc: Exception) -> dict:
+    return {
+        "event": "error",
+        "time": time.time(),
+        "node": node,
+        "round": agent.round,
+        "error": str(exc),
+        **agent.metrics.to_dict(),
+    }
+
+
+def _sent_line(node: int, out) -> dict:
+    """The round's noise and message digests: a re-sent round must repeat both exactly."""
+    digest = hashlib.sha256()
+    for v in out.recipients if out.per_recipient is not None else out.recipients[:1]:
+        for frame in out.frames_for(v):
+            digest.update(frame)
+    return {
+        "event": "sent",
+        "time": time.time(),
+        "node": node,
+        "round": out.round,
+        "noise": out.noise_digest,
+        "message": digest.hexdigest()[:16],
+    }
+
+
+def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> int:
+    """Run the node until its rounds are done; returns the exit status.
+
+    ``rollback``: resume from the newest usable checkpoint and sit out the rounds already
+    sent from it (:mod:`firmware_py.recovery`)."""
     log = resources.SafeLog(log)
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
@@ -257,22 +300,32 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
         f"run.max_epsilon={cfg.max_epsilon:g} binds {against}\n"
     )
     checkpoint.private_folder(cfg.checkpoint_dir)
+    checkpoint.remove_temporaries(cfg.checkpoint_dir)  # left by a writer killed mid-write
     ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
-    try:
-        snap = checkpoint.load(ckpt_path)
-    except checkpoint.CheckpointError as exc:
-        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     sent = _sent_record(sent_path)
     if sent is not None and sent["run"] != cfg.run_id:
         raise config.ConfigError(
             f"the state folder {cfg.checkpoint_dir} holds run {sent['run']!r} but this config "
             f"is for run {cfg.run_id!r}: give the new run an empty run.checkpoint_dir"
         )
-    if snap is not None:
-        try:
-            agent.restore(snap)
-        except (PlanError, NotImplementedError) as exc:
-            raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+    try:
+        resumed = recovery.resume(
+            agent,
+            cfg.checkpoint_dir,
+            sent=None if sent is None else sent["round"],
+            rollback=rollback,
+            command=f"edgedp-agent --config {cfg.path} --rollback",
+        )
+    except recovery.RecoveryError as exc:
+        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
+    except (PlanError, NotImplementedError) as exc:
+        raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+    if resumed.source in ("rolled-back", "rollback"):
+        log.write(
+            f"node {cfg.id}: {resumed.damage or 'rollback'}; resumed at round {agent.round}"
+            f"{f', sat out rounds {list(resumed.skipped)}' if resumed.skipped else ''}\n"
+        )
+    snap = resumed.snapshot
     stream_ledger = None if cfg.reproducible else ledger.StreamLedger(cfg.ledger_file)
     try:
         _check_streams(cfg, plan, agent, snap, sent, stream_ledger)
@@ -317,6 +370,8 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
             "node": cfg.id,
             "round": agent.round,
             "plan_hash": plan.plan_hash,
+            "resumed": resumed.source,
+            "skipped": list(resumed.skipped),
             "time": time.time(),
         }
     )
@@ -347,29 +402,22 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
             try:
                 out = agent.begin_round()
             except NonFiniteMessageError as exc:  # nothing sent; the checkpoint is intact
-                metrics.write(
-                    {
-                        "event": "error",
-                        "time": time.time(),
-                        "node": cfg.id,
-                        "round": agent.round,
-                        "error": str(exc),
-                        **agent.metrics.to_dict(),
-                    }
-                )
+                metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
-            if stream_ledger is not None and out.round == first_round:
+            record = json.dumps({"run": cfg.run_id, "round": out.round}).encode()
+            # nothing is sent before the record is durable (a stop here sends nothing)
+            durable(
+                "sent-round record", functools.partial(checkpoint.atomic_write, sent_path, record)
+            )
+            if stream_ledger is not None and out.round == first_round:  # after the record:
+                # a kill in between resumes from it instead of refusing a fresh start
                 durable(
                     "stream ledger",
                     functools.partial(
                         stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
                     ),
                 )
-            record = json.dumps({"run": cfg.run_id, "round": out.round}).encode()
-            # nothing is sent before the record is durable (a stop here sends nothing)
-            durable(
-                "sent-round record", functools.partial(checkpoint.atomic_write, sent_path, record)
-            )
+            metrics.write(_sent_line(cfg.id, out))
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()
@@ -397,6 +445,9 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                 report = agent.end_round()
             except sketch_adaptive.MissingAggregateError as exc:  # adaptive dome, faults
                 raise RefusedError(EXIT_UNSAFE, str(exc)) from None
+            except NonFiniteStateError as exc:  # not adopted; the checkpoint is intact
+                metrics.write(_error_line(cfg.id, agent, exc))
+                raise RefusedError(EXIT_DIVERGED, str(exc)) from None
             metrics.write(
                 {
                     "event": "round",
@@ -446,10 +497,16 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="edgedp-agent", description="Run one edgedp device.")
     ap.add_argument("--config", required=True, help="path to node.toml")
+    ap.add_argument(
+        "--rollback",
+        action="store_true",
+        help="resume from the newest usable checkpoint, sitting out the rounds already sent "
+        "from it (after exit 4 names this option)",
+    )
     args = ap.parse_args(argv)
     try:
         cfg = config.load(args.config)
-        return run(cfg)
+        return run(cfg, rollback=args.rollback)
     except config.ConfigError as exc:
         sys.stderr.write(f"edgedp-agent: config error: {exc}\n")
         return EXIT_CONFIG

@@ -177,6 +177,12 @@ class MetricsLog:
         self.fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self.pending = bytearray()
         self.lines = 0  # lines waiting in ``pending``
+        size = os.fstat(self.fd).st_size
+        if size:  # end a line torn by a kill, so the next line starts clean
+            with open(path, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    self.pending += b"\n"
         self.lost = 0
         self._failing = False
 

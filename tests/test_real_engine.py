@@ -217,11 +217,21 @@ def test_bad_config_budget_and_unsafe_resume(tmp_path):
     budget.write_text(text.replace("[run]", f"[run]\nmax_epsilon = {eps / 2}"))
     out = _agent(budget)
     assert out.returncode == 3 and "max_epsilon" in out.stderr
-    # a finished node restarted is done at once; without its checkpoint it must refuse
+    # a finished node restarted is done at once; without its checkpoints it must refuse
     assert _agent(cfg).returncode == 0
-    (run.directory / "configs" / "state" / "node-0" / "checkpoint").unlink()
+    state = run.directory / "configs" / "state" / "node-0"
+    (state / "checkpoint").unlink()
+    (state / "checkpoint.prev").unlink()
     out = _agent(cfg)
-    assert out.returncode == 4 and "reuse noise" in out.stderr
+    assert out.returncode == 4 and "reuse noise" in out.stderr and "--rollback" in out.stderr
+    # the documented way out: sit out every round sent from the lost states (noise discarded)
+    out = subprocess.run(
+        [sys.executable, "-m", "firmware_py.daemon", "--config", str(cfg), "--rollback"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "sat out rounds [0, 1, 2, 3]" in out.stderr
 
 
 def test_a_node_with_another_plan_is_refused(tmp_path):
