@@ -39,8 +39,18 @@ run; or the ledger shows this noise secret already drew noise for this plan and 
 starting over would reuse noise: deploy a new run id); 5 the model diverged (the round's
 message, or the state after mixing, would be non-finite; nothing was sent or adopted, the
 checkpoint stays at the start of that round; ``--rollback`` sits that round out); 6 a file
-or the port could not be opened at start; 128+N stopped by signal N at a round boundary or
-while retrying a write.
+or the port could not be opened at start; 7 the plan's rounds are done and the model was
+written, but the run is degraded: a neighbour never sent a valid message (wrong public key
+or endpoint, another plan, never started) or more than ``run.max_missing`` of the
+neighbours' messages were missing; 128+N stopped by signal N at a round boundary or while
+retrying a write.
+
+Log: Python ``logging`` on stderr, one line per event with a reason code
+(:mod:`firmware_py.logs`): human text by default, ``--log-format json`` for one JSON object
+per line (journald and log shippers). Each round's rejected frames, refused messages,
+refused handshakes (with the key prefixes) and missing neighbours are logged with their
+counts; a neighbour that has sent nothing valid after the first round is named with what
+to check.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ import functools
 import hashlib
 import io
 import json
+import logging
 import signal
 import sys
 import time
@@ -66,13 +77,14 @@ from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, ledger, recovery, resources
+from firmware_py import checkpoint, config, ledger, logs, recovery, resources
 
 __all__ = ["main", "run"]
 
 EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
 EXIT_DIVERGED = 5  # the round's message would be non-finite; nothing was sent
 EXIT_IO = 6  # a file or the port could not be opened at start (later failures are retried)
+EXIT_DEGRADED = 7  # done, but a neighbour never came or too many messages were missing
 MISMATCH_LIMIT = 3
 
 
@@ -223,8 +235,8 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
     """Refuse a start that could reuse noise: a fresh start on a stream this secret
     already used, or a checkpoint behind the last round sent (module docstring)."""
     fresh = snap is None and sent is None
-    entry = None if stream_ledger is None else stream_ledger.used(
-        plan.plan_hash, cfg.run_id, cfg.id
+    entry = (
+        None if stream_ledger is None else stream_ledger.used(plan.plan_hash, cfg.run_id, cfg.id)
     )
     if fresh and entry is not None:
         raise RefusedError(
@@ -269,15 +281,18 @@ def _sent_line(node: int, out) -> dict:
     }
 
 
-def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> int:
+def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     """Run the node until its rounds are done; returns the exit status.
 
     ``rollback``: resume from the newest usable checkpoint and sit out the rounds already
-    sent from it (:mod:`firmware_py.recovery`)."""
-    log = resources.SafeLog(log)
+    sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`."""
+    logger = logger or logs.setup(cfg.id)
+    log = logs.TextAdapter(logger)  # for the retry and metrics helpers, which write text
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
-        log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
+        logs.event(
+            logger, logging.WARNING, "not-private", "noise derived from the plan seed: NOT private"
+        )
     try:
         model = models.for_task(
             plan.task, x.shape[1], model_file=str(cfg.model_file) if cfg.model_file else None
@@ -294,10 +309,17 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
         stream_fingerprint=fingerprint,
         **key_arguments,
     )
-    _, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
-    log.write(
-        f"node {cfg.id}: plan {plan.plan_hash[:16]} run {cfg.run_id}; budget "
-        f"run.max_epsilon={cfg.max_epsilon:g} binds {against}\n"
+    eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
+    logs.event(
+        logger,
+        logging.INFO,
+        "start",
+        f"plan {plan.plan_hash[:16]} ({plan.mechanism}, {plan.adjacency}) run {cfg.run_id}; "
+        f"epsilon={eps:.6g} against {against}; budget run.max_epsilon={cfg.max_epsilon:g}",
+        plan_hash=plan.plan_hash,
+        run=cfg.run_id,
+        epsilon=eps,
+        adversary=against,
     )
     checkpoint.private_folder(cfg.checkpoint_dir)
     checkpoint.remove_temporaries(cfg.checkpoint_dir)  # left by a writer killed mid-write
@@ -321,9 +343,14 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
     except (PlanError, NotImplementedError) as exc:
         raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
     if resumed.source in ("rolled-back", "rollback"):
-        log.write(
-            f"node {cfg.id}: {resumed.damage or 'rollback'}; resumed at round {agent.round}"
-            f"{f', sat out rounds {list(resumed.skipped)}' if resumed.skipped else ''}\n"
+        logs.event(
+            logger,
+            logging.WARNING,
+            "resumed",
+            f"{resumed.damage or 'rollback'}; resumed at round {agent.round}"
+            f"{f', sat out rounds {list(resumed.skipped)}' if resumed.skipped else ''}",
+            source=resumed.source,
+            skipped=list(resumed.skipped),
         )
     snap = resumed.snapshot
     stream_ledger = None if cfg.reproducible else ledger.StreamLedger(cfg.ledger_file)
@@ -341,9 +368,12 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit: EFBIG, retried
     soft, hard = resources.reserve_descriptors()
     max_frame, max_parts = agent.wire_limits()
-    log.write(
-        f"node {cfg.id}: descriptors {soft} (hard {hard}; the rest kept for own files); "
-        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message\n"
+    logs.event(
+        logger,
+        logging.INFO,
+        "limits",
+        f"descriptors {soft} (hard {hard}; the rest kept for own files); "
+        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message",
     )
     checkpoint.private_folder(cfg.metrics.parent)
     metrics = resources.MetricsLog(cfg.metrics, log=log)
@@ -362,7 +392,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
         raise
 
     def durable(what: str, write) -> None:
-        resources.retry(f"node {cfg.id}: {what}", write, log=log, stop=lambda: bool(stop["signal"]))
+        resources.retry(what, write, log=log, stop=lambda: bool(stop["signal"]))
 
     metrics.write(
         {
@@ -376,14 +406,22 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
         }
     )
     first_round = agent.round
+    watch = logs.RoundWatch(
+        logger, agent.neighbours, {n.id: n.endpoint for n in cfg.neighbours}, plan.plan_hash
+    )
     try:
         while not agent.done:
             target = agent.rejoin_target()
             if target is not None:  # a majority of the neighbours is past the window
                 behind, skipped = agent.round, agent.rejoin(target)
-                log.write(
-                    f"node {cfg.id}: rejoining at round {target}; rounds {behind}..{target - 1} "
-                    "skipped (nothing sent, their noise drawn and discarded)\n"
+                logs.event(
+                    logger,
+                    logging.WARNING,
+                    "rejoin",
+                    f"rejoining at round {target}; rounds {behind}..{target - 1} skipped "
+                    "(nothing sent, their noise drawn and discarded)",
+                    round=target,
+                    skipped=skipped,
                 )
                 metrics.write(
                     {
@@ -466,6 +504,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
                     "dropped": transport.dropped,
                 }
             )
+            watch.round_end(report.round, report, agent, transport)
             # metrics first: a crash in between repeats a line instead of losing one
             durable("checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot()))
         buf = io.BytesIO()
@@ -474,6 +513,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
             "final model",
             functools.partial(checkpoint.atomic_write, cfg.final_model, buf.getvalue()),
         )
+        degraded = watch.degraded(cfg.max_missing)
         metrics.write(
             {
                 "event": "done",
@@ -483,9 +523,26 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, log=sys.stderr) -> in
                 "dropped": transport.dropped,
                 "refused_handshakes": transport.refused_handshakes,
                 "metrics_lines_lost": metrics.lost,
+                "degraded": degraded,
             }
         )
         durable("metrics", metrics.flush)
+        if degraded is not None:
+            logs.event(
+                logger,
+                logging.ERROR,
+                "degraded",
+                f"the plan's rounds are done but the run is degraded: {degraded}; the model "
+                f"was written to {cfg.final_model}",
+            )
+            return EXIT_DEGRADED
+        logs.event(
+            logger,
+            logging.INFO,
+            "done",
+            f"the plan's {plan.steps} rounds are done; missing {agent.metrics.missing}, "
+            f"rejected {sum(agent.metrics.rejected.values())}; model {cfg.final_model}",
+        )
         return EXIT_OK
     except resources.StoppedError:
         return 128 + stop["signal"]
@@ -503,18 +560,27 @@ def main(argv=None) -> int:
         help="resume from the newest usable checkpoint, sitting out the rounds already sent "
         "from it (after exit 4 names this option)",
     )
+    ap.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="text",
+        help="log lines on stderr: human text (default) or one JSON object per line",
+    )
     args = ap.parse_args(argv)
+    logger = logs.setup(None, fmt=args.log_format)
     try:
         cfg = config.load(args.config)
-        return run(cfg, rollback=args.rollback)
+        logger = logs.setup(cfg.id, fmt=args.log_format)
+        return run(cfg, rollback=args.rollback, logger=logger)
     except config.ConfigError as exc:
-        sys.stderr.write(f"edgedp-agent: config error: {exc}\n")
+        logs.event(logger, logging.ERROR, "config", f"config error: {exc}")
         return EXIT_CONFIG
     except RefusedError as exc:
-        sys.stderr.write(f"edgedp-agent: refused: {exc}\n")
+        code = logs.EXIT_CODES.get(exc.code, "refused")
+        logs.event(logger, logging.ERROR, code, f"refused: {exc}", exit=exc.code)
         return exc.code
     except (OSError, zmq.ZMQError) as exc:  # at start: the state folder, the port
-        sys.stderr.write(f"edgedp-agent: I/O error at start: {exc}\n")
+        logs.event(logger, logging.ERROR, "io", f"I/O error at start: {exc}", exit=EXIT_IO)
         return EXIT_IO
 
 

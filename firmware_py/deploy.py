@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -398,12 +398,12 @@ class LocalRun:
                 codes.append(p.wait())
         return codes
 
-    def start(self, u: int, *, preexec_fn=None) -> subprocess.Popen:
-        """(Re)start node ``u``'s agent; ``preexec_fn`` runs in the child before it starts
-        (e.g. to set resource limits)."""
+    def start(self, u: int, *, preexec_fn=None, args: Sequence[str] = ()) -> subprocess.Popen:
+        """(Re)start node ``u``'s agent with extra daemon ``args`` (e.g. ``--log-format
+        json``); ``preexec_fn`` runs in the child before it starts (e.g. resource limits)."""
         log = open(self.directory / f"node-{u}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u])],
+            [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u]), *args],
             stdout=log,
             stderr=log,
             cwd=self.directory,
@@ -462,9 +462,7 @@ def local_run(
     plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
     directory = Path(directory).resolve()
     checkpoint.private_folder(directory / "keys")
-    keys = {
-        u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)
-    }
+    keys = {u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)}
     ports = free_ports(plan.n)
     endpoints = {u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)}
     shards = write_shards(plan, directory / "shards")

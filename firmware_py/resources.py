@@ -18,8 +18,7 @@ ENOSPC, EIO, EFBIG, ...) with exponential backoff, logging the failure and the r
 until it succeeds or the agent is asked to stop. Nothing that noise safety depends on is
 skipped: the caller does not go on (e.g. send a round) until the write is done.
 :class:`MetricsLog` writes metrics lines without ever raising; lines that could not be
-written wait in memory and go out with the next successful write. :class:`SafeLog` keeps a
-failing log stream (stderr on a full disk) from raising.
+written wait in memory and go out with the next successful write.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ __all__ = [
     "DESCRIPTOR_FLOOR",
     "RESERVE",
     "MetricsLog",
-    "SafeLog",
     "StoppedError",
     "open_fd",
     "reserve_descriptors",
@@ -47,24 +45,6 @@ __all__ = [
 DESCRIPTOR_FLOOR = 4096
 #: Descriptors kept between the soft and the hard limit for the agent's own files.
 RESERVE = 64
-
-
-class SafeLog:
-    """A text log whose ``write`` never raises (the log may sit on the disk that is full)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.lost = 0  # writes that failed
-
-    def write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except (OSError, ValueError):
-            self.lost += 1
-
-    def flush(self) -> None:
-        """Each write is flushed already."""
 
 
 class StoppedError(Exception):

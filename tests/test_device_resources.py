@@ -229,8 +229,11 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))
     assert run.wait(timeout=120) == [0, 0, 0]
     text = log.read_text()
-    assert "Traceback" not in text and text.count("done after") == 2
-    assert "metrics writes work again" in text
+    assert "Traceback" not in text
+    assert text.count("sent-round record done after") == 1
+    assert text.count("checkpoint done after") == 1
+    # the limit may still hold when the run ends: the final flush then retries the lines
+    assert "metrics writes work again" in text or "metrics done after" in text
     for v in (1, 2):  # the neighbours mixed without node 0 while it could not send
         assert any(0 in m["missing"] for m in _rounds(run, v))
     sent = {}

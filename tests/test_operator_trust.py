@@ -227,7 +227,7 @@ def test_the_systemd_unit_is_hardened_and_valid(tmp_path):
         "ProtectHome=yes",
         "PrivateTmp=yes",
         f"ReadWritePaths={tmp_path}",
-        "RestartPreventExitStatus=2 3 4 5",
+        "RestartPreventExitStatus=2 3 4 5 7\n",
         "Restart=on-failure",
         "UMask=0077",
         "CapabilityBoundingSet=\n",

@@ -69,10 +69,16 @@ class _NeighbourKeys:
     def __init__(self, ids_by_key: Mapping[bytes, int]) -> None:
         self.ids_by_key = dict(ids_by_key)
         self.refused = 0
+        self.unknown: dict[bytes, None] = {}  # the last few refused public keys (for logs)
 
     def callback(self, domain: str, key: bytes) -> bool:
         ok = key in self.ids_by_key
-        self.refused += not ok
+        if not ok:
+            self.refused += 1
+            self.unknown.pop(key, None)
+            self.unknown[key] = None
+            while len(self.unknown) > 8:
+                self.unknown.pop(next(iter(self.unknown)))
         return ok
 
 
@@ -169,6 +175,12 @@ class ZmqTransport:
     def refused_handshakes(self) -> int:
         """CURVE handshakes refused because the client key is not a neighbour's."""
         return self._keys.refused
+
+    @property
+    def unknown_keys(self) -> tuple[bytes, ...]:
+        """The last (at most 8) public keys, z85, whose handshakes were refused: public
+        values, for the operator's log (a neighbour configured with the wrong key)."""
+        return tuple(self._keys.unknown)
 
     def send(self, recipients, frames) -> int:
         """Queue ``frames`` to each recipient without blocking; returns how many were queued."""
