@@ -16,14 +16,14 @@ demo: $(STAMP)
 	$(VENV)/bin/edgedp demo --out demo-out
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks
+	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks scripts
 	$(PY) -m pytest -n 2 -q
 
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks
+	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) demo-out build *.egg-info

@@ -9,20 +9,30 @@ the frames and who keeps time differs.
 Guarantees (DESIGN §6, §8):
 * the only way to obtain outgoing frames is :meth:`begin_round`, which always adds the
   round's noise; no round past the plan's T is ever started (BudgetExhaustedError);
-* a received message is decoded and fully checked before anything changes; a rejected
-  one only increments ``metrics.rejected[reason]``;
+* a received message is decoded and fully checked before anything changes — structure,
+  plan, sender, round (never past the plan's T), shape, finite values within the plan's
+  bound on honest messages (:mod:`edgedp.bounds`); a rejected one only increments
+  ``metrics.rejected[reason]``;
+* the agent never adopts a non-finite state: :meth:`end_round` raises
+  :class:`~edgedp.errors.NonFiniteStateError` before changing anything;
 * nothing non-finite is ever sent: a per-example gradient with a NaN or ±inf entry adds
   zero to the clipped sum (counted in ``metrics.nonfinite``), and a round whose outgoing
   message would still be non-finite (the model diverged) raises
   :class:`~edgedp.errors.NonFiniteMessageError` and leaves the agent at the start of that
   round, with nothing sent;
 * :meth:`snapshot` / :meth:`restore` carry everything needed to resume at the start of a
-  round; the noise of every round is a pure function of (key, round), so a restarted agent
-  regenerates the same noise. A snapshot records the fingerprint of the streams it was
-  made with (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret,
-  plan or run is refused;
+  round, and no noise: the noise of every round is a pure function of (key, round), so a
+  restarted agent regenerates the same noise and the temporal factor's buffers
+  (``NoiseSource.state_at``) — a snapshot that leaked would not reveal them. A snapshot
+  records the fingerprint of the streams it was made with
+  (:meth:`edgedp.streams.RunKeys.fingerprint`): resuming with another secret, plan or run
+  is refused;
 * :meth:`final_release` is the model to publish at the end, covered by the plan's
-  accountant (for sr-gt/DPOP the last state plus one more Laplace draw).
+  accountant (for sr-gt/DPOP the last state plus one more Laplace draw);
+* a node that fell more than the receive window behind rejoins by skipping rounds
+  (:meth:`rejoin_target`, :meth:`rejoin`): only on evidence from a majority of its
+  neighbours, never past a round one of that majority reached, and every skipped round
+  releases nothing and draws and discards its noise (:meth:`skip_round`).
 """
 
 from __future__ import annotations
@@ -35,10 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate, algorithms, clipping, rng, sketch_adaptive, wire
+from edgedp import _validate, algorithms, clipping, rejoin, rng, sketch_adaptive, wire
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
-from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, PlanError
+from edgedp.errors import (
+    BudgetExhaustedError,
+    DamagedSnapshotError,
+    NonFiniteMessageError,
+    NonFiniteStateError,
+    PlanError,
+)
 from edgedp.factors import StreamState
 from edgedp.noise import NoiseSource, laplace_draw, noise_digest
 from edgedp.plan import NodeShare, batch_schedule
@@ -215,12 +231,7 @@ class Agent:
         self.last_seen: dict[int, np.ndarray] = {}
         self.ahead: dict[int, int] = {}
         self.metrics = Metrics()
-        self.context = wire.Context(
-            plan_hash=bytes.fromhex(share.plan_hash),
-            neighbours=frozenset(self.neighbours),
-            shapes=((self.message_dim,),),
-            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
-        )
+        self._set_bounds(theta0)
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
     # ------------------------------------------------------------------ state
@@ -231,7 +242,26 @@ class Agent:
 
     @theta.setter
     def theta(self, value: np.ndarray) -> None:
-        self.state = self.algo.init_state(np.asarray(value, dtype=np.float64))
+        """Start the node from the model ``value`` (its θ₀; every node must use the same)."""
+        theta0 = np.asarray(value, dtype=np.float64)
+        self.state = self.algo.init_state(theta0)
+        self._set_bounds(theta0)
+
+    def _set_bounds(self, theta0: np.ndarray) -> None:
+        """The plan's bound on honest messages from the common θ₀ (:mod:`edgedp.bounds`)."""
+        share = self.share
+        self.bounds: tuple[float, ...] = (
+            ()
+            if share.network is None
+            else tuple(self.algo.message_bound(share, dim=self.model.dim, theta0=theta0))
+        )
+        self.context = wire.Context(
+            plan_hash=bytes.fromhex(share.plan_hash),
+            neighbours=frozenset(self.neighbours),
+            shapes=((self.message_dim,),),
+            max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
+            bounds=self.bounds[:1],
+        )
 
     @property
     def done(self) -> bool:
@@ -248,13 +278,18 @@ class Agent:
             "round": self.round,
             "state": dict(self.state),
             "noise_step": self.noise_state.step,
-            "noise_buffers": list(self.noise_state.buffers),
             "last_seen": {str(k): v for k, v in self.last_seen.items()},
             "metrics": self.metrics.to_dict(),
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
-        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node."""
+        """Resume from :meth:`snapshot` output; checks it belongs to this plan and node.
+
+        Raises:
+          PlanError: the snapshot belongs to another plan, node, secret or run.
+          DamagedSnapshotError: its content is malformed, non-finite or inconsistent with
+            the plan (a damaged or hand-edited file); nothing changed.
+        """
         if snap.get("plan_hash") != self.share.plan_hash or snap.get("node") != self.node:
             raise PlanError("Checkpoint belongs to another plan or node; refusing to resume.")
         if snap.get("stream_fingerprint", "") != self.stream_fingerprint:
@@ -262,44 +297,55 @@ class Agent:
                 "Checkpoint was made with another noise secret, pairwise key or run id: "
                 "resuming would continue its streams with other noise; refusing to resume."
             )
-        state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+        try:
+            state = {k: np.asarray(v, dtype=np.float64) for k, v in dict(snap["state"]).items()}
+            r, noise_step = int(snap["round"]), int(snap["noise_step"])
+            last_seen = {
+                int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
+            }
+            m = snap["metrics"]
+            metrics = Metrics(
+                rounds=int(m["rounds"]),
+                sent=int(m["sent"]),
+                received=int(m["received"]),
+                missing=int(m["missing"]),
+                clipped=int(m["clipped"]),
+                skipped=int(m.get("skipped", 0)),
+                nonfinite=int(m.get("nonfinite", 0)),
+                rejected=Counter({str(k): int(v) for k, v in m["rejected"].items()}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DamagedSnapshotError(
+                f"Checkpoint has missing or malformed fields ({exc})."
+            ) from None
         want = self.algo.init_state(self.theta)
         if set(state) != set(want) or any(
             state[k].shape != want[k].shape or not np.all(np.isfinite(state[k])) for k in want
         ):
-            raise PlanError("Checkpoint model state has the wrong fields, shapes or values.")
-        r = int(snap["round"])
-        # without Gaussian noise (dsgd, Laplace plans) the Gaussian stream never advances
-        stream_ok = self.share.noise_std == 0 or int(snap["noise_step"]) == r
-        if not 0 <= r <= self.share.steps or not stream_ok:
-            raise PlanError(f"Checkpoint round {r} is inconsistent with the plan or noise state.")
-        expected = self.noise.init().buffers
-        buffers = tuple(np.asarray(b, dtype=np.float64) for b in snap["noise_buffers"])
-        if len(buffers) != len(expected) or any(
-            b.shape != e.shape for b, e in zip(buffers, expected, strict=True)
+            raise DamagedSnapshotError(
+                "Checkpoint model state has the wrong fields, shapes or non-finite values."
+            )
+        if any(
+            v not in self.neighbours or x.shape != (self.message_dim,) or not np.all(np.isfinite(x))
+            for v, x in last_seen.items()
         ):
-            raise PlanError("Checkpoint noise state does not match the plan's temporal factor.")
+            raise DamagedSnapshotError("Checkpoint holds a malformed last-seen message.")
+        # without Gaussian noise (dsgd, Laplace plans) the Gaussian stream never advances
+        stream_ok = self.share.noise_std == 0 or noise_step == r
+        if not 0 <= r <= self.share.steps or not stream_ok:
+            raise DamagedSnapshotError(
+                f"Checkpoint round {r} is inconsistent with the plan or noise state."
+            )
         if self.aggregator is not None and r > 0:
             raise NotImplementedError(
                 "Resuming an adaptive dome basis mid-run is not built: the spanning-tree "
                 "frames in flight and the PCA state (U, Λ, bases) are not checkpointed."
             )
         self.state, self.round = state, r
-        self.noise_state = StreamState(r, buffers)
-        self.last_seen = {
-            int(k): np.asarray(v, dtype=np.float64) for k, v in snap["last_seen"].items()
-        }
-        m = snap["metrics"]
-        self.metrics = Metrics(
-            rounds=m["rounds"],
-            sent=m["sent"],
-            received=m["received"],
-            missing=m["missing"],
-            clipped=m["clipped"],
-            skipped=m.get("skipped", 0),
-            nonfinite=m.get("nonfinite", 0),
-            rejected=Counter(m["rejected"]),
-        )
+        # regenerated from the key: a checkpoint holds no noise (module docstring)
+        self.noise_state = self.noise.state_at(r)
+        self.last_seen = last_seen
+        self.metrics = metrics
         self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
 
     # ------------------------------------------------------------------ round
@@ -441,6 +487,46 @@ class Agent:
         scale = self.share.laplace.noise_scale(steps)
         return self.theta + laplace_draw(self.noise.keys, steps, self.model.dim, scale)
 
+    def wire_limits(self) -> tuple[int, int]:
+        """``(largest frame in bytes, most frames)`` of any message this node accepts: a
+        header of at most ``wire.MAX_HEADER_BYTES`` and one array per expected shape (two
+        with an adaptive dome basis). Transports cap inbound frames and parts with these."""
+        shapes = self.context.shapes * (2 if self.aggregator is not None else 1)
+        itemsize = np.dtype(self.context.dtype).itemsize
+        largest = max(int(np.prod(shape, dtype=np.int64)) * itemsize for shape in shapes)
+        return max(wire.MAX_HEADER_BYTES, largest), 1 + len(shapes)
+
+    def rejoin_target(self) -> int | None:
+        """The round to skip to if this node fell more than the receive window behind, else
+        None (also inside a round): :func:`edgedp.rejoin.target` on the rounds seen from
+        the neighbours, including messages past the window (rejected, their round noted).
+        Never with an adaptive dome basis: its spanning-tree aggregate needs every round.
+        """
+        if self.message is not None or self.aggregator is not None:
+            return None
+        return rejoin.target(
+            self.round,
+            window=self.round_window,
+            steps=self.share.steps,
+            seen=self.ahead,
+            neighbours=self.neighbours,
+        )
+
+    def rejoin(self, target: int) -> int:
+        """Skip every round before ``target`` (see :meth:`rejoin_target`); returns how many.
+
+        Each skipped round is :meth:`skip_round`: no step and no message, its noise drawn and
+        discarded, so the stream stays aligned with the round counter and never reused.
+        """
+        if not self.round < target < self.share.steps:
+            raise ValueError(
+                f"Expected round {self.round} < target={target} < T={self.share.steps}."
+            )
+        skipped = target - self.round
+        while self.round < target:
+            self.skip_round()
+        return skipped
+
     def skip_round(self) -> None:
         """Sit out the current round (the node is offline): no step, no messages.
 
@@ -467,16 +553,19 @@ class Agent:
             msg = wire.decode(frames, max_bytes=self.context.max_bytes)
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
-                context = replace(context, shapes=context.shapes * 2)  # model + tree frame
+                # model + tree frame
+                context = replace(context, shapes=context.shapes * 2, bounds=self.bounds)
             wire.check(
                 msg,
                 context,
                 round_lo=self.round,
-                round_hi=self.round + self.round_window,
+                round_hi=min(self.round + self.round_window, self.share.steps - 1),
                 authenticated_sender=authenticated_sender,
             )
         except wire.WireError as exc:
             self.metrics.rejected[type(exc).__name__] += 1
+            if isinstance(exc, wire.RoundOutOfWindow):
+                self._note_far_round(msg, context, authenticated_sender)
             if isinstance(exc, wire.PlanHashMismatch) and authenticated_sender is not None:
                 self.announced[authenticated_sender] = (
                     self.announced.get(authenticated_sender, 0) + 1
@@ -494,13 +583,31 @@ class Agent:
         self.metrics.received += 1
         return True
 
+    def _note_far_round(self, msg, context, authenticated_sender: int | None) -> None:
+        """Note the round of an authenticated neighbour's message past the receive window if
+        the message is valid in every other way (round < T); it stays rejected."""
+        if authenticated_sender is None or msg.round <= self.round + self.round_window:
+            return
+        try:
+            wire.check(
+                msg,
+                context,
+                round_lo=0,
+                round_hi=self.share.steps - 1,
+                authenticated_sender=authenticated_sender,
+            )
+        except wire.WireError:
+            return
+        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+
     def missing(self) -> tuple[int, ...]:
         """Neighbours whose message for the current round has not arrived."""
         got = self.inbox.get(self.round, {})
         return tuple(v for v in self.neighbours if v not in got)
 
     def hopeless(self) -> tuple[int, ...]:
-        """Missing neighbours already seen in a later round: their message will never come."""
+        """Missing neighbours already seen in a later round (also past the receive window):
+        their message for this round will never come."""
         return tuple(v for v in self.missing() if self.ahead.get(v, -1) > self.round)
 
     def plan_rejected_by_all(self, limit: int) -> bool:
@@ -512,7 +619,13 @@ class Agent:
         return self.message is not None and not self.missing()
 
     def end_round(self) -> RoundReport:
-        """Mix (fixed order; dropout rule for missing neighbours) and advance the round."""
+        """Mix (fixed order; dropout rule for missing neighbours) and advance the round.
+
+        Raises:
+          NonFiniteStateError: the mixed state would hold NaN or ±inf; nothing changes (the
+            agent stays inside the round, its inbox intact; counted in
+            ``metrics.rejected["NonFiniteStateError"]``).
+        """
         if self.message is None:
             raise RuntimeError("end_round() before begin_round()")
         got = self.inbox.get(self.round, {})
@@ -525,13 +638,23 @@ class Agent:
                 f"node {self.node}: a spanning-tree frame of round {self.round} did not "
                 f"arrive (from {missing}); the adaptive basis needs every frame"
             )
-        self.inbox.pop(self.round, None)
         weights, vectors = self._mixing_terms(got, set(missing))
         before = self.theta
-        self.state = self.algo.receive(
-            self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
-        )
-        update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
+            state = self.algo.receive(
+                self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
+            )
+        bad = sum(int(a.size - np.count_nonzero(np.isfinite(a))) for a in state.values())
+        if bad:  # checked before any change: the agent never adopts a non-finite state
+            self.metrics.rejected["NonFiniteStateError"] += 1
+            raise NonFiniteStateError(
+                f"node {self.node}, round {self.round}: mixing would leave {bad} NaN/Inf "
+                "entries in the state (the model diverged); the state was not changed."
+            )
+        self.inbox.pop(self.round, None)
+        self.state = state
+        with np.errstate(over="ignore"):  # a diagnostic: an overflow reads as inf
+            update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
         for v, vec in got.items():
             self.last_seen[v] = vec
         if self.aggregator is not None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetExhaustedError",
+    "DamagedSnapshotError",
     "EdgeDPError",
     "NonFiniteMessageError",
+    "NonFiniteStateError",
     "PlanError",
     "PlanMismatchError",
     "TopologyError",
@@ -35,6 +37,11 @@ class PlanMismatchError(PlanError):
     """Two parties hold plans with different hashes."""
 
 
+class DamagedSnapshotError(PlanError):
+    """A snapshot of this plan, node and run whose content cannot be resumed (malformed,
+    non-finite, or inconsistent with the plan): a damaged file, not someone else's."""
+
+
 class BudgetExhaustedError(EdgeDPError):
     """An agent was asked to run past the planned number of steps."""
 
@@ -48,4 +55,12 @@ class NonFiniteMessageError(EdgeDPError, FloatingPointError):
 
     Raised before anything is sent: a non-finite message would reveal, by its NaN, whatever
     made it non-finite.
+    """
+
+
+class NonFiniteStateError(EdgeDPError, FloatingPointError):
+    """Mixing would leave NaN or ±inf in a node's state (the model diverged).
+
+    Raised before the state changes: a node never adopts, checkpoints or sends from a
+    non-finite state.
     """

@@ -14,6 +14,10 @@ Every factor exposes the same names (CONVENTIONS C3/C4):
 * ``materialize(steps)``               — the dense ``C⁻¹`` (noise = ``C⁻¹ @ Z``), for tests and
                                         planning;
 * ``strategy(steps)``                  — the dense ``C``, which the accountant certifies;
+* ``state_at(draw, step, shape)``      — the state at ``step`` rebuilt from the draws alone
+                                        (resume: checkpoints hold no noise);
+* ``noise_row_norms(steps)``           — ‖C⁻¹[t, :]‖ for t < steps: the std of one
+                                        coordinate of the noise at step t, per unit ν;
 * ``state_bytes(d)``                   — memory the streaming state needs for dimension d;
 * ``to_dict()``                        — plain data for the plan; :func:`from_dict` inverts it.
 
@@ -33,6 +37,7 @@ work is O(t·d) per step; ``banded`` and ``blt`` are the bounded-work forms for 
 # ruff: noqa: N803, N806  (paper letters C, Z, T: see docs/NOTATION.md)
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -82,6 +87,13 @@ class Identity:
     def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
         return draw(state.step), StreamState(state.step + 1)
 
+    def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
+        return StreamState(step)
+
+    def noise_row_norms(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        return np.ones(steps)
+
     def materialize(self, steps: int) -> np.ndarray:
         _check_steps(steps)
         return np.eye(steps)
@@ -112,6 +124,18 @@ class AntiPGD:
         z = draw(state.step)
         noise = z - state.buffers[0]
         return noise, StreamState(state.step + 1, (z,))
+
+    def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
+        """The buffer is z_{step−1}: one draw, no replay."""
+        if step == 0:
+            return self.init(shape)
+        return StreamState(step, (draw(step - 1),))
+
+    def noise_row_norms(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        out = np.full(steps, math.sqrt(2.0))
+        out[0] = 1.0
+        return out
 
     def materialize(self, steps: int) -> np.ndarray:
         _check_steps(steps)
@@ -200,6 +224,13 @@ class Banded:
         buffers = ((y_t,) + state.buffers[:-1]) if state.buffers else ()
         return y_t, StreamState(t + 1, buffers)
 
+    def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
+        """Replays the forward substitution: ``step`` draws, O(step · p · d) work."""
+        return _replay(self, draw, step, shape)
+
+    def noise_row_norms(self, steps: int) -> np.ndarray:
+        return _streamed_row_norms(self, steps)
+
     def strategy(self, steps: int) -> np.ndarray:
         _check_steps(steps)
         if steps > self.steps:
@@ -257,6 +288,14 @@ class Dense:
             if row[tau] != 0.0:
                 acc = acc + row[tau] * draw(tau)
         return acc, StreamState(t + 1)
+
+    def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
+        """No state: every step regenerates its past draws."""
+        return StreamState(step)
+
+    def noise_row_norms(self, steps: int) -> np.ndarray:
+        _check_steps(steps)
+        return np.sqrt(np.sum(self.inverse[:steps, :steps] ** 2, axis=1))
 
     def strategy(self, steps: int) -> np.ndarray:
         _check_steps(steps)
@@ -359,6 +398,14 @@ class BLT:
         buffers = tuple(theta * s + y for theta, s in zip(self.decays, state.buffers, strict=True))
         return y, StreamState(state.step + 1, buffers)
 
+    def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
+        """Replays the buffers: ``step`` draws, O(step · buffers · d) work."""
+        return _replay(self, draw, step, shape)
+
+    def noise_row_norms(self, steps: int) -> np.ndarray:
+        """C⁻¹ is lower-triangular Toeplitz: row t holds the first t+1 inverse coefficients."""
+        return np.sqrt(np.cumsum(self.inverse_coefficients(steps) ** 2))
+
     def strategy(self, steps: int) -> np.ndarray:
         return _lower_toeplitz(self.coefficients(steps))
 
@@ -374,6 +421,32 @@ class BLT:
             "decays": np.array(self.decays),
             "weights": np.array(self.weights),
         }
+
+
+def _replay(factor, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
+    """The streaming state at ``step``, rebuilt by running the factor from its start."""
+    _validate.integer(minimum=0, step=step)
+    state = factor.init(shape)
+    for _ in range(step):
+        _, state = factor.next(draw, state)
+    return state
+
+
+def _streamed_row_norms(factor, steps: int) -> np.ndarray:
+    """‖C⁻¹[t, :]‖ by streaming unit impulses: draw(τ) = e_τ makes output t row t of C⁻¹."""
+    _check_steps(steps)
+
+    def unit(tau: int) -> np.ndarray:
+        e = np.zeros(steps)
+        e[tau] = 1.0
+        return e
+
+    state = factor.init((steps,))
+    out = np.empty(steps)
+    for t in range(steps):
+        row, state = factor.next(unit, state)
+        out[t] = math.sqrt(float(np.dot(row, row)))
+    return out
 
 
 def blt_inverse_radius(decays, weights) -> float:

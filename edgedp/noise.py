@@ -99,8 +99,11 @@ class NoiseSource:
         return self.std * correlated, state
 
     def state_at(self, step: int) -> StreamState:
-        """Rebuild the streaming state at ``step`` by replaying (resume without a checkpoint)."""
-        state = self.init()
-        for _ in range(step):
-            _, state = self.factor.next(self.draw, state)
-        return state
+        """The streaming state at ``step``, regenerated from the key alone (resume).
+
+        Bit-identical to the state ``next`` reached; the factor decides the cost
+        (``state_at`` in :mod:`edgedp.factors`: nothing for identity and dense, one draw for
+        AntiPGD, a replay of ``step`` draws for banded and BLT)."""
+        if self.std == 0.0:  # ``next`` never advanced the factor
+            return StreamState(step, self.init().buffers)
+        return self.factor.state_at(self.draw, step, self.shape)

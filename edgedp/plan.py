@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _codec, _validate, factors, signing, topology
+from edgedp import _codec, _validate, bounds, factors, signing, topology
 from edgedp import cross_agent as cross_mod
 from edgedp import sketch as sketch_mod
 from edgedp.accounting import cross_agent as cross_acc
@@ -178,6 +178,8 @@ class NoisePlan:
     cross_agent: cross_mod.CrossAgentSpec | None = None
     sketch: sketch_mod.SketchSpec | None = None
     adjacency: str = GAUSSIAN_ADJACENCY
+    message_bound: float | None = None
+    _facts: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def private(self) -> bool:
@@ -248,6 +250,7 @@ class NoisePlan:
             **({"laplace": self.laplace.to_dict()} if self.laplace is not None else {}),
             **({"cross_agent": self.cross_agent.to_dict()} if self.cross_agent else {}),
             **({"sketch": self.sketch.to_dict()} if self.sketch is not None else {}),
+            **({"message_bound": self.message_bound} if self.message_bound is not None else {}),
         }
 
     @property
@@ -325,6 +328,7 @@ class NoisePlan:
                 ),
                 sketch=sketch_mod.SketchSpec.from_dict(d["sketch"]) if "sketch" in d else None,
                 adjacency=str(d["adjacency"]),
+                message_bound=float(d["message_bound"]) if "message_bound" in d else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"Malformed NoisePlan field: {exc}") from None
@@ -371,7 +375,15 @@ class NoisePlan:
             ),
             sketch=self.sketch,
             tree=self._aggregate_tree(),
+            network=self.network_facts(),
         )
+
+    def network_facts(self) -> bounds.NetworkFacts:
+        """What every node needs for the bound on honest messages (:mod:`edgedp.bounds`);
+        computed once per plan."""
+        if self._facts is None:
+            object.__setattr__(self, "_facts", bounds.network_facts(self))
+        return self._facts
 
     def _aggregate_tree(self):
         """The public spanning tree of an adaptive DOME basis (None otherwise)."""
@@ -404,9 +416,12 @@ class NodeShare:
     cross_agent: cross_mod.NodeCrossAgent | None = None
     sketch: sketch_mod.SketchSpec | None = None
     tree: Any = None  # adaptive DOME: the public spanning tree (edgedp.sketch_adaptive.Tree)
+    network: Any = None  # edgedp.bounds.NetworkFacts: n, W's column sums, noise std per round
 
 
 def _certify(plan: NoisePlan) -> None:
+    if plan.message_bound is not None and not 0 < plan.message_bound < math.inf:
+        raise PlanError(f"Expected 0 < message_bound={plan.message_bound!r} < inf.")
     if plan.mechanism not in _MECHANISMS:
         raise PlanError(
             f"Unknown mechanism {plan.mechanism!r}; expected one of {sorted(_MECHANISMS)}."
@@ -506,6 +521,7 @@ def make_plan(
     seed: int = 0,
     topology_name: str | None = None,
     sketch: sketch_mod.SketchSpec | None = None,
+    message_bound: float | None = None,
 ) -> NoisePlan:
     """Build and certify a plan.
 
@@ -516,6 +532,9 @@ def make_plan(
     Laplace mechanisms (``sr-gt``, ``dpop``; paper 004) take ``laplace=LaplaceSchedule(...)``
     instead (it carries ε), no σ/ε/δ/participation; ``learning_rate`` defaults to γ and
     must equal it; ``clip_norm`` may be ``inf`` (no clipping) with ``adjacency="problem"``.
+
+    ``message_bound`` states the largest |entry| of an honest message; receivers reject
+    larger ones. Without it the bound is derived from the plan (:mod:`edgedp.bounds`).
     """
     if mechanism not in _MECHANISMS:
         raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {sorted(_MECHANISMS)}.")
@@ -612,6 +631,7 @@ def make_plan(
         laplace=laplace,
         sketch=sketch,
         adjacency=laplace.adjacency if laplace is not None else GAUSSIAN_ADJACENCY,
+        message_bound=None if message_bound is None else float(message_bound),
     )
     _certify(plan)
     return plan

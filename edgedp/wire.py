@@ -7,13 +7,14 @@ zero-copy (read-only ``np.frombuffer`` views) and strict: it checks everything b
 returns, never unpickles, and never chooses a class or function by a name taken from the
 message. :func:`decode` checks structure; :func:`check` checks a decoded message against
 the receiver's context (plan hash, known senders, round window, expected shapes, finite
-values). Each failure raises a :class:`WireError` subclass whose class name is the counter a
-receiver increments.
+values within the plan's bound). Each failure raises a :class:`WireError` subclass whose
+class name is the counter a receiver increments.
 """
 
 # ruff: noqa: N818  (the exception class names are the rejection counters agents report)
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,7 +27,10 @@ __all__ = [
     "KINDS",
     "MAX_HEADER_BYTES",
     "WIRE_VERSION",
+    "MAX_DIMS",
+    "MAX_FRAMES",
     "BadPayload",
+    "BeyondBound",
     "Context",
     "Malformed",
     "Message",
@@ -41,6 +45,9 @@ __all__ = [
 
 WIRE_VERSION = 1
 MAX_HEADER_BYTES = 4096
+#: At most this many frames (header + arrays) and dimensions per array.
+MAX_FRAMES = 8
+MAX_DIMS = 4
 #: Message kinds; a static set, never used to look anything up by name.
 KINDS = frozenset({"model"})
 _DTYPES = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
@@ -68,7 +75,11 @@ class PlanHashMismatch(WireError):
 
 
 class RoundOutOfWindow(WireError):
-    """A replayed, stale or too-far-future round."""
+    """A replayed, stale or too-far-future round, or one past the plan's last."""
+
+
+class BeyondBound(WireError):
+    """Finite values larger in magnitude than the plan's bound on honest messages."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -85,13 +96,18 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a receiver checks a message against."""
+    """What a receiver checks a message against.
+
+    ``bounds`` holds, per array, the largest magnitude an honest sender's entries can have
+    (:mod:`edgedp.bounds`); an empty tuple or ``inf`` means no bound (finiteness only).
+    """
 
     plan_hash: bytes
     neighbours: frozenset[int]
     shapes: tuple[tuple[int, ...], ...]
     dtype: str = "<f8"
     max_bytes: int = 1 << 28
+    bounds: tuple[float, ...] = ()
 
 
 def encode(msg: Message) -> list[bytes | memoryview]:
@@ -128,15 +144,57 @@ def _int(header: dict, key: str) -> int:
     return value
 
 
+def _nbytes(i: int, frame) -> int:
+    if isinstance(frame, (bytes, bytearray)):
+        return len(frame)
+    if isinstance(frame, memoryview):
+        return frame.nbytes
+    raise Malformed(f"frame {i} is a {type(frame).__name__}, not bytes")
+
+
+def _spec(i: int, spec, nbytes: int, max_bytes: int) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape of array ``i``, checked against its frame's byte count.
+
+    The element count is a Python integer (no int64 wrap-around: 2³⁰·2³⁰·16 is 2⁶⁴, not 0)
+    and is compared with the cap before anything is allocated or reshaped.
+    """
+    if not isinstance(spec, list) or len(spec) != 2:
+        raise Malformed(f"array {i}: spec must be [dtype, shape], got {type(spec).__name__}")
+    dtype, shape = spec
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
+        raise Malformed(f"array {i}: dtype must be one of {sorted(_DTYPES)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_DIMS
+        or not all(type(s) is int and 0 <= s < 2**31 for s in shape)
+    ):
+        raise Malformed(f"array {i}: shape must be a list of at most {MAX_DIMS} sizes < 2**31")
+    dt = _DTYPES[dtype]
+    expected = math.prod(shape) * dt.itemsize  # Python ints: exact
+    if expected > max_bytes:
+        raise Oversized(f"array {i}: shape {shape} needs {expected} bytes, over {max_bytes}")
+    if expected != nbytes:
+        raise Malformed(f"array {i}: {nbytes} bytes do not match shape {shape} {dtype}")
+    return dt, tuple(shape)
+
+
 def decode(frames: Sequence[bytes | memoryview], *, max_bytes: int = 1 << 28) -> Message:
-    """Decode frames into a :class:`Message`, checking structure only; raises WireError."""
+    """Decode frames into a :class:`Message`, checking structure only.
+
+    Raises:
+      WireError: (a subclass: :class:`Malformed` or :class:`Oversized`) for any input that
+        is not a well-formed message — never another exception type (property-tested).
+    """
     if not isinstance(frames, (list, tuple)) or len(frames) < 1:
-        raise Malformed("expected at least one frame")
-    total = sum(len(f) for f in frames)
+        raise Malformed("expected a non-empty list of frames")
+    if len(frames) > MAX_FRAMES:
+        raise Malformed(f"{len(frames)} frames; a message has at most {MAX_FRAMES}")
+    sizes = [_nbytes(i, f) for i, f in enumerate(frames)]
+    total = sum(sizes)
     if total > max_bytes:
         raise Oversized(f"message of {total} bytes exceeds the cap of {max_bytes}")
-    if len(frames[0]) > MAX_HEADER_BYTES:
-        raise Oversized(f"header of {len(frames[0])} bytes exceeds {MAX_HEADER_BYTES}")
+    if sizes[0] > MAX_HEADER_BYTES:
+        raise Oversized(f"header of {sizes[0]} bytes exceeds {MAX_HEADER_BYTES}")
     try:
         header = msgpack.unpackb(
             bytes(frames[0]),
@@ -146,11 +204,14 @@ def decode(frames: Sequence[bytes | memoryview], *, max_bytes: int = 1 << 28) ->
             max_str_len=MAX_HEADER_BYTES,
             max_array_len=64,
             max_map_len=16,
+            max_ext_len=0,
         )
     except Exception as exc:  # msgpack raises many unrelated exception types
         raise Malformed(f"header is not msgpack: {type(exc).__name__}") from None
-    if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
-        keys = sorted(header) if isinstance(header, dict) else type(header).__name__
+    if not isinstance(header, dict):
+        raise Malformed(f"header must be a map, got {type(header).__name__}")
+    if set(header) != _HEADER_KEYS:  # keys are str or bytes: never sort them together
+        keys = sorted(repr(k) for k in header)
         raise Malformed(f"header must have keys {sorted(_HEADER_KEYS)}, got {keys}")
     version = _int(header, "v")
     if version != WIRE_VERSION:
@@ -165,27 +226,12 @@ def decode(frames: Sequence[bytes | memoryview], *, max_bytes: int = 1 << 28) ->
             f"header lists {len(specs) if isinstance(specs, list) else '?'} arrays "
             f"but {len(frames) - 1} data frames follow"
         )
+    round_, sender = _int(header, "round"), _int(header, "sender")
     arrays = []
-    for i, (spec, buf) in enumerate(zip(specs, frames[1:], strict=True)):
-        if (
-            not isinstance(spec, list)
-            or len(spec) != 2
-            or spec[0] not in _DTYPES
-            or not isinstance(spec[1], list)
-            or len(spec[1]) > 4
-            or not all(
-                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in spec[1]
-            )
-        ):
-            raise Malformed(f"array {i}: bad spec {spec!r}")
-        dt = _DTYPES[spec[0]]
-        count = int(np.prod(spec[1], dtype=np.int64))
-        if count * dt.itemsize != len(buf):
-            raise Malformed(f"array {i}: {len(buf)} bytes do not match shape {spec[1]} {spec[0]}")
-        arrays.append(np.frombuffer(buf, dtype=dt).reshape(spec[1]))
-    return Message(
-        plan, _int(header, "round"), _int(header, "sender"), kind, tuple(arrays), version
-    )
+    for i, spec in enumerate(specs):
+        dt, shape = _spec(i, spec, sizes[i + 1], max_bytes)
+        arrays.append(np.frombuffer(frames[i + 1], dtype=dt).reshape(shape))
+    return Message(plan, round_, sender, kind, tuple(arrays), version)
 
 
 def check(
@@ -220,3 +266,8 @@ def check(
             )
         if not np.all(np.isfinite(arr)):
             raise BadPayload(f"array {i} has NaN or Inf values")
+        bound = ctx.bounds[i] if i < len(ctx.bounds) else math.inf
+        if bound < math.inf and arr.size:
+            largest = float(np.max(np.abs(arr)))
+            if largest > bound:
+                raise BeyondBound(f"array {i}: |value| {largest:.4g} exceeds the bound {bound:.4g}")

@@ -34,6 +34,8 @@ max_epsilon = 8.0                          # budget: refuse a plan whose ε(delt
 delta = 1e-6
 adversary = "worst"                        # whose ε the budget binds: worst (default),
                                            # eavesdropper, insider or neighbourhood
+max_missing = 0.25                         # exit 7 (degraded) if more of the neighbours'
+                                           # messages were missing, or one never came
 
 [[neighbours]]
 id = 1
@@ -95,6 +97,7 @@ RUN_KEYS = (
     "max_epsilon",
     "delta",
     "adversary",
+    "max_missing",
 )
 NEIGHBOUR_KEYS = ("id", "endpoint", "public_key")  # each [[neighbours]] entry
 #: Section name -> allowed keys (``neighbours`` is an array of tables).
@@ -131,6 +134,7 @@ class NodeConfig:
     ledger_file: Path | None
     run_id: str
     adversary: str
+    max_missing: float
     plan_file: Path
     plan_hash: str
     plan_public_key: str
@@ -188,6 +192,13 @@ def _check_layout(raw: dict) -> None:
             raise ConfigError(f"[{section}] must be a table")
         else:
             _validate.known_keys(value, keys, where=section, error=ConfigError)
+
+
+def _fraction(table: dict, section: str, key: str, default: float) -> float:
+    value = _get(table, section, key, float, default)
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{section}.{key} = {value} must be in [0, 1]")
+    return value
 
 
 def _hex(table: dict, section: str, key: str) -> str:
@@ -298,6 +309,7 @@ def load(path: str | Path) -> NodeConfig:
         ),
         run_id=run_id,
         adversary=adversary,
+        max_missing=_fraction(raw, "run", "max_missing", 0.25),
         plan_file=rel(_get(raw, "plan", "file", str)),
         plan_hash=_hex(raw, "plan", "hash"),
         plan_public_key=_hex(raw, "plan", "public_key"),

@@ -4,22 +4,53 @@ Before the first round: load and re-certify the plan, check the device's budget 
 worst adversary it faces (``run.max_epsilon``, :mod:`edgedp.accounting.budget`), derive every
 stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), and check the stream
 ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise secret already
-drew noise for is refused. Per round: ``begin_round`` (local noisy step), record the round as
-sent (durably, before sending; the first time also in the ledger), send to every
+drew noise for is refused; keep descriptors in reserve (:mod:`firmware_py.resources`) and
+cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`); resume
+from the newest usable checkpoint (:mod:`firmware_py.recovery`: a damaged latest one is
+rolled back to ``checkpoint.prev`` when nothing sent is lost). Per round: if a majority of
+the neighbours is past the receive window, skip to their round
+(:meth:`edgedp.agent.Agent.rejoin`; nothing sent, the skipped rounds' noise drawn and
+discarded) and checkpoint; ``begin_round`` (local noisy step), record the round as sent
+(durably, before sending; the first time then also in the ledger), send to every
 neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
 every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
-rule); write the checkpoint atomically; append a metrics line. At the end, write the
-model to publish (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last
-state plus one more Laplace draw, covered by the plan's ε).
+rule; a non-finite state is never adopted); append a metrics line; write the checkpoint
+atomically. At the end, write the model to publish
+(:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last state plus one
+more Laplace draw, covered by the plan's ε). A write that fails (EMFILE, ENOSPC, EIO, ...)
+is logged and retried with backoff; the agent does not go on — in particular does not
+send the round — until it succeeded (a stop signal meanwhile exits with 128+N). Metrics
+lines that cannot be written wait in memory.
+
+The state folder holds the checkpoint (the state at the start of the next round; the one it
+replaced is kept as ``checkpoint.prev``) and the sent record. A restart resumes from the
+checkpoint and re-sends a round already sent bit for bit; a damaged checkpoint is rolled
+back to ``checkpoint.prev`` when nothing sent from the damaged one is lost, and otherwise
+only on ``--rollback``, which sits out the rounds sent from states the device no longer has
+(:mod:`firmware_py.recovery`). Metrics lines: ``start``, ``sent`` (the round's noise and
+message digests, written before sending), ``round``, ``error``, ``done``.
 
 Exit status: 0 the plan's T rounds are done; 2 bad configuration (also: the state folder
 belongs to another run); 3 plan refused (hash mismatch with the neighbours, tampered file,
 no noise, or a budget the plan exceeds); 4 unsafe to start or resume (messages were sent
-but the checkpoint is missing or older than them; the checkpoint was made with another
-secret or run; or the ledger shows this noise secret already drew noise for this plan and
-run — starting over would reuse noise: deploy a new run id); 5 the model diverged (the
-round's message would be non-finite; nothing was sent, the checkpoint stays at the start
-of that round); 128+N stopped by signal N at a round boundary.
+but no usable checkpoint holds the state they were sent from — the message names
+``--rollback`` when a checkpoint is usable; the checkpoint was made with another secret or
+run; or the ledger shows this noise secret already drew noise for this plan and run —
+starting over would reuse noise: deploy a new run id); 5 the model diverged (the round's
+message, or the state after mixing, would be non-finite; nothing was sent or adopted, the
+checkpoint stays at the start of that round; ``--rollback`` sits that round out); 6 a file
+or the port could not be opened at start; 7 the plan's rounds are done and the model was
+written, but the run is degraded: a neighbour never sent a valid message (wrong public key
+or endpoint, another plan, never started) or more than ``run.max_missing`` of the
+neighbours' messages were missing; 128+N stopped by signal N at a round boundary or while
+retrying a write.
+
+Log: Python ``logging`` on stderr, one line per event with a reason code
+(:mod:`firmware_py.logs`): human text by default, ``--log-format json`` for one JSON object
+per line (journald and log shippers). Each round's rejected frames, refused messages,
+refused handshakes (with the key prefixes) and missing neighbours are logged with their
+counts; a neighbour that has sent nothing valid after the first round is named with what
+to check.
 """
 
 from __future__ import annotations
@@ -27,29 +58,33 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import functools
 import hashlib
 import io
 import json
-import os
+import logging
 import signal
 import sys
 import time
 
 import numpy as np
+import zmq
 import zmq.auth
 
 from edgedp import cross_agent, keys, models, rng, sketch_adaptive, streams
 from edgedp.accounting import budget
 from edgedp.agent import Agent
-from edgedp.errors import NonFiniteMessageError, PlanError
+from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, ledger
+from firmware_py import checkpoint, config, ledger, logs, recovery, resources
 
 __all__ = ["main", "run"]
 
 EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
 EXIT_DIVERGED = 5  # the round's message would be non-finite; nothing was sent
+EXIT_IO = 6  # a file or the port could not be opened at start (later failures are retried)
+EXIT_DEGRADED = 7  # done, but a neighbour never came or too many messages were missing
 MISMATCH_LIMIT = 3
 
 
@@ -200,8 +235,8 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
     """Refuse a start that could reuse noise: a fresh start on a stream this secret
     already used, or a checkpoint behind the last round sent (module docstring)."""
     fresh = snap is None and sent is None
-    entry = None if stream_ledger is None else stream_ledger.used(
-        plan.plan_hash, cfg.run_id, cfg.id
+    entry = (
+        None if stream_ledger is None else stream_ledger.used(plan.plan_hash, cfg.run_id, cfg.id)
     )
     if fresh and entry is not None:
         raise RefusedError(
@@ -219,11 +254,45 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
         )
 
 
-def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
-    """Run the node until its rounds are done; returns the exit status."""
+def _error_line(node: int, agent: Agent, exc: Exception) -> dict:
+    return {
+        "event": "error",
+        "time": time.time(),
+        "node": node,
+        "round": agent.round,
+        "error": str(exc),
+        **agent.metrics.to_dict(),
+    }
+
+
+def _sent_line(node: int, out) -> dict:
+    """The round's noise and message digests: a re-sent round must repeat both exactly."""
+    digest = hashlib.sha256()
+    for v in out.recipients if out.per_recipient is not None else out.recipients[:1]:
+        for frame in out.frames_for(v):
+            digest.update(frame)
+    return {
+        "event": "sent",
+        "time": time.time(),
+        "node": node,
+        "round": out.round,
+        "noise": out.noise_digest,
+        "message": digest.hexdigest()[:16],
+    }
+
+
+def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
+    """Run the node until its rounds are done; returns the exit status.
+
+    ``rollback``: resume from the newest usable checkpoint and sit out the rounds already
+    sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`."""
+    logger = logger or logs.setup(cfg.id)
+    log = logs.TextAdapter(logger)  # for the retry and metrics helpers, which write text
     plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
     if cfg.reproducible:
-        log.write(f"node {cfg.id}: WARNING noise derived from the plan seed: NOT private\n")
+        logs.event(
+            logger, logging.WARNING, "not-private", "noise derived from the plan seed: NOT private"
+        )
     try:
         model = models.for_task(
             plan.task, x.shape[1], model_file=str(cfg.model_file) if cfg.model_file else None
@@ -240,28 +309,50 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
         stream_fingerprint=fingerprint,
         **key_arguments,
     )
-    _, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
-    log.write(
-        f"node {cfg.id}: plan {plan.plan_hash[:16]} run {cfg.run_id}; budget "
-        f"run.max_epsilon={cfg.max_epsilon:g} binds {against}\n"
+    eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
+    logs.event(
+        logger,
+        logging.INFO,
+        "start",
+        f"plan {plan.plan_hash[:16]} ({plan.mechanism}, {plan.adjacency}) run {cfg.run_id}; "
+        f"epsilon={eps:.6g} against {against}; budget run.max_epsilon={cfg.max_epsilon:g}",
+        plan_hash=plan.plan_hash,
+        run=cfg.run_id,
+        epsilon=eps,
+        adversary=against,
     )
     checkpoint.private_folder(cfg.checkpoint_dir)
+    checkpoint.remove_temporaries(cfg.checkpoint_dir)  # left by a writer killed mid-write
     ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
-    try:
-        snap = checkpoint.load(ckpt_path)
-    except checkpoint.CheckpointError as exc:
-        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     sent = _sent_record(sent_path)
     if sent is not None and sent["run"] != cfg.run_id:
         raise config.ConfigError(
             f"the state folder {cfg.checkpoint_dir} holds run {sent['run']!r} but this config "
             f"is for run {cfg.run_id!r}: give the new run an empty run.checkpoint_dir"
         )
-    if snap is not None:
-        try:
-            agent.restore(snap)
-        except (PlanError, NotImplementedError) as exc:
-            raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+    try:
+        resumed = recovery.resume(
+            agent,
+            cfg.checkpoint_dir,
+            sent=None if sent is None else sent["round"],
+            rollback=rollback,
+            command=f"edgedp-agent --config {cfg.path} --rollback",
+        )
+    except recovery.RecoveryError as exc:
+        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
+    except (PlanError, NotImplementedError) as exc:
+        raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+    if resumed.source in ("rolled-back", "rollback"):
+        logs.event(
+            logger,
+            logging.WARNING,
+            "resumed",
+            f"{resumed.damage or 'rollback'}; resumed at round {agent.round}"
+            f"{f', sat out rounds {list(resumed.skipped)}' if resumed.skipped else ''}",
+            source=resumed.source,
+            skipped=list(resumed.skipped),
+        )
+    snap = resumed.snapshot
     stream_ledger = None if cfg.reproducible else ledger.StreamLedger(cfg.ledger_file)
     try:
         _check_streams(cfg, plan, agent, snap, sent, stream_ledger)
@@ -274,49 +365,97 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
-    peers = [Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours]
-    transport = ZmqTransport(
-        node=cfg.id, bind=cfg.bind, public_key=public, secret_key=secret, peers=peers
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit: EFBIG, retried
+    soft, hard = resources.reserve_descriptors()
+    max_frame, max_parts = agent.wire_limits()
+    logs.event(
+        logger,
+        logging.INFO,
+        "limits",
+        f"descriptors {soft} (hard {hard}; the rest kept for own files); "
+        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message",
     )
     checkpoint.private_folder(cfg.metrics.parent)
-    fd = os.open(cfg.metrics, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    metrics = os.fdopen(fd, "a", buffering=1)
-    metrics.write(
-        json.dumps(
-            {
-                "event": "start",
-                "node": cfg.id,
-                "round": agent.round,
-                "plan_hash": plan.plan_hash,
-                "time": time.time(),
-            }
+    metrics = resources.MetricsLog(cfg.metrics, log=log)
+    try:
+        transport = ZmqTransport(
+            node=cfg.id,
+            bind=cfg.bind,
+            public_key=public,
+            secret_key=secret,
+            peers=[Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours],
+            max_frame_bytes=max_frame,
+            max_parts=max_parts,
         )
-        + "\n"
+    except BaseException:
+        metrics.close()
+        raise
+
+    def durable(what: str, write) -> None:
+        resources.retry(what, write, log=log, stop=lambda: bool(stop["signal"]))
+
+    metrics.write(
+        {
+            "event": "start",
+            "node": cfg.id,
+            "round": agent.round,
+            "plan_hash": plan.plan_hash,
+            "resumed": resumed.source,
+            "skipped": list(resumed.skipped),
+            "time": time.time(),
+        }
     )
     first_round = agent.round
+    watch = logs.RoundWatch(
+        logger, agent.neighbours, {n.id: n.endpoint for n in cfg.neighbours}, plan.plan_hash
+    )
     try:
         while not agent.done:
+            target = agent.rejoin_target()
+            if target is not None:  # a majority of the neighbours is past the window
+                behind, skipped = agent.round, agent.rejoin(target)
+                logs.event(
+                    logger,
+                    logging.WARNING,
+                    "rejoin",
+                    f"rejoining at round {target}; rounds {behind}..{target - 1} skipped "
+                    "(nothing sent, their noise drawn and discarded)",
+                    round=target,
+                    skipped=skipped,
+                )
+                metrics.write(
+                    {
+                        "event": "rejoin",
+                        "time": time.time(),
+                        "node": cfg.id,
+                        "from": behind,
+                        "round": target,
+                        "skipped": skipped,
+                    }
+                )
+                # before the sent record of `target`: a resume must not start behind it
+                durable(
+                    "checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot())
+                )
             try:
                 out = agent.begin_round()
             except NonFiniteMessageError as exc:  # nothing sent; the checkpoint is intact
-                metrics.write(
-                    json.dumps(
-                        {
-                            "event": "error",
-                            "time": time.time(),
-                            "node": cfg.id,
-                            "round": agent.round,
-                            "error": str(exc),
-                            **agent.metrics.to_dict(),
-                        }
-                    )
-                    + "\n"
-                )
+                metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
-            if stream_ledger is not None and out.round == first_round:
-                stream_ledger.record(plan.plan_hash, cfg.run_id, cfg.id, fingerprint)
-            record = {"run": cfg.run_id, "round": out.round}
-            checkpoint.atomic_write(sent_path, json.dumps(record).encode())
+            record = json.dumps({"run": cfg.run_id, "round": out.round}).encode()
+            # nothing is sent before the record is durable (a stop here sends nothing)
+            durable(
+                "sent-round record", functools.partial(checkpoint.atomic_write, sent_path, record)
+            )
+            if stream_ledger is not None and out.round == first_round:  # after the record:
+                # a kill in between resumes from it instead of refusing a fresh start
+                durable(
+                    "stream ledger",
+                    functools.partial(
+                        stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
+                    ),
+                )
+            metrics.write(_sent_line(cfg.id, out))
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()
@@ -344,43 +483,69 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
                 report = agent.end_round()
             except sketch_adaptive.MissingAggregateError as exc:  # adaptive dome, faults
                 raise RefusedError(EXIT_UNSAFE, str(exc)) from None
+            except NonFiniteStateError as exc:  # not adopted; the checkpoint is intact
+                metrics.write(_error_line(cfg.id, agent, exc))
+                raise RefusedError(EXIT_DIVERGED, str(exc)) from None
             metrics.write(
-                json.dumps(
-                    {
-                        "event": "round",
-                        "time": time.time(),
-                        "node": cfg.id,
-                        "round": report.round,
-                        "missing": list(report.missing),
-                        "clipped": report.clipped,
-                        "nonfinite": report.nonfinite,
-                        "update_norm": report.update_norm,
-                        "noise": out.noise_digest,
-                        "seconds": round(time.monotonic() - started, 4),
-                        "rejected": dict(agent.metrics.rejected),
-                        "dropped": transport.dropped,
-                    }
-                )
-                + "\n"
-            )
-            # metrics first: a crash in between repeats a line instead of losing one
-            checkpoint.save(ckpt_path, agent.snapshot())
-        buf = io.BytesIO()
-        np.save(buf, agent.final_release())  # covered by the plan's guarantee
-        checkpoint.atomic_write(cfg.final_model, buf.getvalue())
-        metrics.write(
-            json.dumps(
                 {
-                    "event": "done",
+                    "event": "round",
+                    "time": time.time(),
                     "node": cfg.id,
-                    **agent.metrics.to_dict(),
-                    "dropped": transport.dropped,
+                    "round": report.round,
+                    "missing": list(report.missing),
+                    "clipped": report.clipped,
+                    "nonfinite": report.nonfinite,
+                    "update_norm": report.update_norm,
+                    "noise": out.noise_digest,
+                    "seconds": round(time.monotonic() - started, 4),
+                    "rejected": dict(agent.metrics.rejected),
+                    "refused": dict(transport.refused),
                     "refused_handshakes": transport.refused_handshakes,
+                    "dropped": transport.dropped,
                 }
             )
-            + "\n"
+            watch.round_end(report.round, report, agent, transport)
+            # metrics first: a crash in between repeats a line instead of losing one
+            durable("checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot()))
+        buf = io.BytesIO()
+        np.save(buf, agent.final_release())  # covered by the plan's guarantee
+        durable(
+            "final model",
+            functools.partial(checkpoint.atomic_write, cfg.final_model, buf.getvalue()),
+        )
+        degraded = watch.degraded(cfg.max_missing)
+        metrics.write(
+            {
+                "event": "done",
+                "node": cfg.id,
+                **agent.metrics.to_dict(),
+                "refused": dict(transport.refused),
+                "dropped": transport.dropped,
+                "refused_handshakes": transport.refused_handshakes,
+                "metrics_lines_lost": metrics.lost,
+                "degraded": degraded,
+            }
+        )
+        durable("metrics", metrics.flush)
+        if degraded is not None:
+            logs.event(
+                logger,
+                logging.ERROR,
+                "degraded",
+                f"the plan's rounds are done but the run is degraded: {degraded}; the model "
+                f"was written to {cfg.final_model}",
+            )
+            return EXIT_DEGRADED
+        logs.event(
+            logger,
+            logging.INFO,
+            "done",
+            f"the plan's {plan.steps} rounds are done; missing {agent.metrics.missing}, "
+            f"rejected {sum(agent.metrics.rejected.values())}; model {cfg.final_model}",
         )
         return EXIT_OK
+    except resources.StoppedError:
+        return 128 + stop["signal"]
     finally:
         metrics.close()
         transport.close()
@@ -389,16 +554,34 @@ def run(cfg: config.NodeConfig, *, log=sys.stderr) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="edgedp-agent", description="Run one edgedp device.")
     ap.add_argument("--config", required=True, help="path to node.toml")
+    ap.add_argument(
+        "--rollback",
+        action="store_true",
+        help="resume from the newest usable checkpoint, sitting out the rounds already sent "
+        "from it (after exit 4 names this option)",
+    )
+    ap.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="text",
+        help="log lines on stderr: human text (default) or one JSON object per line",
+    )
     args = ap.parse_args(argv)
+    logger = logs.setup(None, fmt=args.log_format)
     try:
         cfg = config.load(args.config)
-        return run(cfg)
+        logger = logs.setup(cfg.id, fmt=args.log_format)
+        return run(cfg, rollback=args.rollback, logger=logger)
     except config.ConfigError as exc:
-        sys.stderr.write(f"edgedp-agent: config error: {exc}\n")
+        logs.event(logger, logging.ERROR, "config", f"config error: {exc}")
         return EXIT_CONFIG
     except RefusedError as exc:
-        sys.stderr.write(f"edgedp-agent: refused: {exc}\n")
+        code = logs.EXIT_CODES.get(exc.code, "refused")
+        logs.event(logger, logging.ERROR, code, f"refused: {exc}", exit=exc.code)
         return exc.code
+    except (OSError, zmq.ZMQError) as exc:  # at start: the state folder, the port
+        logs.event(logger, logging.ERROR, "io", f"I/O error at start: {exc}", exit=EXIT_IO)
+        return EXIT_IO
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -382,10 +383,14 @@ class LocalRun:
     processes: list[subprocess.Popen]
     plan: NoisePlan | None = None
 
-    def wait(self, timeout: float) -> list[int]:
+    def wait(self, timeout: float) -> list[int | None]:
+        """Every node's exit status (None for a node this run did not start)."""
         deadline = time.monotonic() + timeout
         codes = []
         for p in self.processes:
+            if p is None:
+                codes.append(None)
+                continue
             try:
                 codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
@@ -393,13 +398,16 @@ class LocalRun:
                 codes.append(p.wait())
         return codes
 
-    def start(self, u: int) -> subprocess.Popen:
+    def start(self, u: int, *, preexec_fn=None, args: Sequence[str] = ()) -> subprocess.Popen:
+        """(Re)start node ``u``'s agent with extra daemon ``args`` (e.g. ``--log-format
+        json``); ``preexec_fn`` runs in the child before it starts (e.g. resource limits)."""
         log = open(self.directory / f"node-{u}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u])],
+            [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u]), *args],
             stdout=log,
             stderr=log,
             cwd=self.directory,
+            preexec_fn=preexec_fn,
         )
         log.close()
         self.processes[u] = proc
@@ -424,8 +432,15 @@ class LocalRun:
         return self.directory / "configs" / "state" / f"node-{u}"
 
     def metrics(self, u: int) -> list[dict]:
+        """Node u's metrics lines (a line torn by a kill -9 is skipped)."""
         path = self.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out = []
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
 
 
 def local_run(
@@ -435,19 +450,19 @@ def local_run(
     private_noise: bool = False,
     round_timeout: float = 10.0,
     startup_timeout: float = 60.0,
+    start: Collection[int] | None = None,
 ) -> LocalRun:
     """Set up and launch one agent process per node on 127.0.0.1 (returns immediately).
 
     Paths are made absolute first (the agents run in ``directory``), so a relative
     ``directory`` or a plan naming a relative ``onnx:`` file works. With ``private_noise``
     every agent gets its own keys, a fresh run id and — for shared-seed plans — the run's
-    seed sealed to its key."""
+    seed sealed to its key. ``start`` lists the nodes to launch (default: all); the others
+    are left for the caller (``LocalRun.start(u)``, or a test playing that node itself)."""
     plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
     directory = Path(directory).resolve()
     checkpoint.private_folder(directory / "keys")
-    keys = {
-        u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)
-    }
+    keys = {u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)}
     ports = free_ports(plan.n)
     endpoints = {u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)}
     shards = write_shards(plan, directory / "shards")
@@ -470,6 +485,6 @@ def local_run(
         sealed_seeds=sealed_seeds(plan, public) if private_noise else None,
     )
     run = LocalRun(directory, configs, [None] * plan.n, plan)
-    for u in range(plan.n):
+    for u in range(plan.n) if start is None else sorted(start):
         run.start(u)
     return run

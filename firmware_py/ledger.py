@@ -7,15 +7,19 @@ models. The ledger lives beside the noise secret (not in the state folder: it mu
 the state folder), one JSON line per stream ``{"plan_hash", "run", "node", "fingerprint",
 "time"}``, written with fsync before the stream's first message is sent. The daemon refuses a
 fresh start (no checkpoint and no sent-round record for that run) on a stream the ledger
-lists. The file is created 0600; it holds no secret (the fingerprint is one-way).
+lists. The file is created 0600; it holds no secret (the fingerprint is one-way). A failed
+append is cut off again (no torn line) and raises ``OSError`` for the caller to retry.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
 from pathlib import Path
+
+from firmware_py import resources
 
 __all__ = ["LedgerError", "StreamLedger"]
 
@@ -79,13 +83,20 @@ class StreamLedger:
             sort_keys=True,
         )
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        data = (line + "\n").encode()
+        fd = resources.open_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write to the stream ledger")
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)  # no torn line: the next append stays parseable
+                raise
         finally:
             os.close(fd)
-        fd = os.open(self.path.parent, os.O_RDONLY)
+        fd = resources.open_fd(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

@@ -6,8 +6,9 @@ known to have moved on), end the round. Messages are real wire frames; a transmi
 a process that holds the sender's uplink for the serialization delay (size / bandwidth) and
 then waits the link's latency before ``receive``. Loss, per-round dropouts, crashes with
 restart from the last round-boundary snapshot and departures come from keyed draws of the
-scenario seed (sim/links.py, sim/churn.py). The number of events is linear in the number
-of messages: there is no polling.
+scenario seed (sim/links.py, sim/churn.py). A node restarted more than the receive window
+behind rejoins as a device does (:meth:`edgedp.agent.Agent.rejoin`). The number of events
+is linear in the number of messages: there is no polling.
 
 With zero latency, no loss and no faults, the models equal the batch engine's bit for bit.
 A node whose message would be non-finite raises the Agent's
@@ -147,6 +148,13 @@ class _Sim:
     def node(self, u: int, incarnation: int, first: bool):
         env, agent = self.env, self.agents[u]
         while not agent.done:
+            target = agent.rejoin_target()
+            if target is not None:  # fell past the receive window: skip to the neighbours
+                behind = agent.round
+                self.result.skipped_rounds += agent.rejoin(target)
+                for r in range(behind, target):
+                    self._finish_round(u, r)
+                self.snapshots[u] = copy.deepcopy(agent.snapshot())
             r = agent.round
             if self.dropped[u, r]:
                 agent.skip_round()

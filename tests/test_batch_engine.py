@@ -52,10 +52,7 @@ def node_by_node(plan, data, trial=0):
         for u, s in enumerate(shares)
     ]
     states = [src.init() for src in sources]
-    orders = [
-        rng.permutation(keys.batch(u, trial=trial), data.local_size)
-        for u in range(plan.n)
-    ]
+    orders = [rng.permutation(keys.batch(u, trial=trial), data.local_size) for u in range(plan.n)]
     theta = [model.init_params() for _ in range(plan.n)]
     for t in range(plan.steps):
         slot = t % per_epoch

@@ -227,7 +227,7 @@ def test_the_systemd_unit_is_hardened_and_valid(tmp_path):
         "ProtectHome=yes",
         "PrivateTmp=yes",
         f"ReadWritePaths={tmp_path}",
-        "RestartPreventExitStatus=2 3 4 5",
+        "RestartPreventExitStatus=2 3 4 5 7\n",
         "Restart=on-failure",
         "UMask=0077",
         "CapabilityBoundingSet=\n",
@@ -243,3 +243,30 @@ def test_the_systemd_unit_is_hardened_and_valid(tmp_path):
     assert res.returncode == 0 and not res.stderr.strip() and not res.stdout.strip(), res.stderr
     with pytest.raises(ValueError, match="absolute path"):
         deploy.systemd_unit(root="relative/dir")
+
+
+def test_local_run_with_a_relative_folder_and_a_relative_onnx_model(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from edgedp.models import graph, model_digest
+    from edgedp.models.spec import parse
+    from sim import batch, datasets
+
+    monkeypatch.chdir(tmp_path)
+    graph.write(parse("mlp:20-4-1:tanh", features=20, loss="bce"), Path("model.onnx"))
+    p = make_plan(
+        "dp-dsgd",
+        topologies.parse("ring:3"),
+        steps=3,
+        participation=Participation(3, 1),
+        clip_norm=1.0,
+        learning_rate=0.3,
+        noise_multiplier=1.0,
+        task=TaskSpec(model="onnx:model.onnx", dataset="synthetic-logistic"),
+        seed=2,
+    )
+    assert p.task.model.startswith("onnx:model.onnx@")  # relative, as the user wrote it
+    Path("run.plan").write_bytes(p.to_bytes())
+    run = deploy.local_run(Path("run.plan"), Path("relative-run"))
+    assert run.wait(timeout=120) == [0, 0, 0]
+    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
+    assert model_digest(run.final_models()) == batch.run(p, data).digests[0]

@@ -153,7 +153,9 @@ def test_live_attack_frames_are_counted_and_change_nothing(tmp_path):
     good = np.zeros(dim)
     kinds = {
         "Malformed": [b"\x93\x01\x02"],
-        "Oversized": [b"\x00" * 300_000],
+        # two frames under the transport's frame cap whose sum is over the message cap (a
+        # single frame over the frame cap never reaches the agent: libzmq disconnects)
+        "Oversized": [b"\x00" * 4000, b"\x00" * 4000],
         "BadPayload": wire.encode(wire.Message(h, 0, 1, "model", (np.full(dim, np.nan),))),
         "PlanHashMismatch": wire.encode(wire.Message(b"\x00" * 32, 0, 1, "model", (good,))),
         "RoundOutOfWindow": wire.encode(wire.Message(h, 10_000, 1, "model", (good,))),
@@ -215,11 +217,21 @@ def test_bad_config_budget_and_unsafe_resume(tmp_path):
     budget.write_text(text.replace("[run]", f"[run]\nmax_epsilon = {eps / 2}"))
     out = _agent(budget)
     assert out.returncode == 3 and "max_epsilon" in out.stderr
-    # a finished node restarted is done at once; without its checkpoint it must refuse
+    # a finished node restarted is done at once; without its checkpoints it must refuse
     assert _agent(cfg).returncode == 0
-    (run.directory / "configs" / "state" / "node-0" / "checkpoint").unlink()
+    state = run.directory / "configs" / "state" / "node-0"
+    (state / "checkpoint").unlink()
+    (state / "checkpoint.prev").unlink()
     out = _agent(cfg)
-    assert out.returncode == 4 and "reuse noise" in out.stderr
+    assert out.returncode == 4 and "reuse noise" in out.stderr and "--rollback" in out.stderr
+    # the documented way out: sit out every round sent from the lost states (noise discarded)
+    out = subprocess.run(
+        [sys.executable, "-m", "firmware_py.daemon", "--config", str(cfg), "--rollback"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "sat out rounds [0, 1, 2, 3]" in out.stderr
 
 
 def test_a_node_with_another_plan_is_refused(tmp_path):

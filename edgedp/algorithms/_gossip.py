@@ -10,7 +10,10 @@ An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
 * ``receive(state, weights, gathered, ctx) -> state`` — ``gathered[..., j, :]`` is the message
   of the j-th entry of the node's padded mixing row (its own message at its own position and
   at padding, whose weight is 0), ``weights[..., j]`` its weight;
-* ``model(state) -> theta`` — the parameters the node would deploy.
+* ``model(state) -> theta`` — the parameters the node would deploy;
+* ``message_bound(share, *, dim, theta0) -> (B, ...)`` — for each array a message carries,
+  a bound no honest sender's entries exceed except with probability 10⁻¹² over the run's
+  noise (:mod:`edgedp.bounds`); receivers reject larger entries.
 
 ``ctx`` is a :class:`StepContext`: the round, the hyper-parameters and two callables,
 ``gradient(point)`` (sum of per-example clipped gradients on the round's batch) and
@@ -31,10 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from edgedp import bounds
+
 __all__ = [
     "StepContext",
     "init_state",
     "local_step",
+    "message_bound",
     "mix",
     "mix_gathered",
     "mix_node",
@@ -150,3 +156,27 @@ def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]
 
 def model(state: dict[str, np.ndarray]) -> np.ndarray:
     return state["theta"]
+
+
+def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
+    """B with |entry| ≤ B for every honest message of the D-SGD family (bounds module).
+
+    Let M_t bound every entry of every node's θ_t (M_0 = max|θ₀|, the common initial model).
+    A local step moves an entry by at most η(‖Σ_b clip(g_b)‖ + |noise|)/B ≤ η(Δ + z s_t/B)
+    with s_t the largest noise std of round t (``share.network.noise_std``; the message-wise
+    part of Zip-DL included) and z the Gaussian tail of the per-coordinate budget; mixing is
+    a convex combination and cannot increase M. So the message of round t is bounded by
+    M_{t+1} ≤ M_T = M_0 + η(TΔ + z Σ_t s_t / B). Muffliato's gossip-only rounds move nothing,
+    so the same bound holds.
+    """
+    facts = share.network
+    if facts.stated is not None:
+        return (facts.stated,)
+    zipdl = share.cross_agent is not None and share.cross_agent.kind == "zipdl"
+    budget = bounds.coordinate_budget(
+        facts, steps=share.steps, width=dim, slots=len(share.neighbours) if zipdl else 1
+    )
+    z = bounds.gaussian_tail(budget)
+    noise = float(np.sum(facts.noise_std[: share.steps]))
+    step = share.steps * share.clip_norm + z * noise / bounds.batch_floor(share)
+    return (bounds.rounded(float(np.max(np.abs(theta0))) + share.learning_rate * step),)

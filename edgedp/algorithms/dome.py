@@ -52,9 +52,11 @@ every node decodes with the same S_t, so the noise cancels in the mixing as in �
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from edgedp import sketch
+from edgedp import bounds, sketch
 from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "combine",
     "combine_node",
     "init_state",
+    "message_bound",
     "model",
     "receive",
     "send",
@@ -193,3 +196,48 @@ def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]
 
 def model(state: dict[str, np.ndarray]) -> np.ndarray:
     return state["theta"]
+
+
+def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
+    """Bounds on the entries of an honest message m = Sᵀθ_{t+½} (and, with an adaptive
+    basis, of a spanning-tree frame) (:mod:`edgedp.bounds`).
+
+    ℓ₂ argument, S orthonormal and the same at every node: the decoded update has
+    ‖S c / B‖ = ‖c‖/B ≤ g_t = Δ + √k z s_t / B; the step is that update (SGD) or, for Adam,
+    m̂/√max(v̂, γ') with |m̂_i| ≤ max_{τ≤t} g_τ, so ‖step‖ ≤ √d max_{τ≤t} g_τ / √γ'. Mixing
+    sets θ_u ← (I − SSᵀ)h_u + SSᵀ Σ_v W_uv h_v, so with E = Σ_u ‖θ_u‖² (Jensen, rows of W
+    sum to 1) E_{t+1} ≤ c·E_{t+½}, c the largest column sum of W (1 if doubly stochastic),
+    and √E_{t+½} ≤ √E_t + √n η ‖step‖. Every entry of m_u is at most ‖h_u‖ ≤ √E_{t+½}.
+    A tree frame sums at most n released c's, |c_i| ≤ B_task Δ + z s_t: bounded only when
+    the plan fixes the batch size. Mean removal (adaptive bases) adds the lagged mean of
+    all nodes' decoded updates; no bound is derived for it (a plan may state one).
+    """
+    facts = share.network
+    spec = share.sketch
+    arrays = 2 if spec.basis == sketch.ADAPTIVE else 1
+    if facts.stated is not None:
+        return (facts.stated,) * arrays
+    k, steps, n = spec.dim, share.steps, facts.nodes
+    z = bounds.gaussian_tail(bounds.coordinate_budget(facts, steps=steps, width=k))
+    noise = facts.noise_std[:steps]
+    g = share.clip_norm + math.sqrt(k) * z * noise / bounds.batch_floor(share)
+    if spec.optimizer == "adam":
+        step = math.sqrt(dim) * np.maximum.accumulate(g) / math.sqrt(spec.floor)
+    else:
+        step = g
+    model = math.inf
+    if not spec.mean_removal:
+        root, model = math.sqrt(n) * float(np.linalg.norm(theta0)), 0.0
+        for t in range(steps):
+            half = root + math.sqrt(n) * share.learning_rate * float(step[t])
+            model = max(model, half)
+            root = math.sqrt(facts.column_sum) * half
+        model = bounds.rounded(model)
+    if arrays == 1:
+        return (model,)
+    tree = math.inf
+    if share.task.batch_size:
+        tree = bounds.rounded(
+            n * (share.task.batch_size * share.clip_norm + z * float(noise.max()))
+        )
+    return (model, tree)

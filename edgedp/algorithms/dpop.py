@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgedp import bounds
 from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "combine",
     "combine_node",
     "init_state",
+    "message_bound",
     "model",
     "receive",
     "send",
@@ -75,3 +77,24 @@ def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]
 
 def model(state: dict[str, np.ndarray]) -> np.ndarray:
     return state["x"]
+
+
+def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
+    """B with |entry| ≤ B for every honest message z (:mod:`edgedp.bounds`).
+
+    With X_t a bound on every node's |x| entries (X_0 = max|θ₀|), L_t =
+    ν_t·ln(1/p) the Laplace tail of the per-coordinate budget p and G = Δ the bound on the
+    mean clipped gradient: z ≤ Z_t = X_t + L_t; z̄ is a convex combination, so
+    X_{t+1} = Z_t + α_t G (Eq. 45). B = max_t Z_t; Δ = ∞ (no clipping) gives no bound.
+    """
+    facts = share.network
+    if facts.stated is not None:
+        return (facts.stated,)
+    schedule = share.laplace
+    tail = bounds.laplace_tail(bounds.coordinate_budget(facts, steps=share.steps, width=dim))
+    x, top = float(np.max(np.abs(theta0))), 0.0
+    for t in range(share.steps):
+        z = x + tail * schedule.noise_scale(t)
+        top = max(top, z)
+        x = z + schedule.stepsize(t) * share.clip_norm
+    return (bounds.rounded(top),)

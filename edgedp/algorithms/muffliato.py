@@ -13,7 +13,15 @@ so μ = 1/σ with k counting gradient rounds only
 
 from __future__ import annotations
 
-from edgedp.algorithms._gossip import StepContext, init_state, local_step, mix, mix_node, model
+from edgedp.algorithms._gossip import (
+    StepContext,
+    init_state,
+    local_step,
+    message_bound,
+    mix,
+    mix_node,
+    model,
+)
 from edgedp.algorithms._gossip import receive as _receive
 
 __all__ = [
@@ -25,6 +33,7 @@ __all__ = [
     "combine_node",
     "init_state",
     "local_step",
+    "message_bound",
     "model",
     "receive",
     "send",

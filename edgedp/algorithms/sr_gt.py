@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgedp import bounds
 from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "combine",
     "combine_node",
     "init_state",
+    "message_bound",
     "model",
     "receive",
     "send",
@@ -87,3 +89,26 @@ def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]
 
 def model(state: dict[str, np.ndarray]) -> np.ndarray:
     return state["x"]
+
+
+def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
+    """B with |entry| ≤ B for every honest message z (:mod:`edgedp.bounds`).
+
+    With X_t, Y_t bounds on every node's |x|, |y| entries (X_0 = max|θ₀|, Y_0 = 0), L_t =
+    ν_t·ln(1/p) the Laplace tail of the per-coordinate budget p and G = Δ the bound on the
+    mean clipped gradient: z ≤ Z_t = X_t + L_t; z̄ is a convex combination, so
+    |z − z̄| ≤ 2Z_t, Y_{t+1} = Y_t + 2βZ_t and
+    X_{t+1} = Z_t + α_t(Y_{t+1} + G) (Eq. 4a–4c). B = max_t Z_t; Δ = ∞ (no clipping) gives no bound.
+    """
+    facts = share.network
+    if facts.stated is not None:
+        return (facts.stated,)
+    schedule = share.laplace
+    tail = bounds.laplace_tail(bounds.coordinate_budget(facts, steps=share.steps, width=dim))
+    x, y, top = float(np.max(np.abs(theta0))), 0.0, 0.0
+    for t in range(share.steps):
+        z = x + tail * schedule.noise_scale(t)
+        top = max(top, z)
+        y = y + 2.0 * schedule.beta * z
+        x = z + schedule.stepsize(t) * (y + share.clip_norm)
+    return (bounds.rounded(top),)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from edgedp.algorithms._gossip import (
     init_state,
     local_step,
+    message_bound,
     mix,
     mix_node,
     model,
@@ -34,6 +35,7 @@ __all__ = [
     "combine_node",
     "init_state",
     "local_step",
+    "message_bound",
     "model",
     "receive",
     "send",

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgedp.algorithms._gossip import StepContext, init_state, mix, mix_node, model, receive
+from edgedp.algorithms._gossip import (
+    StepContext,
+    init_state,
+    message_bound,
+    mix,
+    mix_node,
+    model,
+    receive,
+)
 
 __all__ = [
     "ACCOUNTANT",
@@ -28,6 +36,7 @@ __all__ = [
     "combine_node",
     "init_state",
     "local_step",
+    "message_bound",
     "model",
     "receive",
     "send",

@@ -1,0 +1,113 @@
+"""Where a restarted device resumes, and when a damaged checkpoint may be rolled back.
+
+Two durable records decide (DESIGN §6): the checkpoint — the state at the start of a round,
+written after every round, the one it replaced kept as ``checkpoint.prev`` — and the sent
+record, the last round S whose message may have left the device (written before sending).
+A round's message is a pure function of the state at its start and of the round's noise,
+so **a round may be sent again only from the state it was first sent from**; any other
+model with the same noise would give the noise away.
+
+The device resumes from the newest usable state among ``checkpoint``, ``checkpoint.prev``
+and the initial state (round 0, rebuilt from the plan); a file is unusable when it is
+missing, fails its checksum, or holds malformed or non-finite values. Let R be its round.
+
+* S ≤ R (or nothing sent): resume at R. A round already sent is re-sent bit for bit. When
+  ``checkpoint`` itself was unusable this is an automatic rollback; the damaged file is
+  kept as ``checkpoint.damaged``.
+* S > R: rounds R..S were sent from states the device no longer has. Resuming is refused
+  (exit 4) unless the operator runs ``edgedp-agent --config node.toml --rollback``: the
+  device then resumes from R and **sits out rounds R..S** — it draws and discards their
+  noise (``Agent.skip_round``) and continues at round S+1 with the older model, so no noise
+  is reused and no round is sent twice with different content; its neighbours treat it as
+  missing for those rounds. What the device releases stays a subset of what the plan
+  certifies.
+* ``--rollback`` with S = R (after exit 5: round R's mixing diverged) sits out round R.
+
+A checkpoint of another plan, node, secret or run is never used (exit 4, as before).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgedp.errors import DamagedSnapshotError
+from firmware_py import checkpoint
+
+__all__ = ["RecoveryError", "Resumed", "resume"]
+
+
+class RecoveryError(Exception):
+    """Resuming would reuse noise; the message names the way out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """How the agent was resumed: ``source`` is ``fresh`` (nothing sent yet), ``initial``
+    (no checkpoint yet; round 0 re-sent), ``checkpoint``, ``rolled-back`` (automatic,
+    nothing skipped; ``damage`` says why) or ``rollback`` (the command; rounds ``skipped``
+    sat out)."""
+
+    source: str
+    snapshot: dict | None = None
+    skipped: tuple[int, ...] = ()
+    damage: str = ""
+
+
+def _load(agent, path: Path) -> tuple[dict | None, str]:
+    """(snapshot restored into ``agent``, "") or (None, why it is unusable / "" if absent)."""
+    try:
+        snap = checkpoint.load(path)
+    except checkpoint.CheckpointError as exc:
+        return None, str(exc)
+    if snap is None:
+        return None, ""
+    try:
+        agent.restore(snap)  # checks everything before changing the agent
+    except DamagedSnapshotError as exc:
+        return None, f"{path}: {exc}"
+    return snap, ""
+
+
+def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: str) -> Resumed:
+    """Restore ``agent`` from the state folder, or raise :class:`RecoveryError`.
+
+    ``sent`` is the last round recorded as sent (None: none); ``command`` is what the
+    operator runs to roll back (named in the error). Identity mismatches (another plan,
+    secret or run: :class:`~edgedp.errors.PlanError`) propagate unchanged.
+    """
+    folder = Path(folder)
+    latest, prev = folder / "checkpoint", checkpoint.previous(folder / "checkpoint")
+    snap, damage = _load(agent, latest)
+    if snap is None and not damage and sent is None:
+        return Resumed("fresh")
+    if snap is not None:
+        source, label = f"{latest} is at round {agent.round}", "checkpoint"
+    else:  # the newest usable state: prev, else the initial one (round 0)
+        snap, prev_damage = _load(agent, prev)
+        lost = damage or f"{latest} is missing"
+        if snap is not None:
+            source, label = f"{lost}; {prev} is usable (round {agent.round})", "rolled-back"
+        else:
+            source = f"{lost}, {prev} is {prev_damage or 'missing'}; the initial state is usable"
+            label = "rolled-back" if damage or prev_damage else "initial"
+    if sent is None or sent < agent.round or (sent == agent.round and not rollback):
+        if label == "rolled-back":
+            if damage:
+                os.replace(latest, folder / "checkpoint.damaged")  # kept for inspection
+            checkpoint.save(latest, agent.snapshot())
+        return Resumed(label, snap, damage=source if label == "rolled-back" else "")
+    if not rollback:
+        raise RecoveryError(
+            f"round {sent} was already sent but {source}: resuming would reuse noise with a "
+            f"different model. `{command}` resumes from round {agent.round} and sits out "
+            f"rounds {agent.round}..{sent} (their noise is drawn and discarded, never reused)."
+        )
+    skipped = tuple(range(agent.round, min(sent, agent.share.steps - 1) + 1))
+    for _ in skipped:
+        agent.skip_round()
+    if damage:
+        os.replace(latest, folder / "checkpoint.damaged")  # kept for inspection
+    checkpoint.save(latest, agent.snapshot())  # past the skipped rounds: durable
+    return Resumed("rollback", snap, skipped=skipped, damage=source)

@@ -1,0 +1,201 @@
+"""What peers must not be able to take from a device: descriptors and durable writes.
+
+*Descriptors.* libzmq accepts every TCP connection to the agent's port, each one a file
+descriptor, before any key is checked, and it has no cap on connections. So at start the
+agent raises its soft ``RLIMIT_NOFILE`` to at least :data:`DESCRIPTOR_FLOOR` (when the
+hard limit allows) and then keeps :data:`RESERVE` descriptors between the soft and the hard
+limit: connections can fill the table only up to the soft limit. Not up to the hard limit
+itself (systemd's default is 524,288): each accepted idle connection costs libzmq about
+4 KiB, so a flood could then take gigabytes instead of descriptors. When one of the agent's
+own files cannot be opened because the table is full (EMFILE), :func:`open_fd` lifts the
+soft limit one descriptor at a time for that single ``open`` and puts it back. libzmq,
+accepting in its own thread, can win a lifted slot only in that microsecond window; the
+slots it wins stay taken until its handshake interval closes those connections (3 s), and
+a write that finds the reserve used up is retried (:func:`retry`).
+
+*Durable writes.* :func:`retry` repeats a write that failed with any ``OSError`` (EMFILE,
+ENOSPC, EIO, EFBIG, ...) with exponential backoff, logging the failure and the recovery,
+until it succeeds or the agent is asked to stop. Nothing that noise safety depends on is
+skipped: the caller does not go on (e.g. send a round) until the write is done.
+:class:`MetricsLog` writes metrics lines without ever raising; lines that could not be
+written wait in memory and go out with the next successful write.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+__all__ = [
+    "DESCRIPTOR_FLOOR",
+    "RESERVE",
+    "MetricsLog",
+    "StoppedError",
+    "open_fd",
+    "reserve_descriptors",
+    "retry",
+]
+
+#: Soft descriptor limit the agent asks for at start when the hard limit allows it.
+DESCRIPTOR_FLOOR = 4096
+#: Descriptors kept between the soft and the hard limit for the agent's own files.
+RESERVE = 64
+
+
+class StoppedError(Exception):
+    """The agent was asked to stop while it waited to retry a write."""
+
+
+def _ceiling(hard: int) -> int:
+    """The highest soft limit that can be set: the hard limit, or the kernel's nr_open."""
+    if hard != resource.RLIM_INFINITY:
+        return hard
+    try:
+        with open("/proc/sys/fs/nr_open") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def reserve_descriptors(
+    *, floor: int = DESCRIPTOR_FLOOR, reserve: int = RESERVE
+) -> tuple[int, int]:
+    """Raise the soft ``RLIMIT_NOFILE`` to ``floor`` if the hard limit allows (never lower an
+    operator's higher setting) and keep ``reserve`` descriptors (at most a quarter of the
+    limit) above it; returns the new ``(soft, hard)``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = _ceiling(hard)
+    limit = max(soft, min(ceiling, floor))
+    keep = min(reserve, limit // 4)
+    new_soft = min(limit, ceiling - keep)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+    return new_soft, hard
+
+
+def open_fd(path, flags: int, mode: int = 0o600) -> int:
+    """``os.open``, taking a reserved descriptor if the table is full (module docstring).
+
+    The soft limit is lifted one descriptor at a time, so that libzmq, accepting in another
+    thread, can take at most the slot it wins a race for, not the whole reserve."""
+    try:
+        return os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno != errno.EMFILE:
+            raise
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        for limit in range(soft + 1, _ceiling(hard) + 1):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            try:
+                return os.open(path, flags, mode)
+            except OSError as exc:
+                if exc.errno != errno.EMFILE:
+                    raise
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    raise OSError(errno.EMFILE, "Too many open files (reserve used up)", str(path))
+
+
+def _describe(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno, "") if exc.errno else ""
+    return f"{name + ': ' if name else ''}{exc.strerror or exc}"
+
+
+def retry(
+    what: str,
+    write: Callable[[], Any],
+    *,
+    log: TextIO,
+    stop: Callable[[], bool] = lambda: False,
+    first: float = 0.05,
+    cap: float = 5.0,
+    sleep: Callable[[float], Any] = time.sleep,
+) -> Any:
+    """Call ``write()`` until it does not raise ``OSError``; returns its result.
+
+    Waits ``first``, ``2·first``, ... up to ``cap`` seconds between attempts (in slices of
+    at most 0.1 s, checking ``stop()``), logs the first failure of each kind and the
+    recovery; raises :class:`StoppedError` if ``stop()`` becomes true before it succeeds.
+    """
+    attempt, delay, last = 0, first, None
+    while True:
+        try:
+            result = write()
+        except OSError as exc:
+            attempt += 1
+            reason = _describe(exc)
+            if reason != last:
+                log.write(f"{what} failed ({reason}); retrying with backoff up to {cap:g} s\n")
+                log.flush()
+                last = reason
+            waited = 0.0
+            while waited < delay:
+                if stop():
+                    raise StoppedError(f"{what} not done: {reason}") from None
+                step = min(0.1, delay - waited)
+                sleep(step)
+                waited += step
+            delay = min(cap, delay * 2)
+            continue
+        if attempt:
+            log.write(f"{what} done after {attempt + 1} attempts\n")
+            log.flush()
+        return result
+
+
+class MetricsLog:
+    """JSON-lines metrics that never raise: a failed write keeps its lines (at most
+    ``max_pending``, the oldest are dropped and counted) for the next write."""
+
+    def __init__(self, path, *, log: TextIO, max_pending: int = 10_000) -> None:
+        self.path, self.log, self.max_pending = path, log, max_pending
+        self.fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self.pending = bytearray()
+        self.lines = 0  # lines waiting in ``pending``
+        size = os.fstat(self.fd).st_size
+        if size:  # end a line torn by a kill, so the next line starts clean
+            with open(path, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    self.pending += b"\n"
+        self.lost = 0
+        self._failing = False
+
+    def write(self, record: dict) -> bool:
+        """Queue one line and try to write everything queued; False if some is still queued."""
+        if self.lines >= self.max_pending:
+            cut = self.pending.index(b"\n") + 1
+            del self.pending[:cut]
+            self.lines -= 1
+            self.lost += 1
+        self.pending += (json.dumps(record) + "\n").encode()
+        self.lines += 1
+        try:
+            self.flush()
+        except OSError as exc:
+            if not self._failing:
+                self.log.write(f"metrics write failed ({_describe(exc)}); keeping lines\n")
+                self.log.flush()
+                self._failing = True
+            return False
+        return True
+
+    def flush(self) -> None:
+        """Write every queued byte (a partial write keeps the rest); raises OSError."""
+        while self.pending:
+            n = os.write(self.fd, self.pending)
+            done = self.pending[:n].count(b"\n")
+            del self.pending[:n]
+            self.lines -= done
+        if self._failing:
+            self.log.write("metrics writes work again\n")
+            self.log.flush()
+            self._failing = False
+
+    def close(self) -> None:
+        os.close(self.fd)
