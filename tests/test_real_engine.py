@@ -165,7 +165,10 @@ def test_live_attack_frames_are_counted_and_change_nothing(tmp_path):
     for frames in kinds.values():
         for _ in range(per_kind):
             evil.send_multipart([bytes(f) for f in frames])
-    stranger.send_multipart(kinds["BadPayload"], flags=zmq.NOBLOCK)
+    try:  # queued until its handshake is refused (no pipe between refusal and reconnect)
+        stranger.send_multipart(kinds["BadPayload"], flags=zmq.NOBLOCK)
+    except zmq.Again:
+        pass
     time.sleep(3.0)
     evil.close(linger=0)
     stranger.close(linger=0)
@@ -258,7 +261,7 @@ def test_a_node_with_another_plan_is_refused(tmp_path):
     for u in range(3):
         run.start(u)
     codes = run.wait(timeout=120)
-    assert codes[0] == 3 and codes[1:] == [0, 0]
+    assert codes[0] == 3 and codes[1:] == [7, 7]  # done, degraded: node 0 never came
     log = (run.directory / "node-0.log").read_text()
     assert "different plan hash" in log
     assert run.metrics(1)[-1]["rejected"]["PlanHashMismatch"] >= 1
