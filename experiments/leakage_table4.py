@@ -16,7 +16,7 @@ inversion (z̄₁(k) − z₁(k+1))/α_k − y₁(k). Four variants side by side
   costs) in every trial (:func:`sim.sensor_fusion.per_trial`);
 * **x(0) = 0** — every agent starts at 0, one instance: V(k) = ∇f₁(z₁(k)) is then an affine
   function of z₁(k) ∈ ℐ and, at k = 1, every part of ℐ a multiple of the noise, so M-NMI
-  cannot depend on ε (docs/ARCHITECTURE.md);
+  cannot depend on ε (docs/RESULTS.md, "Paper 004 Table 4");
 * **x(0) = 0, instance per trial**.
 
 Accuracy: the paper's column, the residual ‖x(K) − 1x*ᵀ‖² after K iterations (its §6.1
