@@ -92,6 +92,10 @@ def check(needed: int, limit: int | None, what: str) -> None:
     """
     if limit is not None and needed > limit:
         raise PlanTooLargeError(
-            f"needs about {-(-needed // 2**20):,} MB ({what}) but this device allows "
-            f"{limit // 2**20:,} MB (run.max_memory_mb)"
+            f"needs about {_mb(needed)} MB ({what}) but this device allows {_mb(limit)} MB "
+            "(run.max_memory_mb)"
         )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f}" if n >= 10 * 2**20 else f"{n / 2**20:.3g}"

@@ -190,6 +190,7 @@ class NoisePlan:
     message_bound: float | None = None
     _facts: Any = field(default=None, init=False, repr=False, compare=False)
     _certificate: Any = field(default=None, init=False, repr=False, compare=False)
+    _gram: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def private(self) -> bool:
@@ -228,6 +229,7 @@ class NoisePlan:
             steps=self.steps,
             steps_done=steps_done,
             certified=self.certified_sensitivity,
+            gram=self._gram,
         )
 
     @property
@@ -508,6 +510,7 @@ def _certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> N
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     if fs.value is None and gram:
+        object.__setattr__(plan, "_gram", True)
         fs = factor_sensitivity.FactorSensitivity(
             _gram_sensitivity(plan.factor, plan.participation, plan.steps), 0.0, 0.0
         )

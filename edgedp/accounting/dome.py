@@ -63,6 +63,7 @@ def guarantee(plan, *, steps_done: int | None = None) -> mf.LDPGuarantee:
         steps=plan.steps,
         steps_done=steps_done,
         certified=getattr(plan, "certified_sensitivity", None),
+        gram=bool(getattr(plan, "_gram", False)),
     )
 
 

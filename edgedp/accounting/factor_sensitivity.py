@@ -157,7 +157,11 @@ def _toeplitz_matrix(c: np.ndarray) -> np.ndarray:
 
 
 def _maybe_dense(value, lower, upper, matrix, part, steps) -> FactorSensitivity:
-    """The exact value from the Gram matrix when T is small enough, else the bounds."""
+    """The exact value from the Gram matrix when T is small enough, else the bounds.
+
+    With one step per window the block is one diagonal entry: the lower bound is exact."""
+    if value is None and part.count(steps) == 1:
+        return FactorSensitivity(sens_lib.Sensitivity(lower, True), lower, lower)
     if value is None and steps <= DENSE_STEPS:
         value = sens_lib.sensitivity(matrix(), part)
         return FactorSensitivity(value, value.value, value.value)

@@ -171,6 +171,7 @@ def factor_guarantee(
     steps: int,
     steps_done: int | None = None,
     certified: float | None = None,
+    gram: bool = False,
 ) -> LDPGuarantee:
     """:func:`ldp_guarantee` of ``factor.strategy(steps)`` without T×T matrices.
 
@@ -179,7 +180,8 @@ def factor_guarantee(
     Gram matrix, the caller passes ``certified``, the sensitivity its plan certified (checked
     by :mod:`edgedp.plan`; only for such factors): the full run uses it, and t < T steps
     use the cheap upper bound on sens_t, capped at ``certified`` (μ_t <= 1/σ always
-    holds), flagged not exact. Without ``certified`` such a factor raises ValueError.
+    holds), flagged not exact. ``gram`` (planner side) computes such values from the T×T
+    strategy instead. Without either, such a factor raises ValueError.
 
     >>> from edgedp import factors
     >>> g = factor_guarantee(factors.Identity(), participation=Participation(4, 25),
@@ -202,6 +204,8 @@ def factor_guarantee(
         fs = factor_sensitivity.sensitivity(factor, participation, steps=n)
         if fs.value is not None:
             return fs.value
+        if gram:
+            return _sens(_strategy(factor.strategy(n)), participation, n)
         if certified is None:
             raise ValueError(
                 f"The {factor.kind} factor's exact sensitivity over {n} steps needs its "
