@@ -319,6 +319,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         y=y,
         dropout_rule=cfg.dropout_rule,
         stream_fingerprint=fingerprint,
+        keep_gradient=False,
         **key_arguments,
     )
     eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
