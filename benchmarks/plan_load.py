@@ -11,8 +11,10 @@ same run: the sensitivity from the T×T strategy through ``accounting.sensitivit
 ``accounting.mf.ldp_guarantee`` does; once to certify, once for the budget), the row norms
 of a banded C⁻¹ by streaming T-long unit impulses, and the windows of Muffliato's
 participation as explicit patterns. That dense path stays in the code as the planner's
-reference, so it is called, not copied. ``--before-max-steps`` skips it above a horizon (at
-T = 20,000 it needs ~10 GB and minutes).
+reference, so it is called, not copied. "before" times only those T-dependent steps (not
+the decode, hash and share that both paths do), so its ratios for cross-agent plans, whose
+old path was already cheap, are below 1. ``--before-max-steps`` skips it above a horizon
+(at T = 20,000 it needs ~10 GB and minutes).
 
 Run: ``PYTHONPATH=. python benchmarks/plan_load.py [--steps 1000,10000,20000]``.
 """
@@ -145,7 +147,7 @@ def main() -> None:
                 if "seconds" in after:
                     row += f"{after['seconds']:>10.3f}{after['mb']:>10.1f}"
                     if "seconds" in before:
-                        row += f"{before['seconds'] / after['seconds']:>9.0f}x"
+                        row += f"{before['seconds'] / after['seconds']:>9.3g}x"
                 else:
                     row += f"  after failed: {after['error']}"
                 print(row, flush=True)
