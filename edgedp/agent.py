@@ -62,6 +62,10 @@ from edgedp.plan import NodeShare, batch_schedule
 __all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
 
 #: How an agent mixes when some neighbours' messages did not arrive in time.
+#: Per-example gradient entries held at once: batches are clipped and summed in chunks of
+#: max(1, CHUNK_FLOATS // d) examples (same bits as the whole batch, :func:`clipping.add_clipped`).
+CHUNK_FLOATS = 1 << 20
+
 DROPOUT_RULES = MappingProxyType(
     {
         "renormalize": "drop the missing neighbours' weights and rescale the rest to sum to 1",
@@ -145,6 +149,8 @@ class Agent:
         a device): ``(round, point, sel, rows) -> rows`` applied to the per-example gradients
         ``rows`` ``(B, d)`` of the batch ``sel`` (local indices) taken at ``point``, before
         projection and clipping.
+      keep_gradient: keep the round's clipped gradient sum as ``last_gradient`` after the
+        round (simulator probes read it); devices pass False and keep nothing of a round.
     """
 
     def __init__(
@@ -162,6 +168,7 @@ class Agent:
         cross_keys: cross_mod.CrossKeys | None = None,
         stream_fingerprint: str = "",
         gradient_transform=None,
+        keep_gradient: bool = True,
     ) -> None:
         if dropout_rule not in DROPOUT_RULES:
             raise ValueError(
@@ -182,11 +189,14 @@ class Agent:
         self.node = share.node
         # simulators only (audits plant canaries): (round, point, sel, rows) -> rows
         self.gradient_transform = gradient_transform
+        self.keep_gradient = keep_gradient
         self.stream_fingerprint = stream_fingerprint
         self.model = model
         self.algo = algorithms.for_mechanism(share.mechanism)
         self.x, self.y = x, y
         self.batch, self.per_epoch = batch_schedule(share, x.shape[0], dim=model.dim)
+        # examples whose per-example gradients are held at once: about one model's size
+        self.chunk = max(1, CHUNK_FLOATS // max(1, model.dim))
         self.order = rng.permutation(batch_key, x.shape[0])
         self.dropout_rule = dropout_rule
         self.round_window = round_window
@@ -373,20 +383,33 @@ class Agent:
         self.last_gradient: np.ndarray | None = None
 
         def sketch_gradient(point: np.ndarray, project=None) -> np.ndarray:
-            grads = self.model.per_example_gradients(point, self.x[sel], self.y[sel])
-            if self.gradient_transform is not None:
-                grads = self.gradient_transform(self.round, point, sel, grads)
-            if project is not None:
-                grads = project(grads)
-            gsum, hit, bad = clipping.clipped_sum(grads, self.share.clip_norm)
-            self._clipped += int(hit)
-            self._nonfinite += int(bad)
+            if self.gradient_transform is not None:  # simulators: the transform sees the batch
+                chunks = [sel]
+            else:  # clipped per example, so chunks of examples sum to the same bits
+                chunks = [sel[lo : lo + self.chunk] for lo in range(0, len(sel), self.chunk)]
+            gsum = None
+            for part in chunks:
+                grads = self.model.per_example_gradients(point, self.x[part], self.y[part])
+                if self.gradient_transform is not None:
+                    grads = self.gradient_transform(self.round, point, part, grads)
+                if project is not None:
+                    grads = project(grads)
+                if gsum is None:
+                    gsum = np.zeros(grads.shape[:-2] + grads.shape[-1:])
+                gsum, hit, bad = clipping.add_clipped(
+                    gsum, grads, self.share.clip_norm, overwrite=project is None
+                )
+                del grads
+                self._clipped += int(hit)
+                self._nonfinite += int(bad)
             return gsum
 
         def gradient(point: np.ndarray) -> np.ndarray:
             # read by simulator probes (ground truth), never sent
-            self.last_gradient = sketch_gradient(point)
-            return self.last_gradient
+            g = sketch_gradient(point)
+            if self.keep_gradient:
+                self.last_gradient = g
+            return g
 
         def noise() -> np.ndarray | None:
             if self.share.noise_std == 0:
@@ -653,10 +676,13 @@ class Agent:
             )
         self.inbox.pop(self.round, None)
         self.state = state
-        with np.errstate(over="ignore"):  # a diagnostic: an overflow reads as inf
-            update_norm = float(np.sqrt(np.sum((self.theta - before) ** 2)))
-        for v, vec in got.items():
-            self.last_seen[v] = vec
+        with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
+            step = np.subtract(self.theta, before)
+            update_norm = float(np.sqrt(np.sum(np.multiply(step, step, out=step))))
+            del step
+        if self.dropout_rule == "reuse-last":  # the only rule that reads them again
+            for v, vec in got.items():
+                self.last_seen[v] = vec
         if self.aggregator is not None:
             self.aggregator.end_round(self.round)
         report = RoundReport(self.round, missing, self._clipped, update_norm, self._nonfinite)

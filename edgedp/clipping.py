@@ -16,7 +16,7 @@ import numpy as np
 
 from edgedp import _validate
 
-__all__ = ["clip_l2", "clipped_sum", "l2_norms", "nonfinite"]
+__all__ = ["add_clipped", "clip_l2", "clipped_sum", "l2_norms", "nonfinite"]
 
 
 def l2_norms(x: np.ndarray) -> np.ndarray:
@@ -30,8 +30,10 @@ def nonfinite(x: np.ndarray) -> np.ndarray:
     return ~np.all(np.isfinite(np.asarray(x, dtype=np.float64)), axis=-1)
 
 
-def _clip(x: np.ndarray, clip_norm: float):
-    """(clipped, was_clipped, nonfinite) — the work of :func:`clip_l2` and :func:`clipped_sum`."""
+def _clip(x: np.ndarray, clip_norm: float, overwrite: bool = False):
+    """(clipped, was_clipped, nonfinite) — the work of :func:`clip_l2` and :func:`clipped_sum`.
+
+    ``overwrite``: clip in x's own buffer (same bits: x·1.0 = x, and zeroed rows are zeros)."""
     if clip_norm != np.inf:
         _validate.positive(clip_norm=clip_norm)
     x = np.asarray(x, dtype=np.float64)
@@ -44,6 +46,11 @@ def _clip(x: np.ndarray, clip_norm: float):
             norms = np.where(overflow, top * l2_norms(x / top[..., None]), norms)
     was_clipped = finite & (norms > clip_norm)
     scale = np.where(was_clipped, clip_norm / np.where(was_clipped, norms, 1.0), 1.0)
+    if overwrite and x.flags.writeable:
+        with np.errstate(invalid="ignore"):
+            np.multiply(x, scale[..., None], out=x)
+        x[~finite] = 0.0
+        return x, was_clipped, ~finite
     with np.errstate(invalid="ignore"):
         clipped = np.where(finite[..., None], x * scale[..., None], 0.0)
     return clipped, was_clipped, ~finite
@@ -99,8 +106,30 @@ def clipped_sum(
     >>> s.round(3).tolist(), int(c), int(bad)
     ([0.9, 1.2], 1, 1)
     """
-    clipped, hit, bad = _clip(per_example, clip_norm)
-    total = np.zeros(clipped.shape[:-2] + clipped.shape[-1:])
+    per_example = np.asarray(per_example, dtype=np.float64)
+    total = np.zeros(per_example.shape[:-2] + per_example.shape[-1:])
+    return add_clipped(total, per_example, clip_norm)
+
+
+def add_clipped(
+    total: np.ndarray, per_example: np.ndarray, clip_norm: float, *, overwrite: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`clipped_sum` continued from ``total`` (updated in place and returned).
+
+    Adding a batch in chunks of examples, each chunk's clipped rows added to ``total`` in
+    order, gives the same bits as :func:`clipped_sum` of the whole batch: every row is
+    clipped on its own and the additions happen in the same order. Devices use it to hold
+    one chunk of per-example gradients instead of the whole ``(batch, d)`` array, and clip
+    it in its own buffer (``overwrite=True``: ``per_example`` is then clobbered).
+
+    >>> g = np.array([[3.0, 4.0], [0.3, 0.4], [1.0, 0.0]])
+    >>> t = np.zeros(2)
+    >>> for lo in range(3):
+    ...     t, _, _ = add_clipped(t, g[lo : lo + 1], 1.0)
+    >>> t.tobytes() == clipped_sum(g, 1.0)[0].tobytes()
+    True
+    """
+    clipped, hit, bad = _clip(per_example, clip_norm, overwrite)
     for b in range(clipped.shape[-2]):
-        total = total + clipped[..., b, :]
+        np.add(total, clipped[..., b, :], out=total)
     return total, np.sum(hit, axis=-1), np.sum(bad, axis=-1)

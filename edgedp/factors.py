@@ -229,7 +229,27 @@ class Banded:
         return _replay(self, draw, step, shape)
 
     def noise_row_norms(self, steps: int) -> np.ndarray:
-        return _streamed_row_norms(self, steps)
+        """‖C⁻¹[t, :]‖ = the std of y_t for y = C⁻¹z: the forward substitution run on the
+        (p−1)×(p−1) covariance of its state, O(steps · p²) work and O(p²) memory."""
+        _check_steps(steps)
+        if steps > self.steps:
+            raise ValueError(f"Expected steps={steps} <= the factor's horizon {self.steps}.")
+        p = self.bandwidth
+        out = np.empty(steps)
+        if p == 1:
+            out[:] = 1.0 / np.abs(self.bands[:steps, 0])
+            return out
+        S = np.zeros((p - 1, p - 1))  # Cov(y_{t-1..t-p+1}); zero before step 0
+        for t in range(steps):
+            a = self.bands[t, 1:]
+            c = self.bands[t, 0]
+            Sa = S @ a
+            var = (1.0 + float(a @ Sa)) / (c * c)
+            out[t] = math.sqrt(var)
+            S[1:, 1:] = S[:-1, :-1].copy()
+            S[0, 0] = var
+            S[1:, 0] = S[0, 1:] = -Sa[:-1] / c
+        return out
 
     def strategy(self, steps: int) -> np.ndarray:
         _check_steps(steps)

@@ -5,7 +5,16 @@ horizon T, the participation schema, the temporal factor, the noise multiplier �
 norm Δ, the learning rate, the task it was planned for and a simulation seed. Its hash is
 the SHA-256 of its canonical msgpack encoding; neighbours compare hashes before they talk.
 Loading a plan re-certifies it: the sensitivity is recomputed by the accountant from the
-factor and must equal the stored one, so a tampered or stale plan is refused.
+factor and must equal the stored one, so a tampered or stale plan is refused. Devices do
+it without T×T matrices (:mod:`edgedp.accounting.factor_sensitivity`: O(T) or O(T·p²)
+for identity, AntiPGD, banded and BLT factors). When the exact value needs the T×T Gram
+matrix (a dense C with negative entries, or a signed BLT, beyond
+``factor_sensitivity.DENSE_STEPS``) the device checks the stored value against two cheap
+bounds on it: below the lower bound it is refused; at or above the upper bound it is
+accepted (it is certainly enough noise); in between it is accepted only inside a plan
+signed by the device's trusted planning key, whose planner computed it from the Gram
+matrix (:func:`make_plan`). A plan too large for the device (``max_memory``) is refused
+before its factor is built (:mod:`edgedp.footprint`).
 
 Every plan states the adjacency its guarantee is for (``adjacency``; CONVENTIONS, DESIGN §6).
 Gaussian plans certify **zero-out** adjacency: one example of one node is replaced by one
@@ -55,13 +64,13 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _codec, _validate, bounds, factors, signing, topology
+from edgedp import _codec, _validate, bounds, factors, footprint, signing, topology
 from edgedp import cross_agent as cross_mod
 from edgedp import sketch as sketch_mod
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import dome as dome_acc
+from edgedp.accounting import factor_sensitivity, gdp, mf
 from edgedp.accounting import laplace as laplace_acc
-from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 
@@ -180,6 +189,8 @@ class NoisePlan:
     adjacency: str = GAUSSIAN_ADJACENCY
     message_bound: float | None = None
     _facts: Any = field(default=None, init=False, repr=False, compare=False)
+    _certificate: Any = field(default=None, init=False, repr=False, compare=False)
+    _gram: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def private(self) -> bool:
@@ -211,12 +222,21 @@ class NoisePlan:
             return cross_acc.guarantee(self, steps_done=steps_done)
         if self.sketch is not None:
             return dome_acc.guarantee(self, steps_done=steps_done)
-        return mf.ldp_guarantee(
-            self.factor.strategy(self.steps),
+        return mf.factor_guarantee(
+            self.factor,
             participation=self.participation,
             noise_multiplier=self.noise_multiplier,
+            steps=self.steps,
             steps_done=steps_done,
+            certified=self.certified_sensitivity,
+            gram=self._gram,
         )
+
+    @property
+    def certified_sensitivity(self) -> float | None:
+        """The stored sensitivity when certification accepted it by bounds or signature
+        (module docstring), None when the accountant recomputes it exactly."""
+        return self._certificate
 
     def mixing_matrix(self) -> np.ndarray:
         W = np.zeros((self.n, self.n))  # noqa: N806 (paper letter)
@@ -266,12 +286,24 @@ class NoisePlan:
         return _codec.encode(outer)
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, trusted_key: str | None = None) -> NoisePlan:
-        """Decode, check version, hash and signature, rebuild, and re-certify.
+    def from_bytes(
+        cls,
+        data: bytes,
+        *,
+        trusted_key: str | None = None,
+        max_memory: int | None = None,
+        gram: bool = False,
+    ) -> NoisePlan:
+        """Decode, check version, hash and signature, size, rebuild, and re-certify.
 
         A signature, when present, must verify; with ``trusted_key`` (the operator's planning
-        public key, hex) the plan must be signed by it (PlanError otherwise).
+        public key, hex) the plan must be signed by it (PlanError otherwise). With
+        ``max_memory`` (bytes) a plan whose load would need more is refused
+        (:class:`edgedp.footprint.PlanTooLargeError`) before its factor is built. ``gram``
+        (planner-side tools) recomputes a sensitivity that needs the T×T Gram matrix
+        instead of checking it by bounds and signature.
         """
+        footprint.check(2 * len(data), max_memory, f"a plan file of {len(data):,} bytes")
         try:
             outer = _codec.decode(data)
             d = outer["plan"]
@@ -298,6 +330,11 @@ class NoisePlan:
             raise PlanError(
                 f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})."
             )
+        try:
+            needed, what = footprint.plan_bytes(d, len(data))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(f"Malformed NoisePlan field: {exc}") from None
+        footprint.check(needed, max_memory, what)
         try:
             k, b = d["participation"]
             plan = cls(
@@ -334,7 +371,7 @@ class NoisePlan:
             raise PlanError(f"Malformed NoisePlan field: {exc}") from None
         if plan.plan_hash != stored_hash:
             raise PlanError("NoisePlan hash mismatch: the file was modified or corrupted.")
-        _certify(plan)
+        _certify(plan, trusted=trusted_key is not None, gram=gram)
         if plan.mechanism != "dsgd" and not plan.private:
             raise PlanError(
                 f"This {plan.mechanism} plan adds no noise (noise_multiplier 0 or epsilon inf): "
@@ -419,7 +456,7 @@ class NodeShare:
     network: Any = None  # edgedp.bounds.NetworkFacts: n, W's column sums, noise std per round
 
 
-def _certify(plan: NoisePlan) -> None:
+def _certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> None:
     if plan.message_bound is not None and not 0 < plan.message_bound < math.inf:
         raise PlanError(f"Expected 0 < message_bound={plan.message_bound!r} < inf.")
     if plan.mechanism not in _MECHANISMS:
@@ -466,12 +503,51 @@ def _certify(plan: NoisePlan) -> None:
         raise PlanError(f"A {plan.mechanism} plan adds no Gaussian noise: noise_multiplier 0.")
     if plan.noise_multiplier == 0.0:
         return
-    g = plan.guarantee()
-    if not math.isclose(g.sensitivity, plan.sensitivity, rel_tol=1e-9, abs_tol=1e-12):
-        raise PlanError(
-            f"Plan sensitivity {plan.sensitivity!r} does not match the accountant's "
-            f"{g.sensitivity!r} for its factor; re-create the plan."
+    if plan.cross_agent is not None:
+        return
+    try:
+        fs = factor_sensitivity.sensitivity(plan.factor, plan.participation, steps=plan.steps)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    if fs.value is None and gram:
+        object.__setattr__(plan, "_gram", True)
+        fs = factor_sensitivity.FactorSensitivity(
+            _gram_sensitivity(plan.factor, plan.participation, plan.steps), 0.0, 0.0
         )
+    if fs.value is not None:
+        if not math.isclose(fs.value.value, plan.sensitivity, rel_tol=1e-9, abs_tol=1e-12):
+            raise PlanError(
+                f"Plan sensitivity {plan.sensitivity!r} does not match the accountant's "
+                f"{fs.value.value!r} for its factor; re-create the plan."
+            )
+        return
+    _check_bounds(plan, fs, trusted=trusted)
+
+
+def _gram_sensitivity(factor, participation, steps: int):
+    """The Thm 7 value from the T×T Gram matrix (planner side; O(T³))."""
+    from edgedp.accounting import sensitivity as sens_lib
+
+    return sens_lib.sensitivity(factor.strategy(steps), participation)
+
+
+def _check_bounds(plan: NoisePlan, fs, *, trusted: bool) -> None:
+    """Certify a stored sensitivity whose exact value needs the Gram matrix (module docstring)."""
+    stated, tol = plan.sensitivity, 1e-9
+    size = f"{plan.steps}x{plan.steps}"
+    if not stated >= fs.lower * (1.0 - tol):
+        raise PlanError(
+            f"Plan sensitivity {stated!r} is below {fs.lower!r}, a lower bound for its "
+            f"{plan.factor.kind} factor: refusing a plan that understates its noise."
+        )
+    if not (stated >= fs.upper * (1.0 - tol) or trusted):
+        raise PlanError(
+            f"Plan sensitivity {stated!r} of its {plan.factor.kind} factor can only be checked "
+            f"against its {size} Gram matrix (cheap bounds [{fs.lower:.6g}, {fs.upper:.6g}]); "
+            "this device accepts it only in a plan signed by its planning key "
+            "(`edgedp plan --sign`, node.toml plan.public_key)."
+        )
+    object.__setattr__(plan, "_certificate", stated)
 
 
 def _certify_cross_agent(plan: NoisePlan) -> None:
@@ -499,8 +575,16 @@ def _certify_cross_agent(plan: NoisePlan) -> None:
         raise PlanError("cross_agent edge_variance must have one entry per plan edge.")
     if plan.steps % spec.gossip_rounds:
         raise PlanError(f"steps={plan.steps} is not a multiple of K={spec.gossip_rounds}.")
-    if not math.isfinite(plan.guarantee().sensitivity):
+    g = plan.guarantee()
+    if not math.isfinite(g.sensitivity):
         raise PlanError("cross_agent covariance is not positive definite; re-create the plan.")
+    if plan.noise_multiplier > 0 and not math.isclose(
+        g.sensitivity, plan.sensitivity, rel_tol=1e-9, abs_tol=1e-12
+    ):
+        raise PlanError(
+            f"Plan sensitivity {plan.sensitivity!r} does not match the accountant's "
+            f"{g.sensitivity!r} for its factors; re-create the plan."
+        )
 
 
 def make_plan(
@@ -585,7 +669,6 @@ def make_plan(
     W = topology.WEIGHTINGS[weighting](graph)  # noqa: N806
     topology.validate(W, graph)
     index, weight = topology.mixing_table(W)
-    strategy = factor.strategy(steps)
     if mechanism in LAPLACE_MECHANISMS:
         sigma, sens, exact = 0.0, 0.0, True
     elif not noisy:
@@ -600,14 +683,10 @@ def make_plan(
         if target_epsilon is not None:
             if delta is None:
                 raise ValueError("target_epsilon needs delta.")
-            g = mf.calibrate(
-                strategy, participation=participation, target_epsilon=target_epsilon, delta=delta
-            )
+            noise_multiplier = gdp.noise_multiplier(target_epsilon, delta=delta)
         else:
             _validate.positive(noise_multiplier=noise_multiplier)
-            g = mf.ldp_guarantee(
-                strategy, participation=participation, noise_multiplier=noise_multiplier
-            )
+        g = _planned_guarantee(factor, participation, float(noise_multiplier), steps)
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
     task = (task or TaskSpec()).pinned()
     plan = NoisePlan(
@@ -633,8 +712,28 @@ def make_plan(
         adjacency=laplace.adjacency if laplace is not None else GAUSSIAN_ADJACENCY,
         message_bound=None if message_bound is None else float(message_bound),
     )
-    _certify(plan)
+    _certify(plan, trusted=True)
     return plan
+
+
+#: Up to this horizon the planner certifies from the T×T Gram matrix even when the compact
+#: route applies (the plans planned before it existed keep their bits and hashes).
+PLANNER_GRAM_STEPS = 2048
+
+
+def _planned_guarantee(factor, participation, sigma: float, steps: int) -> mf.LDPGuarantee:
+    """The planner's guarantee: from the Gram matrix up to PLANNER_GRAM_STEPS or when the
+    compact route has only bounds, else from the compact route (equal up to rounding)."""
+    fs = None
+    if steps > PLANNER_GRAM_STEPS:
+        fs = factor_sensitivity.sensitivity(factor, participation, steps=steps)
+    if fs is not None and fs.value is not None:
+        return mf.factor_guarantee(
+            factor, participation=participation, noise_multiplier=sigma, steps=steps
+        )
+    return mf.ldp_guarantee(
+        factor.strategy(steps), participation=participation, noise_multiplier=sigma
+    )
 
 
 def batch_schedule(

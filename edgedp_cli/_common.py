@@ -140,7 +140,7 @@ def load_plan(path: str):
     from edgedp.plan import NoisePlan
 
     try:
-        return NoisePlan.from_bytes(Path(path).read_bytes())
+        return NoisePlan.from_bytes(Path(path).read_bytes(), gram=True)
     except OSError as exc:
         raise UsageError(f"cannot read plan {path!r}: {exc.strerror}") from None
     except PlanError as exc:

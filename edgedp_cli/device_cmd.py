@@ -51,7 +51,7 @@ def cmd_sign(args) -> None:
 
     try:
         key = signing.read_key(Path(args.key))
-        plan = NoisePlan.from_bytes(Path(args.plan).read_bytes())
+        plan = NoisePlan.from_bytes(Path(args.plan).read_bytes(), gram=True)
     except OSError as exc:
         raise UsageError(f"{args.plan}: {exc.strerror}") from None
     except (signing.SignatureError, PlanError) as exc:

@@ -36,6 +36,8 @@ adversary = "worst"                        # whose ε the budget binds: worst (d
                                            # eavesdropper, insider or neighbourhood
 max_missing = 0.25                         # exit 7 (degraded) if more of the neighbours'
                                            # messages were missing, or one never came
+max_memory_mb = 1024                       # refuse (exit 3) a plan or model that needs more;
+                                           # default: half of the machine's memory
 
 [[neighbours]]
 id = 1
@@ -58,6 +60,7 @@ naming it and the closest valid key.
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +101,7 @@ RUN_KEYS = (
     "delta",
     "adversary",
     "max_missing",
+    "max_memory_mb",
 )
 NEIGHBOUR_KEYS = ("id", "endpoint", "public_key")  # each [[neighbours]] entry
 #: Section name -> allowed keys (``neighbours`` is an array of tables).
@@ -151,6 +155,7 @@ class NodeConfig:
     max_epsilon: float
     delta: float
     neighbours: tuple[Neighbour, ...]
+    max_memory: int | None = None  # bytes (run.max_memory_mb); None: no limit
 
     @property
     def reproducible(self) -> bool:
@@ -207,6 +212,14 @@ def _hex(table: dict, section: str, key: str) -> str:
     if value and not (len(value) == 64 and all(c in "0123456789abcdefABCDEF" for c in value)):
         raise ConfigError(f"{section}.{key} = {value!r} must be 64 hex digits")
     return value.lower()
+
+
+def machine_memory() -> int:
+    """Physical memory in bytes (os.sysconf); 1 GiB when the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 2**30
 
 
 def _endpoint(name: str, value: str) -> str:
@@ -273,6 +286,9 @@ def load(path: str | Path) -> NodeConfig:
     for k in ("round_timeout", "startup_timeout", "max_epsilon"):
         if not floats[k] > 0:
             raise ConfigError(f"run.{k} = {floats[k]} must be > 0")
+    max_memory_mb = _get(raw, "run", "max_memory_mb", float, machine_memory() / 2**21)
+    if not 0 < max_memory_mb < math.inf:
+        raise ConfigError(f"run.max_memory_mb = {max_memory_mb} must be > 0 (megabytes)")
     if not 0 < floats["delta"] < 1:
         raise ConfigError(f"run.delta = {floats['delta']} must be in (0, 1)")
     neighbours = []
@@ -322,5 +338,6 @@ def load(path: str | Path) -> NodeConfig:
         final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),
         dropout_rule=rule,
         neighbours=tuple(sorted(neighbours, key=lambda n: n.id)),
+        max_memory=int(max_memory_mb * 2**20),
         **floats,
     )

@@ -71,7 +71,7 @@ import numpy as np
 import zmq
 import zmq.auth
 
-from edgedp import cross_agent, keys, models, rng, sketch_adaptive, streams
+from edgedp import cross_agent, footprint, keys, models, rng, sketch_adaptive, streams
 from edgedp.accounting import budget
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
@@ -96,8 +96,12 @@ class RefusedError(Exception):
 
 def _load_inputs(cfg: config.NodeConfig):
     try:
+        size = cfg.plan_file.stat().st_size
+        footprint.check(2 * size, cfg.max_memory, f"a plan file of {size:,} bytes")
         plan = NoisePlan.from_bytes(
-            cfg.plan_file.read_bytes(), trusted_key=cfg.plan_public_key or None
+            cfg.plan_file.read_bytes(),
+            trusted_key=cfg.plan_public_key or None,
+            max_memory=cfg.max_memory,
         )
     except OSError as exc:
         raise config.ConfigError(f"plan.file {cfg.plan_file}: {exc.strerror}") from None
@@ -299,6 +303,14 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         )
     except ValueError as exc:
         raise config.ConfigError(f"model: {exc}") from None
+    try:
+        footprint.check(
+            footprint.agent_bytes(model.dim, plan.factor.state_bytes(model.dim)),
+            cfg.max_memory,
+            f"model dimension d={model.dim:,}, {plan.factor.kind} factor state",
+        )
+    except PlanError as exc:
+        raise RefusedError(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
     key_arguments, fingerprint = _stream_keys(cfg, plan, share, secret, noise_secret)
     agent = Agent(
         share,
@@ -307,6 +319,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         y=y,
         dropout_rule=cfg.dropout_rule,
         stream_fingerprint=fingerprint,
+        keep_gradient=False,
         **key_arguments,
     )
     eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)

@@ -459,7 +459,7 @@ def local_run(
     every agent gets its own keys, a fresh run id and — for shared-seed plans — the run's
     seed sealed to its key. ``start`` lists the nodes to launch (default: all); the others
     are left for the caller (``LocalRun.start(u)``, or a test playing that node itself)."""
-    plan = NoisePlan.from_bytes(Path(plan_file).read_bytes())
+    plan = NoisePlan.from_bytes(Path(plan_file).read_bytes(), gram=True)
     directory = Path(directory).resolve()
     checkpoint.private_folder(directory / "keys")
     keys = {u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)}

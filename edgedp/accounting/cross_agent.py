@@ -35,7 +35,7 @@ import math
 import numpy as np
 
 from edgedp._validate import non_negative, positive
-from edgedp.accounting import gdp, mf
+from edgedp.accounting import factor_sensitivity, gdp, mf
 from edgedp.accounting.participation import Participation
 
 __all__ = [
@@ -114,11 +114,12 @@ def participations(
     if spec.gossip_rounds == 1:
         return participation.count(t)
     K = spec.gossip_rounds
-    best = 0
-    for pattern in participation.patterns(steps):
-        inside = pattern[pattern < t]
-        best = max(best, int(np.count_nonzero(inside % K == 0)))
-    return best
+    start, length = factor_sensitivity.windows(participation, steps)
+    index = np.arange(steps, dtype=np.int64)
+    released = ((index % K == 0) & (index < t)).astype(np.int64)
+    b = participation.b
+    counts = factor_sensitivity.strided_sums(released, b, start, length)  # O(T), no patterns
+    return int(counts.max()) if counts.size else 0
 
 
 def guarantee(plan, *, steps_done: int | None = None) -> mf.LDPGuarantee:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgedp._validate import finite_array, integer, non_negative
-from edgedp.accounting import gdp
+from edgedp.accounting import factor_sensitivity, gdp
 from edgedp.accounting import rdp as renyi
 from edgedp.accounting import sensitivity as sens_lib
 from edgedp.accounting.participation import Participation
@@ -40,6 +40,7 @@ from edgedp.accounting.participation import Participation
 __all__ = [
     "LDPGuarantee",
     "calibrate",
+    "factor_guarantee",
     "ldp_guarantee",
 ]
 
@@ -142,6 +143,10 @@ def ldp_guarantee(
     t = int(steps_done)
     full = _sens(C, participation, T)
     done = full if t == T else _sens(C, participation, t)
+    return _guarantee(full, done, noise_multiplier, t)
+
+
+def _guarantee(full, done, noise_multiplier, t: int) -> LDPGuarantee:
     if done.value > full.value:
         # Thm 7 bounds need not grow with t when X has negative entries, but the true
         # sensitivity does: sens_t <= sens_T <= full.value is the tighter valid bound.
@@ -156,6 +161,61 @@ def ldp_guarantee(
     return LDPGuarantee(
         mu=mu, noise_multiplier=sigma, sensitivity=full.value, exact=done.exact, steps=t
     )
+
+
+def factor_guarantee(
+    factor,
+    *,
+    participation: Participation,
+    noise_multiplier: float,
+    steps: int,
+    steps_done: int | None = None,
+    certified: float | None = None,
+    gram: bool = False,
+) -> LDPGuarantee:
+    """:func:`ldp_guarantee` of ``factor.strategy(steps)`` without T×T matrices.
+
+    The sensitivities come from :func:`edgedp.accounting.factor_sensitivity.sensitivity`
+    (equal to the dense ones up to summation order). When a factor's exact value needs the
+    Gram matrix, the caller passes ``certified``, the sensitivity its plan certified (checked
+    by :mod:`edgedp.plan`; only for such factors): the full run uses it, and t < T steps
+    use the cheap upper bound on sens_t, capped at ``certified`` (μ_t <= 1/σ always
+    holds), flagged not exact. ``gram`` (planner side) computes such values from the T×T
+    strategy instead. Without either, such a factor raises ValueError.
+
+    >>> from edgedp import factors
+    >>> g = factor_guarantee(factors.Identity(), participation=Participation(4, 25),
+    ...                      noise_multiplier=2.0, steps=100)
+    >>> print(f"sens={g.sensitivity:.1f} mu={g.mu:.2f}")
+    sens=2.0 mu=0.50
+    """
+    non_negative(noise_multiplier=noise_multiplier)
+    integer(1, steps=steps)
+    T = int(steps)
+    t = T if steps_done is None else steps_done
+    integer(0, steps_done=t)
+    if t > T:
+        raise ValueError(f"Expected steps_done={t!r} <= T={T}.")
+    t = int(t)
+
+    def sens(n: int) -> sens_lib.Sensitivity:
+        if n == 0:
+            return sens_lib.Sensitivity(0.0, True)
+        fs = factor_sensitivity.sensitivity(factor, participation, steps=n)
+        if fs.value is not None:
+            return fs.value
+        if gram:
+            return _sens(_strategy(factor.strategy(n)), participation, n)
+        if certified is None:
+            raise ValueError(
+                f"The {factor.kind} factor's exact sensitivity over {n} steps needs its "
+                f"{n}x{n} Gram matrix; pass the plan's certified value."
+            )
+        return sens_lib.Sensitivity(min(fs.upper, float(certified)), False)
+
+    full = sens(T) if certified is None else sens_lib.Sensitivity(float(certified), False)
+    done = full if t == T else sens(t)
+    return _guarantee(full, done, noise_multiplier, t)
 
 
 def calibrate(

@@ -221,7 +221,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         path = Path(raw["plan"])
         path = path if path.is_absolute() else base / path
         try:
-            return plan_mod.NoisePlan.from_bytes(path.read_bytes())
+            return plan_mod.NoisePlan.from_bytes(path.read_bytes(), gram=True)
         except OSError as exc:
             raise ScenarioError(f"plan = {str(path)!r}: {exc.strerror}") from None
         except PlanError as exc:

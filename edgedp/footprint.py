@@ -1,0 +1,101 @@
+"""How much memory a plan and an agent will need, estimated before anything is built.
+
+A device refuses a plan that cannot fit (``run.max_memory_mb``, :mod:`firmware_py.config`)
+from numbers it can read without allocating: the plan file's size, the horizon T and the
+shape of the temporal factor in the decoded plan, and the model dimension d. The
+estimates are upper bounds of what loading and running allocate (tested against measured
+peaks in benchmarks/plan_load.py and benchmarks/agent_memory.py), rounded up generously:
+
+* plan load: 2 × the file (the bytes and their decoded arrays), ``PER_STEP`` bytes per step
+  (the O(T) certification and the per-round noise bound), and the factor's own arrays:
+  banded 3 × 8·T·p, BLT nothing beyond ``PER_STEP``, dense 6 × 8·T² (C, C⁻¹, the
+  inversion, cumulative column sums and |C| for the sensitivity bounds);
+* agent: ``AGENT_VECTORS`` model-sized vectors (θ, the half step, the gradient sum, a
+  clipping chunk, noise and mixing temporaries) plus the factor's streaming state.
+
+Numpy only: devices run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edgedp.errors import PlanError
+
+__all__ = [
+    "AGENT_VECTORS",
+    "PER_STEP",
+    "PlanTooLargeError",
+    "agent_bytes",
+    "check",
+    "plan_bytes",
+]
+
+#: Bytes per step of a plan's load (O(T) arrays of certification and of the message bound).
+PER_STEP = 512
+#: Model-sized float64 vectors an agent holds at its peak, besides the factor's state.
+AGENT_VECTORS = 8
+
+
+class PlanTooLargeError(PlanError):
+    """A plan (or its model) needs more memory than the device allows."""
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return tuple(int(s) for s in shape)
+    if isinstance(value, list | tuple):
+        return (len(value),) + (_shape(value[0]) if value else ())
+    return ()
+
+
+def plan_bytes(raw: Mapping[str, Any], file_size: int) -> tuple[int, str]:
+    """(bytes, description) an upper estimate of loading the decoded plan ``raw``.
+
+    Only reads sizes: ``raw["steps"]`` and the factor's array shapes.
+
+    >>> plan_bytes({"steps": 10**9, "factor": {"kind": "identity"}}, 1000)[1]
+    'steps T=1,000,000,000, identity factor'
+    """
+    steps = int(raw.get("steps", 0))
+    factor = raw.get("factor") if isinstance(raw.get("factor"), Mapping) else {}
+    kind = str(factor.get("kind", "?"))
+    total = 2 * int(file_size) + PER_STEP * max(steps, 0)
+    what = f"steps T={steps:,}, {kind} factor"
+    if kind == "banded":
+        rows, *rest = _shape(factor.get("bands")) or (0,)
+        width = rest[0] if rest else 1
+        total += 3 * 8 * rows * width
+        what += f" {rows:,}x{width}"
+    elif kind == "dense":
+        rows = (_shape(factor.get("matrix")) or (0,))[0]
+        total += 6 * 8 * rows * rows
+        what += f" {rows:,}x{rows:,}"
+    return total, what
+
+
+def agent_bytes(dim: int, state_bytes: int) -> int:
+    """An upper estimate of an agent's arrays for a model of ``dim`` parameters."""
+    return AGENT_VECTORS * 8 * int(dim) + int(state_bytes)
+
+
+def check(needed: int, limit: int | None, what: str) -> None:
+    """Raise :class:`PlanTooLargeError` when ``needed`` bytes exceed ``limit`` (None: no limit).
+
+    >>> try:
+    ...     check(3 * 2**20, 2**20, "steps T=5")
+    ... except PlanTooLargeError as exc:
+    ...     print(exc)
+    needs about 3 MB (steps T=5) but this device allows 1 MB (run.max_memory_mb)
+    """
+    if limit is not None and needed > limit:
+        raise PlanTooLargeError(
+            f"needs about {_mb(needed)} MB ({what}) but this device allows {_mb(limit)} MB "
+            "(run.max_memory_mb)"
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f}" if n >= 10 * 2**20 else f"{n / 2**20:.3g}"
