@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from edgedp_cli._common import (
     UsageError,
+    check_out,
     check_task_participation,
     emit,
     key_value_lines,
@@ -28,7 +29,7 @@ from edgedp_cli._common import (
     write_plan,
 )
 
-__all__ = ["main"]
+__all__ = ["build_parser", "build_plan", "main", "plan_report"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -87,12 +88,26 @@ def cmd_topology(args) -> None:
 
 
 def cmd_plan(args) -> None:
+    check_out(args)  # a bad --out fails before any planning
+    p, payload, text = build_plan(args)
+    write_plan(args, p)
+    payload["out"] = args.out
+    emit(args, payload, text(payload))
+
+
+def build_plan(args):
+    """Everything ``edgedp plan`` does but writing the file (also :func:`edgedp.make_plan`).
+
+    Returns ``(plan, report, text)``: the NoisePlan, the report ``plan`` prints (a dict) and
+    a function turning the report (with ``out`` added) into the human-readable text.
+    Raises :class:`UsageError` naming the bad option.
+    """
     from edgedp import plan as plan_mod
 
     if args.mechanism in plan_mod.LAPLACE_MECHANISMS:
         from edgedp_cli import tune_cmd
 
-        return tune_cmd.cmd_plan_laplace(args)
+        return tune_cmd.build_plan_laplace(args)
     if args.participation is None:
         raise UsageError(
             f"--mechanism {args.mechanism} needs --participation k,b{participation_hint(args)}"
@@ -113,7 +128,7 @@ def cmd_plan(args) -> None:
     if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
         from edgedp_cli import cross_cmd
 
-        return cross_cmd.cmd_plan_cross(args, g, task, participation, model_dim)
+        return cross_cmd.build_plan_cross(args, g, task, participation, model_dim)
     factor, planned = None, None
     if args.mechanism in PLANNED_MECHANISMS:
         factor, planned = _planned_factor(args, g, participation)
@@ -141,14 +156,9 @@ def cmd_plan(args) -> None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    write_plan(args, p)
-    payload = _plan_report(p, args.delta if args.delta is not None else 1e-6)
+    payload = plan_report(p, args.delta if args.delta is not None else 1e-6)
     if p.noise_multiplier > 0:
-        from edgedp.planning import factorization
-
-        payload["loss_ratio_to_dp_dsgd"] = factorization.relative_loss(
-            p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
-        )
+        payload["loss_ratio_to_dp_dsgd"] = _loss_ratio(p)
     if sketch is not None:
         payload.update(dome_cmd.report(p, model_dim))
     if planned is not None:
@@ -161,8 +171,16 @@ def cmd_plan(args) -> None:
         if planned.loss_ratio_to_dense is not None:
             payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
             payload["device_state_floats_per_dim"] = p.factor.state_bytes(1) // 8
-    payload["out"] = args.out
-    emit(args, payload, key_value_lines(payload))
+    return p, payload, key_value_lines
+
+
+def _loss_ratio(p) -> float:
+    """The plan's expected loss over DP-D-SGD's at the same guarantee (1 for DP-D-SGD)."""
+    from edgedp.planning import factorization
+
+    return factorization.relative_loss(
+        p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
+    )
 
 
 #: Mechanisms whose temporal factor the offline planner computes for the topology.
@@ -200,7 +218,7 @@ def _planned_factor(args, graph, participation):
     return planned.factor, planned
 
 
-def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
+def plan_report(p, delta: float, steps_done: int | None = None) -> dict:
     if p.laplace is not None:
         from edgedp_cli import tune_cmd
 
@@ -262,7 +280,7 @@ def cmd_account(args) -> None:
         raise UsageError("--attacker only applies with --trust pndp")
     if args.steps_done is not None and not 0 <= args.steps_done <= p.steps:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
-    payload = _plan_report(p, args.delta, args.steps_done)
+    payload = plan_report(p, args.delta, args.steps_done)
     payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
     emit(args, payload, key_value_lines(payload))
 
