@@ -1,7 +1,7 @@
 """A small MLP as an ONNX training graph, trained privately by the same agents."""
 
+import os
 import tempfile
-from pathlib import Path
 
 import edgedp
 from edgedp.models import graph, spec
@@ -12,16 +12,16 @@ ARCH, FEATURES = "mlp:30-8-1:tanh", 30  # breast-cancer has 30 features; binary 
 TOPOLOGY, STEPS, SEED = "ring:8", 25, 0
 
 with tempfile.TemporaryDirectory() as tmp:
-    path = Path(tmp) / "mlp.onnx"
-    graph.write(spec.parse(ARCH, features=FEATURES, loss="bce"), path)
-    print(f"ONNX training graph: {OnnxModel(path).dim} parameters")
+    os.chdir(tmp)  # the plan names the model by relative path (and pins its hash)
+    graph.write(spec.parse(ARCH, features=FEATURES, loss="bce"), "mlp.onnx")
+    print(f"ONNX training graph: {OnnxModel('mlp.onnx').dim} parameters")
     plan = edgedp.make_plan(
         "dp-dsgd",
         TOPOLOGY,
         steps=STEPS,
         target_epsilon=8.0,
         delta=1e-6,
-        model=f"onnx:{path}",
+        model="onnx:mlp.onnx",
         dataset="breast-cancer",
         seed=SEED,
     )
