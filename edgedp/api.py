@@ -30,14 +30,21 @@ __all__ = [
     "LeakResult",
     "SimulationResult",
     "account",
+    "install_hint",
     "leak",
     "make_plan",
     "scenario_for",
     "simulate",
 ]
 
-#: What the simulator needs, and how to install it.
-_SIM_HINT = "pip install 'edgedp[sim,plan]'"
+#: The optional packages and the extra that installs each (``pip install 'edgedp[EXTRA]'``).
+EXTRAS = {
+    **dict.fromkeys(("simpy", "networkx", "matplotlib", "sklearn", "tqdm", "dask"), "sim"),
+    **dict.fromkeys(("scipy", "threadpoolctl", "cvxpy", "dp_accounting"), "plan"),
+    "distributed": "sim",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+}
 
 #: ``make_plan`` keywords whose ``edgedp plan`` option has another name.
 _RENAMED = {"target_epsilon": "target_eps"}
@@ -47,6 +54,19 @@ _NOT_OPTIONS = {"json", "func", "command", "out", "sign", "target_eps"}
 _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
 
 
+def install_hint(exc: ImportError) -> str | None:
+    """``pip install 'edgedp[EXTRA]'`` for an optional package that is missing, else None.
+
+    >>> print(install_hint(ModuleNotFoundError("No module named 'simpy'", name="simpy")))
+    simpy is not installed (not in the device install): pip install 'edgedp[sim,plan]'
+    """
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    extra = "sim,plan" if EXTRAS[name] in ("sim", "plan") else EXTRAS[name]
+    return f"{name} is not installed (not in the device install): pip install 'edgedp[{extra}]'"
+
+
 def _need(module: str):
     """Import ``module`` or raise an ImportError naming the extra to install."""
     import importlib
@@ -54,7 +74,10 @@ def _need(module: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{module} needs the simulator: {_SIM_HINT} ({exc})") from None
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        raise ImportError(f"{module} needs {hint}") from None
 
 
 # ------------------------------------------------------------------ planning

@@ -404,6 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"edgedp: error: {exc}\n")
         return 2
+    except ImportError as exc:  # a device-only install running an offline command
+        from edgedp.api import install_hint
+
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        sys.stderr.write(f"edgedp {args.command}: {hint}\n")
+        return 2
     return 0
 
 

@@ -16,6 +16,10 @@ def cmd_optimize(args) -> None:
     from edgedp.planning import mafalda, mf_optimal
 
     part = parse_participation(args.participation)
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps}: expected an integer >= 1")
+    if args.max_iterations < 1:
+        raise UsageError(f"--max-iterations {args.max_iterations}: expected an integer >= 1")
     if args.workload == "prefix":
         H = mf_optimal.prefix_sum_gram(args.steps)  # noqa: N806
     else:

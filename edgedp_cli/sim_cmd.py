@@ -49,12 +49,13 @@ def cmd_sim_sweep(args) -> None:
     if args.json:
         sys.stdout.write(json.dumps({"runs": runner._safe(rows), "out": args.out}) + "\n")
         return
-    head = f"{'scenario':<50}{'final test loss':>16}{'dropped':>9}{'sim s':>9}"
+    width = max([len("scenario"), *(len(r["scenario"]) for r in rows)]) + 2  # names uncut
+    head = f"{'scenario':<{width}}{'final test loss':>16}{'dropped':>9}{'sim s':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
         sim_s = r.get("simulated_seconds")
         lines.append(
-            f"{r['scenario'][:49]:<50}{r['final_test_loss']:>16.4f}"
+            f"{r['scenario']:<{width}}{r['final_test_loss']:>16.4f}"
             f"{r['dropped_messages']:>9}{(sim_s or 0):>9.2f}"
         )
     lines.append(f"wrote {args.out}/sweep.json, {args.out}/sweep.png")
