@@ -166,6 +166,7 @@ def build_plan(args):
             factorization_loss=planned.loss,
             dual_bound=planned.dual_bound,
             gap=planned.gap,
+            converged=planned.converged,
             planner_seconds=planned.seconds,
         )
         if planned.loss_ratio_to_dense is not None:
@@ -210,11 +211,21 @@ def _planned_factor(args, graph, participation):
             progress=progress,
             bandwidth=args.bandwidth,
             buffers=args.buffers,
+            tolerance=args.tolerance,
+            max_iterations=args.max_iterations,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not args.json:
         sys.stderr.write("\n")
+    if not planned.converged:  # said even with --json: the factor is further from optimal
+        sys.stderr.write(
+            f"edgedp plan: warning: the {args.mechanism} planner stopped unconverged after "
+            f"{planned.iterations} iterations with a duality gap of {planned.gap:.1%} "
+            f"(--tolerance {args.tolerance:g}); the plan and its epsilon are valid, but its "
+            f"expected error may be up to {planned.gap:.1%} above the optimum's: raise "
+            "--max-iterations\n"
+        )
     return planned.factor, planned
 
 
@@ -343,6 +354,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bandwidth", type=int, help="banded: number of diagonals of C")
     p.add_argument("--buffers", type=int, help="blt: number of buffers")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="dmf/mafalda/banded/blt: relative duality gap the planner stops at (default 1e-4)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        default=1000,
+        help="dmf/mafalda/banded/blt: planner iterations before it stops unconverged "
+        "(default 1000; it then says so)",
+    )
     p.add_argument("--target-eps", type=float)
     p.add_argument("--noise-multiplier", type=float)
     p.add_argument("--delta", type=float)
