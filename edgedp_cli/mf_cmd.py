@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
@@ -28,11 +29,15 @@ def cmd_optimize(args) -> None:
         W = topology.WEIGHTINGS[args.weighting](parse_graph(args.topology))  # noqa: N806
         H = mafalda.workload_gram(W, steps=args.steps)  # noqa: N806
 
+    started = time.perf_counter()
+
     def progress(iteration: int, loss: float, bound: float) -> None:
         if not args.json:
+            per = (time.perf_counter() - started) / max(iteration, 1)
             sys.stderr.write(
-                f"\r  iteration {iteration:4d}  loss {loss:.6e}  dual bound "
-                f"{bound:.6e}  gap {(loss - bound) / bound:.2e}   "
+                f"\r  iteration {iteration:4d}/{args.max_iterations}  loss {loss:.6e}  dual "
+                f"bound {bound:.6e}  gap {(loss - bound) / bound:.2e}  ({per:.1f} s/iteration, "
+                f"at most {per * (args.max_iterations - iteration) / 60:.0f} min left)   "
             )
             sys.stderr.flush()
 
@@ -48,6 +53,12 @@ def cmd_optimize(args) -> None:
         raise UsageError(str(exc)) from None
     if not args.json:
         sys.stderr.write("\n")
+    if not res.converged:
+        sys.stderr.write(
+            f"edgedp mf optimize: warning: stopped unconverged after {res.iterations} "
+            f"iterations with a duality gap of {res.gap:.1%} (--tolerance {args.tolerance:g}): "
+            "raise --max-iterations\n"
+        )
     payload = {
         "workload": args.workload,
         "steps": args.steps,
