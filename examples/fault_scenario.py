@@ -16,7 +16,7 @@ SCENARIO = {
     "faults": {"dropout": 0.05},
 }
 
-plan = edgedp.make_plan("dp-dsgd", "er:20:0.3:2", steps=30, target_epsilon=4.0, delta=1e-6)
+plan = edgedp.make_plan("dp-dsgd", "er:16:0.3:2", steps=20, target_epsilon=4.0, delta=1e-6)
 ideal = edgedp.simulate(plan, engine="event")
 lossy = edgedp.simulate(plan, SCENARIO, trials=2)  # auto: the event engine
 print(f"guarantee: epsilon = {edgedp.account(plan).epsilon:.2f} at delta = 1e-6")
