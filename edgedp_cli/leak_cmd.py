@@ -148,17 +148,21 @@ def plot(report: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     styles = ("-", "--", ":", "-.")
     markers = ("o", "s", "^", "D", "v", "x")
-    for i, e in enumerate(report["attackers"]):  # style + marker: overlapping curves stay visible
+    count = len(report["attackers"])
+    for i, e in enumerate(report["attackers"]):
+        # equal curves stay visible: wider lines below, other dashes and markers staggered
         ys = [math.nan if v is None else v for v in e["nmi_curve"]]
+        every = max(1, len(ys) // 12)
         ax.plot(
             range(1, len(ys) + 1),
             ys,
             linestyle=styles[i % len(styles)],
             marker=markers[i % len(markers)],
-            markersize=7 - i % 4,
-            markevery=max(1, len(ys) // 15),
-            linewidth=2.2 - 0.4 * (i % 3),
-            alpha=0.85,
+            markersize=8,
+            markerfacecolor="none" if i else None,
+            markevery=(i * every // count, every),
+            linewidth=max(1.2, 3.2 - 0.8 * i),
+            alpha=0.9,
             label=f"{e['attacker']} (M-NMI {_fmt(e['m_nmi'], '.3f')})"
             + (" [see warnings]" if e.get("warnings") else ""),
         )
