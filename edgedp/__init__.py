@@ -3,10 +3,33 @@
 The device library. It imports numpy, pyzmq and msgpack only (onnxruntime for ONNX
 models); offline planning lives in :mod:`edgedp.planning` and may use scipy.
 Import modules, not names: ``from edgedp import factors``.
+
+The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.make_plan``,
+``edgedp.account``, ``edgedp.simulate`` and ``edgedp.leak``. It imports planning and the
+simulator only when called, so ``import edgedp`` stays a device import.
 """
+
+from edgedp.api import (
+    AttackerLeak,
+    Guarantee,
+    LeakResult,
+    SimulationResult,
+    account,
+    leak,
+    make_plan,
+    simulate,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttackerLeak",
+    "Guarantee",
+    "LeakResult",
+    "SimulationResult",
     "__version__",
+    "account",
+    "leak",
+    "make_plan",
+    "simulate",
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 __all__ = [
     "UsageError",
+    "check_out",
     "check_task_participation",
     "emit",
     "json_value",
@@ -116,6 +117,20 @@ def participation_hint(args) -> str:
     return f" (this task runs --participation {run.k},{run.b})"
 
 
+def check_out(args) -> None:
+    """Refuse an ``--out`` plan file that cannot be written: a folder, or in a missing one."""
+    out = Path(args.out)
+    if args.out.endswith(("/", "\\")) or out.is_dir():
+        raise UsageError(
+            f"--out {args.out}: is a folder; give a file name, e.g. {out / 'run.plan'}"
+        )
+    if not out.parent.is_dir():
+        raise UsageError(
+            f"--out {args.out}: folder {out.parent} does not exist (create it: mkdir -p "
+            f"{out.parent})"
+        )
+
+
 def write_plan(args, plan) -> None:
     """Write ``plan`` to ``args.out``, signed with ``args.sign`` (a planning key file) if set."""
     from edgedp import signing
@@ -126,9 +141,8 @@ def write_plan(args, plan) -> None:
             key = signing.read_key(Path(args.sign))
         except signing.SignatureError as exc:
             raise UsageError(f"--sign: {exc}") from None
+    check_out(args)
     out = Path(args.out)
-    if not out.parent.is_dir():
-        raise UsageError(f"--out {args.out}: folder {out.parent} does not exist")
     try:
         out.write_bytes(plan.to_bytes(signing_key=key))
     except OSError as exc:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgedp_cli._common import UsageError, emit, write_plan
+from edgedp_cli._common import UsageError
 
-__all__ = ["add_plan_arguments", "cmd_plan_cross"]
+__all__ = ["add_plan_arguments", "build_plan_cross"]
 
 
 def add_plan_arguments(p) -> None:
@@ -37,8 +37,9 @@ def add_plan_arguments(p) -> None:
     )
 
 
-def cmd_plan_cross(args, g, task, participation, model_dim: int) -> None:
-    """The rest of ``edgedp plan`` once main.cmd_plan has checked the shared options."""
+def build_plan_cross(args, g, task, participation, model_dim: int):
+    """The rest of ``edgedp plan`` once main.build_plan has checked the shared options:
+    ``(plan, report, text)``."""
     from edgedp.planning import cross_agent as planner
     from edgedp_cli import dome_cmd
 
@@ -68,7 +69,6 @@ def cmd_plan_cross(args, g, task, participation, model_dim: int) -> None:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     plan = planned.plan
-    write_plan(args, plan)
     payload = planner.report(plan, delta=args.delta if args.delta is not None else 1e-6)
     payload["planner_seconds"] = planned.info["planner_seconds"]
     if sketch is not None:
@@ -77,8 +77,7 @@ def cmd_plan_cross(args, g, task, participation, model_dim: int) -> None:
     total = np.diag(spec.covariance(plan.edges))
     payload["agent_independent_variance"] = (nu2 * spec.diag).tolist()
     payload["agent_noise_variance"] = (nu2 * total).tolist()
-    payload["out"] = args.out
-    emit(args, payload, _text(payload))
+    return plan, payload, _text
 
 
 def _text(r: dict) -> str:

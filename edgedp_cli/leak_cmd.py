@@ -82,6 +82,7 @@ def _flatten(report: dict) -> dict:
             "cosine",
             "epsilon",
             "epsilon_lb",
+            "warnings",
         ):
             out[key] = {e["attacker"]: e.get(key) for e in entries}
     return out
@@ -119,6 +120,8 @@ def text_table(report: dict) -> str:
             f"{_fmt(e['cosine'], '.3f'):>8}{_fmt(e['epsilon'], '.3g'):>10}"
             f"{_fmt(e.get('epsilon_lb'), '.3f'):>8}  {e['estimator']}"
         )
+        for warning in e.get("warnings", []):
+            lines.append(f"{'':<4}warning: {warning}")
         low = e["low_variance_iterations"]
         if low:
             lines.append(
@@ -143,11 +146,27 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for e in report["attackers"]:
+    styles = ("-", "--", ":", "-.")
+    markers = ("o", "s", "^", "D", "v", "x")
+    count = len(report["attackers"])
+    for i, e in enumerate(report["attackers"]):
+        # equal curves stay visible: wider lines below, other dashes and markers staggered
         ys = [math.nan if v is None else v for v in e["nmi_curve"]]
+        every = max(1, len(ys) // 12)
         ax.plot(
-            range(1, len(ys) + 1), ys, label=f"{e['attacker']} (M-NMI {_fmt(e['m_nmi'], '.3f')})"
+            range(1, len(ys) + 1),
+            ys,
+            linestyle=styles[i % len(styles)],
+            marker=markers[i % len(markers)],
+            markersize=8,
+            markerfacecolor="none" if i else None,
+            markevery=(i * every // count, every),
+            linewidth=max(1.2, 3.2 - 0.8 * i),
+            alpha=0.9,
+            label=f"{e['attacker']} (M-NMI {_fmt(e['m_nmi'], '.3f')})"
+            + (" [see warnings]" if e.get("warnings") else ""),
         )
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("iteration k")
     ax.set_ylabel("NMI  I(V; I) / I(V; V)")
     ax.set_title(

@@ -14,8 +14,11 @@ import math
 import sys
 from collections.abc import Sequence
 
+import numpy as np
+
 from edgedp_cli._common import (
     UsageError,
+    check_out,
     check_task_participation,
     emit,
     key_value_lines,
@@ -28,7 +31,7 @@ from edgedp_cli._common import (
     write_plan,
 )
 
-__all__ = ["main"]
+__all__ = ["build_parser", "build_plan", "main", "plan_report"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -69,7 +72,7 @@ def cmd_topology(args) -> None:
 
     g = parse_graph(args.spec)
     W = topology.WEIGHTINGS[args.weighting](g)  # noqa: N806
-    gap = topology.spectral_gap(W)
+    gap = spectral_gap(W, quiet=args.json)
     deg = g.degrees
     payload = {
         "name": g.name or args.spec,
@@ -86,13 +89,49 @@ def cmd_topology(args) -> None:
     emit(args, payload, text)
 
 
+#: Above this many nodes the spectral gap comes from sparse Lanczos (scipy), not a dense
+#: eigendecomposition (O(n³): minutes at 10,000 nodes).
+SPARSE_GAP_NODES = 1000
+
+
+def spectral_gap(W, *, quiet: bool = False) -> float:  # noqa: N803
+    """``1 - |λ₂|`` of W: :func:`edgedp.topology.spectral_gap`, or for a large symmetric W
+    the three largest-modulus eigenvalues by Lanczos (scipy.sparse.linalg.eigsh)."""
+    from edgedp import topology
+
+    n = W.shape[0]
+    if n <= SPARSE_GAP_NODES or not np.array_equal(W, W.T):
+        return topology.spectral_gap(W)
+    from scipy import sparse
+    from scipy.sparse.linalg import eigsh
+
+    if not quiet:
+        sys.stderr.write(f"  spectral gap of the {n}-node gossip matrix (sparse Lanczos) ...\n")
+    values = eigsh(sparse.csr_matrix(W), k=3, which="LM", return_eigenvectors=False)
+    return float(1.0 - np.sort(np.abs(values))[-2])
+
+
 def cmd_plan(args) -> None:
+    check_out(args)  # a bad --out fails before any planning
+    p, payload, text = build_plan(args)
+    write_plan(args, p)
+    payload["out"] = args.out
+    emit(args, payload, text(payload))
+
+
+def build_plan(args):
+    """Everything ``edgedp plan`` does but writing the file (also :func:`edgedp.make_plan`).
+
+    Returns ``(plan, report, text)``: the NoisePlan, the report ``plan`` prints (a dict) and
+    a function turning the report (with ``out`` added) into the human-readable text.
+    Raises :class:`UsageError` naming the bad option.
+    """
     from edgedp import plan as plan_mod
 
     if args.mechanism in plan_mod.LAPLACE_MECHANISMS:
         from edgedp_cli import tune_cmd
 
-        return tune_cmd.cmd_plan_laplace(args)
+        return tune_cmd.build_plan_laplace(args)
     if args.participation is None:
         raise UsageError(
             f"--mechanism {args.mechanism} needs --participation k,b{participation_hint(args)}"
@@ -113,7 +152,7 @@ def cmd_plan(args) -> None:
     if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
         from edgedp_cli import cross_cmd
 
-        return cross_cmd.cmd_plan_cross(args, g, task, participation, model_dim)
+        return cross_cmd.build_plan_cross(args, g, task, participation, model_dim)
     factor, planned = None, None
     if args.mechanism in PLANNED_MECHANISMS:
         factor, planned = _planned_factor(args, g, participation)
@@ -141,14 +180,9 @@ def cmd_plan(args) -> None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    write_plan(args, p)
-    payload = _plan_report(p, args.delta if args.delta is not None else 1e-6)
+    payload = plan_report(p, args.delta if args.delta is not None else 1e-6)
     if p.noise_multiplier > 0:
-        from edgedp.planning import factorization
-
-        payload["loss_ratio_to_dp_dsgd"] = factorization.relative_loss(
-            p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
-        )
+        payload["loss_ratio_to_dp_dsgd"] = _loss_ratio(p)
     if sketch is not None:
         payload.update(dome_cmd.report(p, model_dim))
     if planned is not None:
@@ -156,13 +190,26 @@ def cmd_plan(args) -> None:
             factorization_loss=planned.loss,
             dual_bound=planned.dual_bound,
             gap=planned.gap,
+            converged=planned.converged,
             planner_seconds=planned.seconds,
         )
         if planned.loss_ratio_to_dense is not None:
             payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
             payload["device_state_floats_per_dim"] = p.factor.state_bytes(1) // 8
-    payload["out"] = args.out
-    emit(args, payload, key_value_lines(payload))
+    return p, payload, key_value_lines
+
+
+def _loss_ratio(p) -> float:
+    """The plan's expected loss over DP-D-SGD's at the same guarantee (1 for DP-D-SGD)."""
+    from edgedp import factors
+    from edgedp.planning import factorization
+
+    if isinstance(p.factor, factors.Identity):  # C = I is DP-D-SGD: the ratio is 1 exactly
+        return 1.0
+
+    return factorization.relative_loss(
+        p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
+    )
 
 
 #: Mechanisms whose temporal factor the offline planner computes for the topology.
@@ -192,15 +239,25 @@ def _planned_factor(args, graph, participation):
             progress=progress,
             bandwidth=args.bandwidth,
             buffers=args.buffers,
+            tolerance=args.tolerance,
+            max_iterations=args.max_iterations,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not args.json:
         sys.stderr.write("\n")
+    if not planned.converged:  # said even with --json: the factor is further from optimal
+        sys.stderr.write(
+            f"edgedp plan: warning: the {args.mechanism} planner stopped unconverged after "
+            f"{planned.iterations} iterations with a duality gap of {planned.gap:.1%} "
+            f"(--tolerance {args.tolerance:g}); the plan and its epsilon are valid, but its "
+            f"expected error may be up to {planned.gap:.1%} above the optimum's: raise "
+            "--max-iterations\n"
+        )
     return planned.factor, planned
 
 
-def _plan_report(p, delta: float, steps_done: int | None = None) -> dict:
+def plan_report(p, delta: float, steps_done: int | None = None) -> dict:
     if p.laplace is not None:
         from edgedp_cli import tune_cmd
 
@@ -262,7 +319,7 @@ def cmd_account(args) -> None:
         raise UsageError("--attacker only applies with --trust pndp")
     if args.steps_done is not None and not 0 <= args.steps_done <= p.steps:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
-    payload = _plan_report(p, args.delta, args.steps_done)
+    payload = plan_report(p, args.delta, args.steps_done)
     payload["steps_done"] = p.steps if args.steps_done is None else args.steps_done
     emit(args, payload, key_value_lines(payload))
 
@@ -325,6 +382,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bandwidth", type=int, help="banded: number of diagonals of C")
     p.add_argument("--buffers", type=int, help="blt: number of buffers")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="dmf/mafalda/banded/blt: relative duality gap the planner stops at (default 1e-4)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        default=1000,
+        help="dmf/mafalda/banded/blt: planner iterations before it stops unconverged "
+        "(default 1000; it then says so)",
+    )
     p.add_argument("--target-eps", type=float)
     p.add_argument("--noise-multiplier", type=float)
     p.add_argument("--delta", type=float)
@@ -385,6 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func(args)
     except UsageError as exc:
         sys.stderr.write(f"edgedp: error: {exc}\n")
+        return 2
+    except ImportError as exc:  # a device-only install running an offline command
+        from edgedp.api import install_hint
+
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        sys.stderr.write(f"edgedp {args.command}: {hint}\n")
         return 2
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
@@ -16,6 +17,10 @@ def cmd_optimize(args) -> None:
     from edgedp.planning import mafalda, mf_optimal
 
     part = parse_participation(args.participation)
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps}: expected an integer >= 1")
+    if args.max_iterations < 1:
+        raise UsageError(f"--max-iterations {args.max_iterations}: expected an integer >= 1")
     if args.workload == "prefix":
         H = mf_optimal.prefix_sum_gram(args.steps)  # noqa: N806
     else:
@@ -24,11 +29,15 @@ def cmd_optimize(args) -> None:
         W = topology.WEIGHTINGS[args.weighting](parse_graph(args.topology))  # noqa: N806
         H = mafalda.workload_gram(W, steps=args.steps)  # noqa: N806
 
+    started = time.perf_counter()
+
     def progress(iteration: int, loss: float, bound: float) -> None:
         if not args.json:
+            per = (time.perf_counter() - started) / max(iteration, 1)
             sys.stderr.write(
-                f"\r  iteration {iteration:4d}  loss {loss:.6e}  dual bound "
-                f"{bound:.6e}  gap {(loss - bound) / bound:.2e}   "
+                f"\r  iteration {iteration:4d}/{args.max_iterations}  loss {loss:.6e}  dual "
+                f"bound {bound:.6e}  gap {(loss - bound) / bound:.2e}  ({per:.1f} s/iteration, "
+                f"at most {per * (args.max_iterations - iteration) / 60:.0f} min left)   "
             )
             sys.stderr.flush()
 
@@ -44,6 +53,12 @@ def cmd_optimize(args) -> None:
         raise UsageError(str(exc)) from None
     if not args.json:
         sys.stderr.write("\n")
+    if not res.converged:
+        sys.stderr.write(
+            f"edgedp mf optimize: warning: stopped unconverged after {res.iterations} "
+            f"iterations with a duality gap of {res.gap:.1%} (--tolerance {args.tolerance:g}): "
+            "raise --max-iterations\n"
+        )
     payload = {
         "workload": args.workload,
         "steps": args.steps,

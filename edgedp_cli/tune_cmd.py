@@ -2,7 +2,7 @@
 
 ``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
 :mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan --mechanism sr-gt|dpop`` (in main.py)
-hands over to :func:`cmd_plan_laplace`, which builds the Laplace schedule (Eq. 5 with the
+hands over to :func:`build_plan_laplace`, which builds the Laplace schedule (Eq. 5 with the
 noise of each message paired with the state it releases: :mod:`edgedp.accounting.laplace`)
 and reports ``epsilon_spent`` by the messages of the horizon, ``epsilon_with_final_release``
 (the noised final model a device publishes), ``epsilon`` (infinite horizon), the same under
@@ -18,10 +18,9 @@ from edgedp_cli._common import (
     parse_graph,
     task_from_args,
     task_model,
-    write_plan,
 )
 
-__all__ = ["add_plan_arguments", "cmd_plan_laplace", "laplace_report", "register"]
+__all__ = ["add_plan_arguments", "build_plan_laplace", "laplace_report", "register"]
 
 
 def add_plan_arguments(p) -> None:
@@ -46,8 +45,8 @@ def add_plan_arguments(p) -> None:
     )
 
 
-def cmd_plan_laplace(args) -> None:
-    """``edgedp plan --mechanism sr-gt|dpop``: write the plan, report its ε."""
+def build_plan_laplace(args):
+    """``edgedp plan --mechanism sr-gt|dpop``: ``(plan, report, text)`` (report with its ε)."""
     from edgedp import plan as plan_mod
     from edgedp.accounting import laplace
 
@@ -107,10 +106,8 @@ def cmd_plan_laplace(args) -> None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    write_plan(args, p)
     payload = laplace_report(p, delta=args.delta if args.delta is not None else 1e-6)
-    payload["out"] = args.out
-    emit(args, payload, key_value_lines(payload))
+    return p, payload, key_value_lines
 
 
 def _example_delta(task, nodes: int, clip: float, adjacency: str) -> tuple[float, int, int]:

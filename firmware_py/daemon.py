@@ -312,16 +312,21 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     except PlanError as exc:
         raise RefusedError(EXIT_PLAN, f"plan {cfg.plan_file}: {exc}") from None
     key_arguments, fingerprint = _stream_keys(cfg, plan, share, secret, noise_secret)
-    agent = Agent(
-        share,
-        model=model,
-        x=x,
-        y=y,
-        dropout_rule=cfg.dropout_rule,
-        stream_fingerprint=fingerprint,
-        keep_gradient=False,
-        **key_arguments,
-    )
+    try:
+        agent = Agent(
+            share,
+            model=model,
+            x=x,
+            y=y,
+            dropout_rule=cfg.dropout_rule,
+            stream_fingerprint=fingerprint,
+            keep_gradient=False,
+            **key_arguments,
+        )
+    except PlanError as exc:  # e.g. its (k, b) is not what this shard's size runs
+        raise RefusedError(
+            EXIT_PLAN, f"the plan does not fit data.shard {cfg.shard} ({len(y)} examples): {exc}"
+        ) from None
     eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
     logs.event(
         logger,

@@ -42,10 +42,22 @@ from edgedp.algorithms._gossip import mix_gathered
 from sim import adversary, attacks, batch, engine, initial, leakage
 from sim.adversary import Attacker, ObservationLog
 
-__all__ = ["MAX_LINEAR_UNKNOWNS", "estimates", "formal_guarantee", "has_network_effects", "run"]
+__all__ = [
+    "MAX_LINEAR_UNKNOWNS",
+    "MIN_TRIALS_PER_DIMENSION",
+    "estimates",
+    "formal_guarantee",
+    "has_network_effects",
+    "run",
+    "sample_warnings",
+]
 
 #: Largest linear system (T x unknown nodes) the generic estimator solves densely.
 MAX_LINEAR_UNKNOWNS = 3000
+#: Trials per dimension of (V, ℐ) below which an M-NMI is flagged: k-NN (KSG) estimates are
+#: biased towards 0 when the samples are few for the joint dimension (a rule of thumb, not a
+#: bound; ``experiments/ksg_vs_gaussian.py`` compares KSG with the exact Gaussian MI).
+MIN_TRIALS_PER_DIMENSION = 10
 _DSGD_FAMILY = {"dsgd", "dp-dsgd", "antipgd", "banded", "blt", "dense", "dmf", "mafalda"}
 
 
@@ -108,6 +120,39 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
         out.setdefault("covers_attacker", True)
         return out
     out.setdefault("covers_attacker", True)
+    return out
+
+
+def sample_warnings(entry: dict[str, Any], *, trials: int, dim: int) -> list[str]:
+    """Why an attacker's M-NMI may mislead: too few trials for the dimension, negative
+    estimates clipped to 0, or M-NMI near 0 next to a reconstruction that works.
+
+    >>> sample_warnings({"information_dim": 6, "negative_iterations": [], "m_nmi": 0.4,
+    ...                  "cosine": 0.9}, trials=200, dim=3)
+    []
+    >>> len(sample_warnings({"information_dim": 65, "negative_iterations": [2, 5],
+    ...                      "m_nmi": 0.0, "cosine": 0.32}, trials=45, dim=65))
+    3
+    """
+    out = []
+    joint = dim + entry["information_dim"]
+    if trials < MIN_TRIALS_PER_DIMENSION * joint:
+        out.append(
+            f"N = {trials} trials for a {dim}+{entry['information_dim']}-dimensional MI "
+            f"estimate (fewer than {MIN_TRIALS_PER_DIMENSION * joint}): k-NN estimates are "
+            "biased towards 0, a low M-NMI is no evidence of low leakage; use more trials"
+        )
+    if entry["negative_iterations"]:
+        out.append(
+            f"{len(entry['negative_iterations'])} iteration(s) had a negative NMI estimate "
+            "(estimator bias; mutual information is >= 0): shown as 0"
+        )
+    m_nmi, cosine = entry.get("m_nmi"), entry.get("cosine")
+    if m_nmi is not None and cosine is not None and m_nmi < 0.05 and abs(cosine) >= 0.3:
+        out.append(
+            f"M-NMI {m_nmi:.3f} but reconstruction cosine {cosine:.2f}: the attacker "
+            "recovers the gradient's direction that the MI estimate misses"
+        )
     return out
 
 
@@ -469,6 +514,9 @@ def run(
             nmi[t] = c.nmi[0]
             if c.degenerate[0]:
                 low.add(int(t))
+        with np.errstate(invalid="ignore"):
+            negative = np.flatnonzero(nmi < 0)  # estimator bias: the MI itself is >= 0
+        nmi[negative] = 0.0
         best = int(np.nanargmax(nmi)) if np.isfinite(nmi).any() else None
         entry: dict[str, Any] = {
             "attacker": att.label,
@@ -531,6 +579,8 @@ def run(
                 entry["nmi_curve_point"] = leakage.json_floats(curve_p)
         else:
             entry.update(mse=None, cosine=None)
+        entry["negative_iterations"] = [int(t) for t in negative]
+        entry["warnings"] = sample_warnings(entry, trials=int(V.shape[0]), dim=int(V.shape[-1]))
         results.append(entry)
         if progress is not None:
             progress(f"{att.label}: M-NMI {entry['m_nmi']} ({entry['mi_seconds']:.1f} s of MI)")

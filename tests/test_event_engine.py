@@ -202,6 +202,7 @@ def test_cli_run_and_sweep(tmp_path):
     )
     runs = json.loads(out.stdout)["runs"]
     assert len(runs) == 4 and (tmp_path / "s" / "sweep.png").exists()
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]  # a successful sweep is quiet
     lossy = [r for r in runs if "network.loss=0.2" in r["scenario"]]
     assert all(r["lost_messages"] > 0 for r in lossy)
     bad = subprocess.run([*cmd, "run", str(tmp_path / "nope.toml")], capture_output=True, text=True)

@@ -44,6 +44,7 @@ class PlannedFactor:
     iterations: int
     seconds: float
     loss_ratio_to_dense: float | None = None
+    converged: bool = True  # the dense optimization reached its tolerance
 
 
 def plan_factor(
@@ -53,11 +54,16 @@ def plan_factor(
     steps: int,
     participation: Participation,
     tolerance: float = 1e-4,
+    max_iterations: int = 1000,
     progress: Callable[[int, float, float], None] | None = None,
     bandwidth: int | None = None,
     buffers: int | None = None,
 ) -> PlannedFactor:
-    """The temporal factor for ``mechanism``: optimal (dmf, mafalda) or fitted (banded, blt)."""
+    """The temporal factor for ``mechanism``: optimal (dmf, mafalda) or fitted (banded, blt).
+
+    The dense optimization stops at ``tolerance`` (relative duality gap) or after
+    ``max_iterations``; ``converged`` says which (an unconverged factor is still a valid,
+    certified factor, only further from optimal: ``gap`` bounds how far)."""
     if mechanism in ("banded", "blt"):
         return _compact(
             mechanism,
@@ -65,6 +71,7 @@ def plan_factor(
             steps=steps,
             participation=participation,
             tolerance=tolerance,
+            max_iterations=max_iterations,
             bandwidth=bandwidth,
             buffers=buffers,
         )
@@ -75,7 +82,11 @@ def plan_factor(
     else:
         raise ValueError(f"mechanism={mechanism!r} is not planned here; expected one of {PLANNED}.")
     res = mf_optimal.optimize(
-        H, participation=participation, tolerance=tolerance, progress=progress
+        H,
+        participation=participation,
+        tolerance=tolerance,
+        max_iterations=max_iterations,
+        progress=progress,
     )
     return PlannedFactor(
         factors.Dense(np.tril(res.C)),
@@ -84,14 +95,19 @@ def plan_factor(
         res.gap,
         res.iterations,
         res.seconds,
+        converged=res.converged,
     )
 
 
-def _compact(mechanism, mixing_matrix, *, steps, participation, tolerance, bandwidth, buffers):
+def _compact(
+    mechanism, mixing_matrix, *, steps, participation, tolerance, max_iterations, bandwidth, buffers
+):
     from edgedp.planning import compact
 
     H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
-    dense = mf_optimal.optimize(H, participation=participation, tolerance=tolerance)
+    dense = mf_optimal.optimize(
+        H, participation=participation, tolerance=tolerance, max_iterations=max_iterations
+    )
     if mechanism == "banded":
         if bandwidth is None:
             raise ValueError("mechanism='banded' needs a bandwidth (e.g. --bandwidth 8).")
@@ -112,6 +128,7 @@ def _compact(mechanism, mixing_matrix, *, steps, participation, tolerance, bandw
         fit.evaluations,
         fit.seconds + dense.seconds,
         fit.loss_ratio,
+        converged=dense.converged,
     )
 
 

@@ -118,8 +118,13 @@ def tune(
     Returns:
       A :class:`TuningResult`; its parameters satisfy Thm 4.5 (0 < q₁ < q₂ < 1, γβ ≤ 1).
 
+    Raises:
+      ValueError: bad values, or constants for which the bound's minimum is γ → 0
+        (c₂L²/(nμ) ≥ μc₁: every step adds more consensus error than it removes initial
+        error), which no search can turn into a usable schedule.
+
     >>> r = tune(epsilon=1.0, delta_grad=1.0, smoothness=10.0, strong_convexity=1.0,
-    ...          nodes=100, dim=2, restarts=2, sweeps=5)
+    ...          nodes=100, dim=2, c1=10.0, restarts=2, sweeps=5)
     >>> 0 < r.q1 < r.q2 < 1 and r.gamma * r.beta <= 1 and r.bound <= r.start_bound
     True
     """
@@ -132,6 +137,18 @@ def tune(
         raise ValueError("Expected nodes, dim, restarts and sweeps >= 1.")
     if beta is not None and not beta > 0:
         raise ValueError(f"Expected beta={beta!r} > 0.")
+    if not (c1 > 0 and c2 >= 0):
+        raise ValueError(f"Expected c1={c1!r} > 0 and c2={c2!r} >= 0.")
+    drift = c2 * smoothness**2 / (nodes * strong_convexity)
+    if drift >= strong_convexity * c1:
+        raise ValueError(
+            f"The bound (Eq. 25) is smallest when sr-gt does not move (gamma -> 0): its "
+            f"consensus term grows by c2*L^2/(n*mu) = {drift:.4g} per unit of gamma/(1-q1), "
+            f"faster than the initial error shrinks (mu*c1 = {strong_convexity * c1:.4g}). "
+            f"Tuning needs c1 > {drift / strong_convexity:.4g}*c2 (c1, c2 estimate the "
+            "proof's error and consensus constants); otherwise take paper 004 §6.1's "
+            "schedule (e.g. gamma 0.001, beta 1000, q1 0.97, q2 0.99) and check it in simulation."
+        )
     gamma_max = 2.0 / (strong_convexity + smoothness)
     if beta is not None:
         gamma_max = min(gamma_max, 1.0 / beta)

@@ -328,16 +328,26 @@ def _laplace_plan(mech, graph, task, priv, raw, steps, spec) -> plan_mod.NoisePl
         raise ScenarioError(f"[privacy]/[task]: {exc}") from None
 
 
-def parse(raw: dict[str, Any], *, base: Path = Path(".")) -> Scenario:
-    """Build a Scenario from parsed TOML; ``base`` resolves relative file names."""
+def parse(
+    raw: dict[str, Any], *, base: Path = Path("."), plan: plan_mod.NoisePlan | None = None
+) -> Scenario:
+    """Build a Scenario from parsed TOML; ``base`` resolves relative file names.
+
+    ``plan``: run this plan (``raw`` then holds no ``plan``, ``[topology]``, ``[task]`` or
+    ``[privacy]``: only the network, faults and run settings).
+    """
     _check_keys(raw)
+    if plan is not None:
+        given = [k for k in ("plan", "topology", "task", "privacy") if k in raw]
+        if given:
+            raise ScenarioError(f"{', '.join(given)}: the plan is given; drop these keys")
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         raise ScenarioError(f"seed = {seed!r} must be a non-negative integer")
     steps = raw.get("steps")
     if steps is not None and (not isinstance(steps, int) or steps < 1):
         raise ScenarioError(f"steps = {steps!r} must be a positive integer")
-    plan = _build_plan(raw, base, steps)
+    plan = _build_plan(raw, base, steps) if plan is None else plan
     if steps is not None and steps != plan.steps:
         raise ScenarioError(f"steps = {steps} but the plan has {plan.steps}")
     net_t = _table(raw, "network")

@@ -1,0 +1,566 @@
+"""The Python API: plan a private run, certify it, simulate it and probe its leakage.
+
+Four functions and the typed results they return (docs/API.md lists them with examples):
+
+- :func:`make_plan` — one builder for every mechanism (the planner of ``edgedp plan``);
+- :func:`account` — the certified guarantee of a plan against an attacker;
+- :func:`simulate` — run a plan in the batch or SimPy event engine, optionally under a
+  scenario's network and faults, over several noise draws;
+- :func:`leak` — empirical leakage (M-NMI, reconstruction) to curious nodes and eavesdroppers.
+
+This module imports only the standard library: planning (scipy), the CLI's plan builder and
+the simulator (simpy, sklearn) are imported inside the functions, so ``import edgedp`` stays
+a device import. Bad arguments raise ``ValueError`` (or ``TypeError``) with one-line messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "AttackerLeak",
+    "Guarantee",
+    "LeakResult",
+    "SimulationResult",
+    "account",
+    "install_hint",
+    "leak",
+    "make_plan",
+    "scenario_for",
+    "simulate",
+]
+
+#: The optional packages and the extra that installs each (``pip install 'edgedp[EXTRA]'``).
+EXTRAS = {
+    **dict.fromkeys(("simpy", "networkx", "matplotlib", "sklearn", "tqdm", "dask"), "sim"),
+    **dict.fromkeys(("scipy", "threadpoolctl", "cvxpy", "dp_accounting"), "plan"),
+    "distributed": "sim",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+}
+
+#: ``make_plan`` keywords whose ``edgedp plan`` option has another name.
+_RENAMED = {"target_epsilon": "target_eps"}
+#: Namespace entries that are the CLI's business, never plan options.
+_NOT_OPTIONS = {"json", "func", "command", "out", "sign", "target_eps"}
+#: Namespace entries set from make_plan's own arguments.
+_ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
+
+
+def install_hint(exc: ImportError) -> str | None:
+    """``pip install 'edgedp[EXTRA]'`` for an optional package that is missing, else None.
+
+    >>> print(install_hint(ModuleNotFoundError("No module named 'simpy'", name="simpy")))
+    simpy is not installed (not in the device install): pip install 'edgedp[sim,plan]'
+    """
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    extra = "sim,plan" if EXTRAS[name] in ("sim", "plan") else EXTRAS[name]
+    return f"{name} is not installed (not in the device install): pip install 'edgedp[{extra}]'"
+
+
+def _need(module: str):
+    """Import ``module`` or raise an ImportError naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        hint = install_hint(exc)
+        if hint is None:
+            raise
+        raise ImportError(f"{module} needs {hint}") from None
+
+
+# ------------------------------------------------------------------ planning
+def make_plan(
+    mechanism: str,
+    topology: str,
+    *,
+    steps: int,
+    target_epsilon: float | None = None,
+    delta: float | None = None,
+    noise_multiplier: float | None = None,
+    participation: str | tuple[int, int] | Any = None,
+    clip_norm: float = 1.0,
+    learning_rate: float | None = None,
+    model: str = "logistic",
+    dataset: str = "digits-parity",
+    partition: str = "iid",
+    batch_size: int = 0,
+    seed: int = 0,
+    **options: Any,
+):
+    """A certified :class:`~edgedp.plan.NoisePlan` for any mechanism (``edgedp plan``).
+
+    Args:
+      mechanism: dsgd, dp-dsgd, antipgd, dmf, mafalda, banded, blt, whisper, decor, zipdl,
+        muffliato, dome, sr-gt or dpop.
+      topology: a topology spec (``er:100:0.05:1``, ``ring:16``, ``karate`` ...) or an
+        edge-list file.
+      steps: gossip steps T.
+      target_epsilon: calibrate the noise to this ε at ``delta`` (Gaussian mechanisms) or
+        the pure ε of a Laplace schedule (sr-gt, dpop).
+      delta: δ of ``target_epsilon`` (Gaussian mechanisms).
+      noise_multiplier: σ instead of ``target_epsilon``.
+      participation: ``"k,b"``, ``(k, b)`` or a Participation; default: what the task runs
+        (Gaussian mechanisms; Laplace ones count every round and take none).
+      clip_norm: Δ, the per-example L2 clip norm.
+      learning_rate: the stepsize (default 0.5; sr-gt/dpop: γ of their schedule).
+      model, dataset, partition, batch_size, seed: the task (``edgedp plan`` options).
+      **options: any other ``edgedp plan`` option with ``_`` for ``-`` (``bandwidth``,
+        ``buffers``, ``form``, ``rank``, ``gossip_rounds``, ``sketch_dim``, ``gamma``,
+        ``beta``, ``q1``, ``q2``, ``delta_grad``, ``adjacency``, ``weighting``, ``loss`` ...).
+
+    Returns:
+      The NoisePlan (frozen; ``plan.to_bytes()`` is what ``edgedp plan --out`` writes).
+
+    Raises:
+      ValueError: a bad value, with the message ``edgedp plan`` prints.
+      TypeError: an unknown option.
+    """
+    from edgedp_cli import _common
+    from edgedp_cli import main as cli
+
+    args = _plan_namespace(cli, mechanism, topology, steps)
+    given = dict(
+        options,
+        target_epsilon=target_epsilon,
+        delta=delta,
+        noise_multiplier=noise_multiplier,
+        clip_norm=clip_norm,
+        learning_rate=learning_rate,
+        model=model,
+        dataset=dataset,
+        partition=partition,
+        batch_size=batch_size,
+        seed=seed,
+    )
+    for key, value in given.items():
+        name = _RENAMED.get(key, key)
+        if key in _NOT_OPTIONS | _ARGUMENTS or not hasattr(args, name):
+            valid = sorted(set(vars(args)) - _NOT_OPTIONS - _ARGUMENTS)
+            raise TypeError(f"make_plan() got an unknown option {key!r}; valid: {valid}")
+        setattr(args, name, value)
+    args.json = True  # no progress lines on stderr
+    from edgedp import plan as plan_mod
+
+    try:
+        if mechanism not in plan_mod.LAPLACE_MECHANISMS:
+            args.participation = _participation_text(args, participation)
+        elif participation is not None:
+            args.participation = _participation_text(args, participation)
+        plan, _report, _text = cli.build_plan(args)
+    except _common.UsageError as exc:
+        raise ValueError(str(exc)) from None
+    return plan
+
+
+def _plan_namespace(cli, mechanism: str, topology: str, steps: int):
+    """The ``edgedp plan`` defaults, with the three required options set."""
+    parser = cli.build_parser()
+    action = next(a for a in parser._subparsers._group_actions if a.dest == "command")
+    plan_parser = action.choices["plan"]
+    choices = next(a.choices for a in plan_parser._actions if a.dest == "mechanism")
+    if mechanism not in choices:
+        raise ValueError(f"mechanism={mechanism!r}; expected one of {sorted(choices)}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"Expected steps={steps!r} to be an integer >= 1.")
+    argv = ["--topology", str(topology), "--steps", str(steps), "--mechanism", mechanism]
+    return plan_parser.parse_args([*argv, "--out", os.devnull])
+
+
+def _participation_text(args, participation) -> str | None:
+    """``"k,b"`` of ``participation``; None -> the task's own (noisy Gaussian plans)."""
+    if participation is None:
+        if args.mechanism == "dsgd" or args.noise_multiplier == 0:
+            return f"{args.steps},1"
+        from edgedp_cli import _common
+
+        datasets = _need("sim.datasets")
+        graph = _common.parse_graph(args.topology)
+        run = datasets.task_participation(
+            _common.task_from_args(args), nodes=graph.n, steps=args.steps
+        )
+        return f"{run.k},{run.b}"
+    if isinstance(participation, str):
+        return participation
+    if isinstance(participation, tuple) and len(participation) == 2:
+        return f"{participation[0]},{participation[1]}"
+    if hasattr(participation, "k") and hasattr(participation, "b"):
+        return f"{participation.k},{participation.b}"
+    raise TypeError(f"participation={participation!r}: expected 'k,b', (k, b) or a Participation")
+
+
+# ------------------------------------------------------------------ accounting
+@dataclass(frozen=True, slots=True)
+class Guarantee:
+    """The certified guarantee of a plan against one attacker.
+
+    ``epsilon`` at ``delta`` (δ = 0 for the pure ε of Laplace plans); ``mu`` the μ-GDP
+    parameter of Gaussian plans (None for Laplace); ``covers_attacker`` False when the plan
+    protects nothing against this attacker (no noise); ``report`` every number the
+    accountant gave (what ``edgedp account`` or ``edgedp leak`` print).
+    """
+
+    mechanism: str
+    attacker: str
+    trust_model: str
+    adjacency: str
+    epsilon: float
+    delta: float
+    mu: float | None
+    covers_attacker: bool
+    report: dict[str, Any] = field(repr=False)
+
+
+def account(
+    plan,
+    *,
+    attacker: str | None = None,
+    delta: float = 1e-6,
+    steps_done: int | None = None,
+) -> Guarantee:
+    """The plan's certified guarantee (``edgedp account``).
+
+    Args:
+      plan: a NoisePlan (:func:`make_plan`, or ``NoisePlan.from_bytes``).
+      attacker: None — the plan's own trust model (LDP: every message seen); or an attacker
+        of :func:`leak` (``"hbc:1,2"``, ``"eavesdropper:all"``, ``"eavesdropper:all:encrypted"``
+        ...): the guarantee for that view (e.g. the insider ε of a Whisper plan).
+      delta: δ of the (ε, δ) conversion (Gaussian plans).
+      steps_done: privacy spent after this many steps (``attacker=None`` only).
+
+    Raises:
+      ValueError: a bad ``attacker``, ``delta`` or ``steps_done``.
+    """
+    from edgedp_cli import main as cli
+
+    if not 0 < delta < 1:
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
+    if attacker is None:
+        if steps_done is not None and not 0 <= steps_done <= plan.steps:
+            raise ValueError(f"Expected steps_done={steps_done!r} in [0, {plan.steps}].")
+        report = cli.plan_report(plan, delta, steps_done)
+        laplace = plan.laplace is not None
+        eps = report["epsilon_spent"] if laplace else report["epsilon"]
+        return Guarantee(
+            mechanism=plan.mechanism,
+            attacker="ldp",
+            trust_model=report["trust_model"],
+            adjacency=plan.adjacency,
+            epsilon=eps,
+            delta=0.0 if laplace else delta,
+            mu=None if laplace else report["mu"],
+            covers_attacker=math.isfinite(eps),
+            report=report,
+        )
+    if steps_done is not None:
+        raise ValueError("steps_done applies with attacker=None only (the LDP ledger).")
+    adversary = _need("sim.adversary")
+    leak_mod = _need("sim.leak")
+    att = adversary.parse_attacker(attacker)
+    report = leak_mod.formal_guarantee(plan, att, delta=delta)
+    return Guarantee(
+        mechanism=plan.mechanism,
+        attacker=att.label,
+        trust_model=report["trust_model"],
+        adjacency=report["adjacency"],
+        epsilon=report["epsilon"],
+        delta=report["delta"],
+        mu=report.get("mu"),
+        covers_attacker=bool(report["covers_attacker"]),
+        report=report,
+    )
+
+
+# ------------------------------------------------------------------ simulation
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    """What :func:`simulate` measured; curves are one row per trial.
+
+    ``rounds`` the evaluated rounds; ``test_loss``, ``test_accuracy`` and
+    ``consensus_distance`` each ``(trials, len(rounds))`` (mean over nodes);
+    ``final_test_loss``/``final_test_accuracy`` the mean over trials of the last
+    evaluation and ``final_test_loss_std`` its spread; ``bytes_sent`` and ``messages`` per
+    trial (trial 0); ``model_digests`` the SHA-256 of each trial's final models (equal to
+    real agents' for the same plan on an ideal network); ``simulated_seconds`` of the
+    event engine's clock (None for the batch engine); ``metrics`` the engine's counters
+    (dropped, lost, missing messages ...).
+    """
+
+    mechanism: str
+    engine: str
+    scenario: str
+    trials: int
+    rounds: tuple[int, ...] = field(repr=False)
+    test_loss: Any = field(repr=False)  # numpy (trials, evaluations)
+    test_accuracy: Any = field(repr=False)
+    consensus_distance: Any = field(repr=False)
+    final_test_loss: float
+    final_test_loss_std: float
+    final_test_accuracy: float | None
+    bytes_sent: int
+    messages: int
+    model_digests: tuple[str, ...] = field(repr=False)
+    simulated_seconds: float | None
+    plan_hash: str
+    metrics: dict[str, Any] = field(repr=False)
+
+
+def scenario_for(plan, scenario: Any = None):
+    """The :class:`sim.scenarios.Scenario` that runs ``plan`` under ``scenario``.
+
+    ``scenario``: None (an ideal network), a dict with a scenario file's tables other than
+    the plan's (``network``, ``faults``, ``seed``, ``eval_every``, ``name`` ...), a path to
+    a scenario file (its network and faults; its own plan tables are ignored) or a Scenario
+    (its network and faults).
+    """
+    scenarios = _need("sim.scenarios")
+    if scenario is None:
+        return scenarios.from_plan(plan)
+    if isinstance(scenario, scenarios.Scenario):
+        return dataclasses.replace(scenario, plan=plan)
+    base = Path(".")
+    if isinstance(scenario, (str, os.PathLike)):
+        path = Path(scenario)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ValueError(f"cannot read scenario {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        for key in ("plan", "topology", "task", "privacy", "steps"):
+            raw.pop(key, None)
+        base = path.parent
+    elif isinstance(scenario, dict):
+        raw = dict(scenario)
+    else:
+        raise TypeError(f"scenario={scenario!r}: expected None, a dict, a path or a Scenario")
+    raw.setdefault("name", f"plan-{plan.plan_hash[:8]}")
+    return scenarios.parse(raw, base=base, plan=plan)
+
+
+def simulate(
+    plan,
+    scenario: Any = None,
+    *,
+    engine: str = "auto",
+    trials: int = 1,
+    eval_every: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """Run ``plan`` in a simulator (``edgedp sim run``).
+
+    Args:
+      plan: a NoisePlan.
+      scenario: where it runs (:func:`scenario_for`): None = an ideal network.
+      engine: ``"batch"`` (vectorized; no network effects), ``"event"`` (SimPy: latency,
+        loss, dropouts, crashes, churn) or ``"auto"``: the event engine iff the scenario
+        has network effects.
+      trials: independent noise draws. Batch: the plan's noise streams of trials 0..N-1
+        (trial 0 is the event engine's on an ideal network). Event: trial i runs the plan
+        with seed + i (the data stays the plan's).
+      eval_every: rounds between evaluations (default: the scenario's).
+      progress: called with the number of rounds done (trial 0).
+
+    Raises:
+      ValueError: a bad engine, trials or scenario (the message names the field).
+    """
+    if engine not in ("auto", "batch", "event"):
+        raise ValueError(f"engine={engine!r}; expected 'auto', 'batch' or 'event'.")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"Expected trials={trials!r} to be an integer >= 1.")
+    import numpy as np
+
+    sc = scenario_for(plan, scenario)
+    every = sc.eval_every if eval_every is None else eval_every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"Expected eval_every={every!r} to be an integer >= 1.")
+    if engine == "auto":
+        engine = "event" if _need("sim.leak").has_network_effects(sc) else "batch"
+    data = sc.data()
+    if engine == "batch":
+        if sc.network.loss or sc.faults.dropout or sc.faults.crashes or sc.faults.churn_rate_per_s:
+            raise ValueError("the batch engine has no network or faults; use engine='event'")
+        batch = _need("sim.batch")
+        res = batch.run(
+            plan,
+            data,
+            trials=trials,
+            eval_every=every,
+            progress=progress,
+            initial_state=sc.initial_state,
+        )
+        loss = np.array(res.test_loss).T
+        acc = np.array(res.test_accuracy).T
+        cons = np.array(res.consensus_distance).T
+        rounds, digests = res.eval_steps, res.digests
+        metrics = {"nonfinite_examples": res.nonfinite, "clipped_fraction": res.clipped_fraction}
+        bytes_sent, messages, sim_s = res.bytes_sent // trials, res.messages // trials, None
+    else:
+        eng = _need("sim.engine")
+        runs = []
+        for i in range(trials):
+            p = plan if i == 0 else dataclasses.replace(plan, seed=plan.seed + i)
+            runs.append(
+                eng.run(
+                    p,
+                    data,
+                    network=sc.network,
+                    faults=sc.faults,
+                    seed=sc.seed,
+                    eval_every=every,
+                    progress=progress if i == 0 else None,
+                    initial_state=sc.initial_state,
+                )
+            )
+        first = runs[0]
+        loss = np.array([r.test_loss for r in runs])
+        acc = np.array([r.test_accuracy for r in runs])
+        cons = np.array([r.consensus_distance for r in runs])
+        rounds, digests = first.eval_rounds, [r.model_digest for r in runs]
+        keys = ("dropped_messages", "lost_messages", "offline_drops", "rejected", "missing")
+        metrics = {k: getattr(first, k) for k in (*keys, "skipped_rounds", "crashes", "events")}
+        metrics["nonfinite_examples"] = first.nonfinite
+        metrics["round_seconds"] = list(first.round_seconds)
+        bytes_sent, messages, sim_s = first.bytes_sent, first.messages, first.simulated_seconds
+    final = loss[:, -1]
+    return SimulationResult(
+        mechanism=plan.mechanism,
+        engine=engine,
+        scenario=sc.name,
+        trials=trials,
+        rounds=tuple(int(r) for r in rounds),
+        test_loss=loss,
+        test_accuracy=acc,
+        consensus_distance=cons,
+        final_test_loss=float(final.mean()),
+        final_test_loss_std=float(final.std()),
+        final_test_accuracy=float(acc[:, -1].mean()) if acc.size else None,
+        bytes_sent=int(bytes_sent),
+        messages=int(messages),
+        model_digests=tuple(digests),
+        simulated_seconds=sim_s,
+        plan_hash=plan.plan_hash,
+        metrics=metrics,
+    )
+
+
+# ------------------------------------------------------------------ leakage
+@dataclass(frozen=True, slots=True)
+class AttackerLeak:
+    """One attacker's empirical leakage next to its formal guarantee.
+
+    ``m_nmi`` the maximum over iterations of the normalized mutual information between the
+    victim's gradients and what the attacker saw (None when no iteration could be
+    estimated); ``nmi_curve`` per iteration (None where skipped); ``cosine``/``mse`` of the
+    attacker's reconstruction; ``epsilon`` the certified ε for this attacker; ``epsilon_lb``
+    an audit's empirical lower bound (None without an audit); ``warnings`` why the numbers
+    may mislead (too few trials for the dimension, negative estimates clipped).
+    """
+
+    attacker: str
+    m_nmi: float | None
+    nmi_curve: tuple[float | None, ...]
+    cosine: float | None
+    mse: float | None
+    epsilon: float
+    epsilon_lb: float | None
+    trust_model: str
+    guarantee: str
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeakResult:
+    """:func:`leak`'s report: one :class:`AttackerLeak` per attacker, and the full report."""
+
+    mechanism: str
+    engine: str
+    victim: int
+    trials: int
+    attackers: tuple[AttackerLeak, ...]
+    report: dict[str, Any] = field(repr=False)
+
+
+def leak(
+    plan,
+    attackers: Sequence[str] = ("hbc:1", "eavesdropper:all"),
+    *,
+    scenario: Any = None,
+    trials: int = 200,
+    victim: int = 0,
+    encrypted: bool = False,
+    audit_trials: int = 0,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> LeakResult:
+    """Empirical leakage of ``victim``'s gradients to each attacker (``edgedp leak``).
+
+    Args:
+      plan: a NoisePlan.
+      attackers: ``hbc:NODES`` (curious nodes, comma-separated), ``eavesdropper:all``,
+        ``eavesdropper:node:N`` or ``eavesdropper:U-V[,U-V...]``; eavesdroppers may end in
+        ``:encrypted``.
+      scenario: as in :func:`simulate` (network effects run on the event engine).
+      trials: Monte Carlo trials N (the MI is estimated over them).
+      victim: the attacked node.
+      encrypted: eavesdroppers see CURVE-encrypted links.
+      audit_trials: also audit each attacker (0: none, else >= 8) for ``epsilon_lb``.
+      seed: the KSG tie-breaking noise.
+      progress: called with a line of text now and then.
+    """
+    adversary = _need("sim.adversary")
+    leak_mod = _need("sim.leak")
+    if 0 < audit_trials < 8:
+        raise ValueError(f"Expected audit_trials={audit_trials} to be 0 (no audit) or >= 8.")
+    parsed = []
+    for text in attackers:
+        a = adversary.parse_attacker(str(text))
+        if encrypted and a.kind != "hbc" and not a.encrypted:
+            a = adversary.parse_attacker(f"{text}:encrypted")
+        parsed.append(a)
+    if not parsed:
+        raise ValueError("Expected at least one attacker (e.g. 'hbc:1' or 'eavesdropper:all').")
+    sc = scenario_for(plan, scenario)
+    report = leak_mod.run(
+        sc,
+        parsed,
+        trials=trials,
+        victim=victim,
+        seed=seed,
+        progress=progress,
+        audit_trials=audit_trials,
+    )
+    entries = tuple(
+        AttackerLeak(
+            attacker=e["attacker"],
+            m_nmi=e["m_nmi"],
+            nmi_curve=tuple(e["nmi_curve"]),
+            cosine=e.get("cosine"),
+            mse=e.get("mse"),
+            epsilon=e["epsilon"],
+            epsilon_lb=e.get("epsilon_lb"),
+            trust_model=e["trust_model"],
+            guarantee=e["guarantee"],
+            warnings=tuple(e.get("warnings", ())),
+        )
+        for e in report["attackers"]
+    )
+    return LeakResult(
+        mechanism=report["mechanism"],
+        engine=report["engine"],
+        victim=report["victim"],
+        trials=report["n_trials"],
+        attackers=entries,
+        report=report,
+    )
