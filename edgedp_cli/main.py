@@ -54,9 +54,7 @@ def cmd_demo(args) -> None:
         if value is not None and value < 1:
             raise UsageError(f"--{key} {value} must be >= 1")
     try:
-        config = dataclasses.replace(
-            config, **{k: v for k, v in changes.items() if v is not None}
-        )
+        config = dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

@@ -105,7 +105,9 @@ def format_table(summary: dict) -> str:
         f"leakage ({lk['topology']}, {lk['steps']} rounds, {lk['trials']} trials; victim "
         f"{lk['victim']}):"
     )
-    lines.append(f"  {'algorithm':<10}{'attacker':<28}{'eps':>7}{'M-NMI':>7}{'cosine':>8}{'eps_lb':>8}")
+    lines.append(
+        f"  {'algorithm':<10}{'attacker':<28}{'eps':>7}{'M-NMI':>7}{'cosine':>8}{'eps_lb':>8}"
+    )
     for e in lk["rows"]:
         lines.append(
             f"  {e['algorithm']:<10}{e['attacker']:<28}{_num(e['epsilon'], '.2f'):>7}"
@@ -169,7 +171,7 @@ _CSS = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;
 color:#222;line-height:1.45}
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{padding:.25rem .6rem;
-border-bottom:1px solid #ddd;text-align:right}th:first-child,td:first-child{text-align:left}
+border-bottom:1px solid #ddd;text-align:right}td:not(.l){white-space:nowrap}
 td.l,th.l{text-align:left}img{max-width:100%;height:auto}.ok{color:#1a7f37;font-weight:600}
 .bad{color:#c62828;font-weight:600}code{background:#f3f3f3;padding:0 .2rem}
 .note{color:#555;font-size:.92rem}
@@ -181,9 +183,9 @@ def _img(path: Path, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
 
-def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
+def _table(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,)) -> str:
     def cell(tag, i, v):
-        cls = ' class="l"' if i < left else ""
+        cls = ' class="l"' if i in left else ""
         return f"<{tag}{cls}>{v}</{tag}>"
 
     out = ["<table><tr>", *(cell("th", i, html.escape(h)) for i, h in enumerate(head)), "</tr>"]
@@ -263,7 +265,7 @@ uplinks, {c["loss"]:.0%} message loss, {c["dropout"]:.0%} of the nodes sitting o
                 "simulated s",
             ],
             results,
-            left=1,
+            left=(0, 2),
         )
     }
 <p class="note">Test loss and accuracy: mean over nodes of each node's final model, mean ±
@@ -302,7 +304,7 @@ takes minutes).</p>
                 "estimator",
             ],
             leak_rows,
-            left=2,
+            left=(0, 1, 6),
         )
     }
 <h2>Real agents = simulator</h2>
@@ -315,9 +317,11 @@ are {verdict}.</p>
 {
         _table(
             ["", "model digest (sha256)"],
-            [["real agents", f"<code>{a['real_digest']}</code>"],
-             ["event engine", f"<code>{a['simulated_digest']}</code>"]],
-            left=2,
+            [
+                ["real agents", f"<code>{a['real_digest']}</code>"],
+                ["event engine", f"<code>{a['simulated_digest']}</code>"],
+            ],
+            left=(0, 1),
         )
     }
 <p class="note">edgedp {e(str(env["packages"].get("edgedp")))}, git {e(rev)}{
