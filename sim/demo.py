@@ -229,120 +229,6 @@ def describe(p: plan_mod.NoisePlan, delta: float) -> dict[str, Any]:
     return out
 
 
-# ------------------------------------------------------------------ worker jobs
-def _data(dataset: str, n: int, seed: int) -> datasets.FederatedData:
-    return datasets.partition(datasets.load(dataset, seed=seed), n, seed=seed)
-
-
-def _network(config: DemoConfig):
-    from sim.churn import Faults
-    from sim.links import Latency, Network
-
-    latency = Latency(
-        "lognormal", {"median_ms": config.latency_median_ms, "sigma": config.latency_sigma}
-    )
-    network = Network(
-        latency=latency,
-        bandwidth_mbps=config.bandwidth_mbps,
-        loss=config.loss,
-        round_timeout_s=config.round_timeout_s,
-        startup_timeout_s=4 * config.round_timeout_s,
-        compute_s=0.005,
-    )
-    return network, Faults(dropout=config.dropout, dropout_rule="renormalize")
-
-
-def event_job(plan_bytes: bytes, config: DemoConfig, trial: int) -> dict[str, Any]:
-    """Noise seed ``trial`` of a plan in the event engine over the demo's network."""
-    from sim import engine
-
-    base = plan_mod.NoisePlan.from_bytes(plan_bytes)
-    data = _data(config.dataset, base.n, base.seed)  # the same split for every noise seed
-    p = dataclasses.replace(base, seed=base.seed + 1_000_003 * trial) if trial else base
-    network, faults = _network(config)
-    started = time.perf_counter()
-    res = engine.run(
-        p, data, network=network, faults=faults, seed=config.network_seed,
-        eval_every=config.eval_every,
-    )  # fmt: skip
-    return {
-        "mechanism": base.mechanism,
-        "trial": trial,
-        "rounds": list(res.eval_rounds),
-        "test_loss": list(res.test_loss),
-        "test_accuracy": list(res.test_accuracy),
-        "messages": res.messages,
-        "bytes": res.bytes_sent,
-        "lost_messages": res.lost_messages,
-        "dropped_messages": res.dropped_messages,
-        "missing": res.missing,
-        "simulated_seconds": res.simulated_seconds,
-        "model_digest": res.model_digest,
-        "wall_seconds": time.perf_counter() - started,
-    }
-
-
-def leak_job(
-    plan_bytes: bytes, attackers: list[str], trials: int, audit_trials: int
-) -> dict[str, Any]:
-    """The leakage probes (and audit) of one plan on an ideal network (batch engine)."""
-    from sim import adversary, leak, scenarios
-
-    p = plan_mod.NoisePlan.from_bytes(plan_bytes)
-    atts = [adversary.parse_attacker(a) for a in attackers]
-    started = time.perf_counter()
-    rep = leak.run(
-        scenarios.from_plan(p), atts, trials=trials, victim=VICTIM, audit_trials=audit_trials
-    )
-    keys = ("attacker", "m_nmi", "cosine", "mse", "epsilon", "mu", "epsilon_lb", "estimator")
-    keys += ("audit_mu_hat", "audit_mu_view", "covers_attacker")
-    return {
-        "mechanism": p.mechanism,
-        "trials": rep["n_trials"],
-        "audit_trials": rep.get("audit", {}).get("n_trials", 0),
-        "attackers": [{k: e.get(k) for k in keys} for e in rep["attackers"]],
-        "wall_seconds": time.perf_counter() - started,
-    }
-
-
-def agents_job(config: DemoConfig, workdir: Path) -> dict[str, Any]:
-    """One plan on real agent processes (CURVE ZeroMQ, 127.0.0.1) vs the event engine."""
-    from edgedp import models
-    from firmware_py import deploy
-    from sim import engine
-
-    info = make_plans(
-        config,
-        topology=config.agents_topology,
-        steps=config.agents_steps,
-        batch_size=0,
-        mechanisms=(config.agents_mechanism,),
-    )
-    p = info[config.agents_mechanism]["plan"]
-    plan_file = workdir / "agents.plan"
-    plan_file.write_bytes(p.to_bytes())
-    started = time.perf_counter()
-    run = deploy.local_run(plan_file, workdir / "agents")
-    codes = run.wait(timeout=600)
-    wall = time.perf_counter() - started
-    if codes != [0] * p.n:
-        raise RuntimeError(f"agent exit codes {codes} (logs in {workdir / 'agents'})")
-    real = models.model_digest(run.final_models())
-    sim_digest = engine.run(p, _data(config.dataset, p.n, p.seed), eval_every=p.steps)
-    return {
-        "mechanism": p.mechanism,
-        "topology": config.agents_topology,
-        "agents": p.n,
-        "steps": p.steps,
-        "plan_hash": p.plan_hash,
-        "epsilon": describe(p, config.delta)["epsilon"],
-        "real_digest": real,
-        "simulated_digest": sim_digest.model_digest,
-        "equal": real == sim_digest.model_digest,
-        "wall_seconds": wall,
-    }
-
-
 # ------------------------------------------------------------------ the whole demo
 def _attackers(topology: str) -> list[str]:
     import topologies
@@ -399,6 +285,7 @@ def _summarize(config, infos, events, leaks, agents, timings) -> dict[str, Any]:
             "topology": config.leak_topology,
             "steps": config.leak_steps,
             "victim": VICTIM,
+            "coordinate": leaks["dp-dsgd"]["coordinate"],
             "trials": config.leak_trials,
             "audit_trials": config.audit_trials,
             "rows": leak_rows,
@@ -415,7 +302,7 @@ def run_demo(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Plan, simulate, deploy, probe; write the report. Returns the summary (JSON-ready)."""
-    from sim import demo_report
+    from sim import demo_jobs, demo_report
 
     say = progress or (lambda line: None)
     out = Path(out_dir)
@@ -443,6 +330,7 @@ def run_demo(
     timings = {"planning_seconds": time.perf_counter() - started}
     attackers = _attackers(config.leak_topology)
     events: dict[str, list] = {m: [] for _, m in MECHANISMS}
+    worker_cpu = 0.0
     leaks: dict[str, dict] = {}
     ctx = get_context("spawn")
     with ProcessPoolExecutor(max_workers=config.workers, mp_context=ctx) as pool:
@@ -450,18 +338,18 @@ def run_demo(
         for _, mech in MECHANISMS:
             blob = infos[mech]["plan"].to_bytes()
             for trial in range(config.trials):
-                jobs[pool.submit(event_job, blob, config, trial)] = ("event", mech, trial)
+                jobs[pool.submit(demo_jobs.event_job, blob, config, trial)] = ("event", mech, trial)
         for _, mech in MECHANISMS[1:]:
             audit = 0 if mech == "dome" else config.audit_trials
             blob = leak_infos[mech]["plan"].to_bytes()
-            fut = pool.submit(leak_job, blob, attackers, config.leak_trials, audit)
+            fut = pool.submit(demo_jobs.leak_job, blob, attackers, config.leak_trials, audit)
             jobs[fut] = ("leak", mech, 0)
         say(
             f"running {len(jobs)} jobs on {config.workers} worker processes; meanwhile "
             f"{config.agents_mechanism} on real agents ({config.agents_topology}) ..."
         )
         with tempfile.TemporaryDirectory(prefix="edgedp-demo-") as tmp:
-            agents = agents_job(config, Path(tmp))
+            agents = demo_jobs.agents_job(config, Path(tmp))
         say(
             f"  real agents: {agents['agents']} edgedp-agent processes, {agents['steps']} "
             f"rounds, digest {agents['real_digest'][:16]} "
@@ -470,6 +358,7 @@ def run_demo(
         for i, fut in enumerate(as_completed(jobs), start=1):
             kind, mech, trial = jobs[fut]
             res = fut.result()
+            worker_cpu += res["cpu_seconds"]
             if kind == "event":
                 events[mech].append(res)
                 say(
@@ -480,6 +369,7 @@ def run_demo(
                 leaks[mech] = res
                 say(f"  [{i}/{len(jobs)}] leakage probes {mech} ({res['wall_seconds']:.1f} s)")
     timings["total_seconds"] = time.perf_counter() - started
+    timings["worker_cpu_seconds"] = worker_cpu
     summary = _summarize(config, infos, events, leaks, agents, timings)
     summary["files"] = demo_report.write(out, summary)
     return summary

@@ -106,12 +106,14 @@ def format_table(summary: dict) -> str:
         f"{lk['victim']}):"
     )
     lines.append(
-        f"  {'algorithm':<10}{'attacker':<28}{'eps':>7}{'M-NMI':>7}{'cosine':>8}{'eps_lb':>8}"
+        f"  {'algorithm':<10}{'attacker':<28}{'eps':>6}{'mu':>6}{'mu_hat':>7}{'M-NMI':>7}"
+        f"{'cosine':>7}{'eps_lb':>7}"
     )
     for e in lk["rows"]:
         lines.append(
-            f"  {e['algorithm']:<10}{e['attacker']:<28}{_num(e['epsilon'], '.2f'):>7}"
-            f"{_num(e['m_nmi']):>7}{_num(e['cosine']):>8}{_num(e['epsilon_lb']):>8}"
+            f"  {e['algorithm']:<10}{e['attacker']:<28}{_num(e['epsilon'], '.2f'):>6}"
+            f"{_num(e['mu'], '.2f'):>6}{_num(e['audit_mu_hat'], '.2f'):>7}"
+            f"{_num(e['m_nmi']):>7}{_num(e['cosine'], '.2f'):>7}{_num(e['epsilon_lb'], '.2f'):>7}"
         )
     a = summary["agents"]
     lines.append(
@@ -219,6 +221,8 @@ def _html(summary: dict, loss_png: Path, bytes_png: Path) -> str:
             e(x["algorithm"]),
             e(x["attacker"]),
             _num(x["epsilon"], ".2f"),
+            _num(x["mu"], ".3f"),
+            _num(x["audit_mu_hat"], ".3f"),
             _num(x["m_nmi"]),
             _num(x["cosine"]),
             _num(x["epsilon_lb"]),
@@ -286,25 +290,33 @@ for {lk["steps"]} rounds (M-NMI needs {lk["trials"]} Monte Carlo trials per mech
 the {summary["nodes"]}-node run does not fit in the demo's time), attack victim
 {lk["victim"]}'s gradients: <code>hbc</code> — two curious neighbours pooling what they
 receive; <code>eavesdropper:all</code> — a tap on every link; <code>:encrypted</code> — the
-same tap on CURVE-encrypted links (sizes and timing only). M-NMI: the largest normalized
-mutual information between the victim's gradient and what the attacker computes (KSG
-estimate); cosine: of the attacker's reconstruction with the true gradient (– when its
-attack yields no point estimate); ε<sub>lb</sub>: lower bound on ε from a privacy audit with
-{lk["audit_trials"]} trials (gradient canary, 95% confidence; not run for DOME, whose audit
-takes minutes).</p>
+same tap on CURVE-encrypted links (sizes and timing only). Formal ε and certified μ: the
+plan's accountant for that attacker (μ-GDP; encrypted links reveal less than the plan
+certifies). Audit μ̂: the GDP parameter a privacy audit with {lk["audit_trials"]} trials
+(gradient canary) fits to the attacker's likelihood-ratio test — an estimate, close to the
+certified μ when the accountant is tight; ε<sub>lb</sub>: the audit's lower bound on ε at 95%
+confidence, which so few trials keep near 0 (DOME is not audited here: its audit takes
+minutes). M-NMI: the largest normalized mutual information, over rounds, between one
+coordinate of the victim's gradient (coordinate {lk["coordinate"]}, the bias; for DOME the
+whole sketched gradient it sends) and what the attacker computes for it (KSG estimate from
+{lk["trials"]} trials); cosine: of the
+attacker's reconstruction of the whole gradient with the true one (– when its attack yields
+no point estimate).</p>
 {
         _table(
             [
                 "algorithm",
                 "attacker",
                 "formal ε",
+                "certified μ",
+                "audit μ̂",
                 "M-NMI",
                 "cosine",
                 "ε_lb",
                 "estimator",
             ],
             leak_rows,
-            left=(0, 1, 6),
+            left=(0, 1, 8),
         )
     }
 <h2>Real agents = simulator</h2>
