@@ -93,7 +93,7 @@ def leak_job(
         sc, atts, trials=trials, victim=VICTIM, audit_trials=audit_trials, coordinate=bias
     )
     keys = ("attacker", "m_nmi", "cosine", "mse", "epsilon", "mu", "epsilon_lb", "estimator")
-    keys += ("audit_mu_hat", "audit_mu_view", "covers_attacker")
+    keys += ("audit_mu_hat", "audit_mu_low", "audit_mu_high", "audit_mu_view", "covers_attacker")
     return {
         "mechanism": p.mechanism,
         "trials": rep["n_trials"],

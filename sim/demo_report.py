@@ -79,6 +79,16 @@ def _num(x, spec=".3f") -> str:
     return format(x, spec)
 
 
+def _mu_hat(e: dict, spec: str = ".2f") -> str:
+    """The audit's μ̂ with its interval, or – when there was no audit."""
+    if e.get("audit_mu_hat") is None:
+        return "–"
+    lo, hi = e.get("audit_mu_low"), e.get("audit_mu_high")
+    if lo is None or hi is None:
+        return _num(e["audit_mu_hat"], spec)
+    return f"{_num(e['audit_mu_hat'], spec)} [{_num(lo, spec)}, {_num(hi, spec)}]"
+
+
 def format_table(summary: dict) -> str:
     """The terminal summary: one row per mechanism, then the leakage and agent lines."""
     c = summary["config"]
@@ -106,13 +116,13 @@ def format_table(summary: dict) -> str:
         f"{lk['victim']}):"
     )
     lines.append(
-        f"  {'algorithm':<10}{'attacker':<28}{'eps':>6}{'mu':>6}{'mu_hat':>7}{'M-NMI':>7}"
-        f"{'cosine':>7}{'eps_lb':>7}"
+        f"  {'algorithm':<10}{'attacker':<28}{'eps':>6}{'mu':>6}{'mu_hat [interval]':>20}"
+        f"{'M-NMI':>7}{'cosine':>7}{'eps_lb':>7}"
     )
     for e in lk["rows"]:
         lines.append(
             f"  {e['algorithm']:<10}{e['attacker']:<28}{_num(e['epsilon'], '.2f'):>6}"
-            f"{_num(e['mu'], '.2f'):>6}{_num(e['audit_mu_hat'], '.2f'):>7}"
+            f"{_num(e['mu'], '.2f'):>6}{_mu_hat(e):>20}"
             f"{_num(e['m_nmi']):>7}{_num(e['cosine'], '.2f'):>7}{_num(e['epsilon_lb'], '.2f'):>7}"
         )
     a = summary["agents"]
@@ -222,7 +232,7 @@ def _html(summary: dict, loss_png: Path, bytes_png: Path) -> str:
             e(x["attacker"]),
             _num(x["epsilon"], ".2f"),
             _num(x["mu"], ".3f"),
-            _num(x["audit_mu_hat"], ".3f"),
+            _mu_hat(x),
             _num(x["m_nmi"]),
             _num(x["cosine"]),
             _num(x["epsilon_lb"]),
@@ -293,13 +303,13 @@ receive; <code>eavesdropper:all</code> — a tap on every link; <code>:encrypted
 same tap on CURVE-encrypted links (sizes and timing only). Formal ε and certified μ: the
 plan's accountant for that attacker (μ-GDP; encrypted links reveal less than the plan
 certifies). Audit μ̂: the GDP parameter a privacy audit with {lk["audit_trials"]} trials
-(gradient canary) fits to the attacker's likelihood-ratio test — an estimate, close to the
-certified μ when the accountant is tight; ε<sub>lb</sub>: the audit's lower bound on ε at 95%
-confidence, which so few trials keep near 0 (DOME is not audited here: its audit takes
-minutes). M-NMI: the largest normalized mutual information, over rounds, between one
-coordinate of the victim's gradient (coordinate {lk["coordinate"]}, the bias; for DOME the
-whole sketched gradient it sends) and what the attacker computes for it (KSG estimate from
-{lk["trials"]} trials); cosine: of the
+(gradient canary) fits to the attacker's likelihood-ratio test, with its 95% interval — an
+estimate whose interval covers the certified μ when the accountant is tight;
+ε<sub>lb</sub>: the audit's lower bound on ε at 95% confidence, which so few trials keep
+near 0 (DOME is not audited here: its audit takes minutes). M-NMI: the largest normalized
+mutual information, over rounds, between one coordinate of the victim's gradient
+(coordinate {lk["coordinate"]}, the bias; for DOME the whole sketched gradient it sends) and
+what the attacker computes for it (KSG estimate from {lk["trials"]} trials); cosine: of the
 attacker's reconstruction of the whole gradient with the true one (– when its attack yields
 no point estimate).</p>
 {
@@ -309,7 +319,7 @@ no point estimate).</p>
                 "attacker",
                 "formal ε",
                 "certified μ",
-                "audit μ̂",
+                "audit μ̂ [95% interval]",
                 "M-NMI",
                 "cosine",
                 "ε_lb",
