@@ -180,13 +180,13 @@ def _plot_bytes(summary: dict, path: Path) -> None:
 
 # ------------------------------------------------------------------ HTML
 _CSS = """
-body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;
+body{font-family:system-ui,sans-serif;max-width:64rem;margin:2rem auto;padding:0 1rem;
 color:#222;line-height:1.45}
-table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{padding:.25rem .6rem;
+table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.92rem}th,td{padding:.25rem .6rem;
 border-bottom:1px solid #ddd;text-align:right}td:not(.l){white-space:nowrap}
 td.l,th.l{text-align:left}img{max-width:100%;height:auto}.ok{color:#1a7f37;font-weight:600}
 .bad{color:#c62828;font-weight:600}code{background:#f3f3f3;padding:0 .2rem}
-.note{color:#555;font-size:.92rem}
+.note{color:#555;font-size:.92rem}td.l:last-child{min-width:11rem;font-size:.85rem}
 """
 
 
