@@ -64,6 +64,8 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     assert len(leak) == 4 * 3
     assert {e["attacker"].split(":")[0] for e in leak} == {"hbc", "eavesdropper"}
     assert all(isinstance(e["epsilon"], float) for e in leak)
+    audited = [e for e in leak if e["mechanism"] != "dome"]
+    assert all(e["audit_mu_low"] <= e["audit_mu_hat"] <= e["audit_mu_high"] for e in audited)
     assert data["environment"]["packages"]["numpy"]
     assert "git_revision" in data["environment"]
     for name in ("report.html", "test_loss.png", "bytes_per_round.png"):
