@@ -45,6 +45,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 # ---------------------------------------------------------------- commands
 def cmd_demo(args) -> None:
     import dataclasses
+    from pathlib import Path
 
     from sim import demo, demo_report
 
@@ -57,6 +58,11 @@ def cmd_demo(args) -> None:
         config = dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
 
     def progress(line: str) -> None:
         if not args.json:

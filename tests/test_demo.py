@@ -116,3 +116,10 @@ def test_zero_steps_or_trials_are_refused(tmp_path, option):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"edgedp: error: {option} 0 must be >= 1"
     assert not (tmp_path / "x").exists()
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = _edgedp("demo", "--quick", "--out", "file/out", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "edgedp: error: --out file/out: Not a directory"
