@@ -47,24 +47,41 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 # ---------------------------------------------------------------- commands
 def cmd_demo(args) -> None:
-    from sim import demo
+    import dataclasses
+    from pathlib import Path
 
-    config = demo.DemoConfig(
-        **({"trials": args.trials} if args.trials else {}),
-        **({"steps": args.steps} if args.steps else {}),
-    )
-    summary = demo.run_demo(args.out, config, show_progress=not args.json)
-    payload = {
-        "results": summary["results"],
-        "nodes": summary["nodes"],
-        "files": summary["files"],
-        "config": summary["config"],
-    }
+    from sim import demo, demo_report
+
+    config = demo.QUICK if args.quick else demo.DemoConfig()
+    changes = {k: getattr(args, k) for k in ("steps", "trials", "workers")}
+    for key, value in changes.items():
+        if value is not None and value < 1:
+            raise UsageError(f"--{key} {value} must be >= 1")
+    try:
+        config = dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
+
+    def progress(line: str) -> None:
+        if not args.json:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    summary = demo.run_demo(args.out, config, progress=progress)
     if args.json:
-        sys.stdout.write(json.dumps(demo.json_safe(payload), sort_keys=True) + "\n")
+        payload = {k: summary[k] for k in ("results", "leakage", "agents", "nodes", "files")}
+        sys.stdout.write(json.dumps(demo_report.json_safe(payload), sort_keys=True) + "\n")
     else:
-        text = demo.format_table(summary) + "\nwrote " + ", ".join(summary["files"])
-        emit(args, payload, text)
+        report = summary["files"][0]
+        sys.stdout.write(
+            demo_report.format_table(summary)
+            + f"\nfinished in {summary['timings']['total_seconds']:.0f} s; report: {report}\n"
+        )
 
 
 def cmd_topology(args) -> None:
@@ -337,10 +354,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = add("demo", cmd_demo, "D-SGD vs DP-D-SGD vs AntiPGD on the embedded default task")
+    p = add(
+        "demo",
+        cmd_demo,
+        "DP-D-SGD, MAFALDA, Whisper and DOME at one epsilon: simulate, deploy, probe, report",
+    )
     p.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
-    p.add_argument("--trials", type=int, help="noise draws per algorithm (default 3)")
-    p.add_argument("--steps", type=int, help="gossip steps T (default 200)")
+    p.add_argument("--trials", type=int, help="noise seeds per mechanism (default 3)")
+    p.add_argument("--steps", type=int, help="gossip rounds of the main run (default 60)")
+    p.add_argument("--workers", type=int, help="simulation worker processes (default 2)")
+    p.add_argument(
+        "--quick", action="store_true", help="a small setting that runs in seconds (tests)"
+    )
 
     p = add("topology", cmd_topology, "describe a topology: n, edges, spectral gap")
     p.add_argument(

@@ -1,24 +1,125 @@
-"""The demo end to end on a short horizon (the embedded default runs in `make demo`)."""
+"""`edgedp demo --quick` end to end, and its report in a real headless browser.
+
+The quick setting (sim.demo.QUICK) runs every part the embedded default runs — five plans
+at one ε, the event engine over a lossy network, real agent processes, leakage probes with
+the audit — on small graphs; `make demo` runs the default.
+"""
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import headless
+import pytest
 
 from sim import demo
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def test_demo_writes_results_and_plot(tmp_path):
-    config = demo.DemoConfig(steps=20, trials=2, eval_every=5)
-    summary = demo.run_demo(tmp_path, config, show_progress=False)
-    data = json.loads((tmp_path / "results.json").read_text())
-    assert (tmp_path / "test_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+def _edgedp(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "edgedp_cli", *args], capture_output=True, text=True, env=env,
+        cwd=cwd,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    proc = _edgedp("demo", "--quick", "--out", "out", cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp / "out", proc
+
+
+def test_quick_demo_plans_runs_and_reports(quick_run):
+    out, proc = quick_run
+    data = json.loads((out / "results.json").read_text())
     rows = {r["mechanism"]: r for r in data["results"]}
-    assert set(rows) == {"dsgd", "dp-dsgd", "antipgd"}
-    assert summary["nodes"] >= 50
-    # same privacy level for both private algorithms, at the configured target
-    assert math.isclose(rows["dp-dsgd"]["mu"], rows["antipgd"]["mu"], rel_tol=1e-12)
-    assert math.isclose(rows["dp-dsgd"]["epsilon"], config.target_epsilon, rel_tol=1e-6)
-    assert rows["dsgd"]["mu"] == "inf"
-    # AntiPGD needs far more noise for the same mu: sens^2 = T(T+1)(2T+1)/6 vs T
-    assert math.isclose(rows["antipgd"]["sensitivity"], math.sqrt(20 * 21 * 41 / 6), rel_tol=1e-12)
-    assert rows["dsgd"]["final_test_loss"] < rows["dp-dsgd"]["final_test_loss"]
-    assert "DP-D-SGD" in demo.format_table(summary)
+    assert list(rows) == ["dsgd", "dp-dsgd", "mafalda", "whisper", "dome"]
+    # one common guarantee, certified by each plan's accountant
+    for mech in ("dp-dsgd", "mafalda", "whisper", "dome"):
+        assert math.isclose(rows[mech]["epsilon"], demo.QUICK.target_epsilon, rel_tol=1e-6)
+        assert rows[mech]["adjacency"] == "zero-out"
+    assert rows["dsgd"]["epsilon"] == "inf"
+    # MAFALDA's and Whisper's planners predict less noise than DP-D-SGD's at equal epsilon
+    assert rows["dp-dsgd"]["predicted_noise_ratio"] == 1.0
+    assert 0 < rows["mafalda"]["predicted_noise_ratio"] < 1
+    assert 0 < rows["whisper"]["predicted_noise_ratio"] < 1
+    assert set(rows["whisper"]["epsilon_by_attacker"]) >= {"eavesdropper", "insider"}
+    # the lossy network lost messages; DOME sends k of d floats
+    assert all(r["lost_messages"] > 0 for r in rows.values())
+    assert rows["dome"]["bytes_per_round"] < 0.5 * rows["dp-dsgd"]["bytes_per_round"]
+    assert all(len(r["model_digests"]) == demo.QUICK.trials for r in rows.values())
+    assert len(set(rows["dp-dsgd"]["model_digests"])) == demo.QUICK.trials  # fresh noise
+    # real agents computed the simulator's bits
+    agents = data["agents"]
+    assert agents["equal"] and agents["real_digest"] == agents["simulated_digest"]
+    # three attackers against each private mechanism, with the formal epsilon beside
+    leak = data["leakage"]["rows"]
+    assert len(leak) == 4 * 3
+    assert {e["attacker"].split(":")[0] for e in leak} == {"hbc", "eavesdropper"}
+    assert all(isinstance(e["epsilon"], float) for e in leak)
+    audited = [e for e in leak if e["mechanism"] != "dome"]
+    assert all(e["audit_mu_low"] <= e["audit_mu_hat"] <= e["audit_mu_high"] for e in audited)
+    assert data["environment"]["packages"]["numpy"]
+    assert "git_revision" in data["environment"]
+    for name in ("report.html", "test_loss.png", "bytes_per_round.png"):
+        assert (out / name).stat().st_size > 1000
+    # the terminal ends with the table and the report's path
+    assert "DP-D-SGD" in proc.stdout and "MAFALDA" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1].endswith(str(Path("out") / "report.html"))
+    assert "planning 5 mechanisms" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path, why = headless.chromium()
+    if path is None:
+        pytest.skip(f"no headless browser: {why}")
+    return path
+
+
+def test_report_renders_in_a_headless_browser(quick_run, browser, tmp_path):
+    out, _ = quick_run
+    shot = tmp_path / "report.png"
+    page = headless.load(browser, out / "report.html", screenshot=shot)
+    assert page.title == "edgedp demo report"
+    assert page.console_errors == [] and page.exceptions == [] and page.failed_requests == []
+    # self-contained: the page itself and its embedded images, nothing fetched
+    assert all(u.startswith(("file://", "data:")) for u in page.requests), page.requests
+    assert len(page.images) == 2
+    assert all(i["complete"] and i["width"] > 0 and i["height"] > 0 for i in page.images)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_browser_check_sees_a_broken_page(browser, tmp_path):
+    """The harness must be able to fail: a missing image and a script error are caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        '<!DOCTYPE html><title>bad</title><img src="missing.png" alt="x">'
+        "<script>console.error('boom'); undefinedFunction();</script>"
+    )
+    page = headless.load(browser, bad)
+    assert page.images[0]["width"] == 0
+    assert any("boom" in e for e in page.console_errors)
+    assert page.exceptions
+
+
+@pytest.mark.parametrize("option", ["--steps", "--trials", "--workers"])
+def test_zero_steps_or_trials_are_refused(tmp_path, option):
+    proc = _edgedp("demo", "--quick", option, "0", "--out", "x", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"edgedp: error: {option} 0 must be >= 1"
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = _edgedp("demo", "--quick", "--out", "file/out", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "edgedp: error: --out file/out: Not a directory"
