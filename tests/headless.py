@@ -32,9 +32,12 @@ def chromium() -> tuple[str | None, str]:
             return path, ""
     if shutil.which("apt-get") is None:
         return None, "no chromium on PATH and no apt-get to install it"
-    proc = subprocess.run(
-        ["apt-get", "install", "-y", "chromium"], capture_output=True, text=True, timeout=900
-    )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    proc = subprocess.run(install, capture_output=True, text=True, timeout=900, env=env)
+    if proc.returncode != 0:  # a fresh machine has no package lists yet
+        subprocess.run(["apt-get", "update"], capture_output=True, timeout=900, env=env)
+        proc = subprocess.run(install, capture_output=True, text=True, timeout=900, env=env)
     path = shutil.which("chromium")
     if path is None:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
