@@ -31,7 +31,7 @@ rebuild): agent 2 alone (agent 3 honest) and the eavesdropper; Alg. 1 at ε = 1 
 CURVE-encrypted links under the eavesdropper (sizes, timing only).
 
 Writes experiments/out/leakage_table4.json and .png and prints the tables with the paper's
-values. Progress goes to stderr. The full run takes about an hour on 2 shared cores
+values. Progress goes to stderr. The full run took 94 minutes on 2 shared, loaded cores
 (measured and stored in the JSON). Run: python experiments/leakage_table4.py [--trials N]
 [--steps K] [--audit-trials N]
 """
