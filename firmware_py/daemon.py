@@ -165,7 +165,7 @@ def _load_inputs(cfg: config.NodeConfig):
                 f"data.shard {cfg.shard}: {name} has {bad} NaN/Inf entries (in {rows} "
                 "examples); repair or drop those examples and write the shard again"
             )
-    return plan, share, public, secret, noise_secret, x, y
+    return plan, share, public, secret, noise_secret, x, y, (eps, against)
 
 
 def _stream_keys(cfg, plan, share, secret, noise_secret) -> tuple[dict, str]:
@@ -292,7 +292,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`."""
     logger = logger or logs.setup(cfg.id)
     log = logs.TextAdapter(logger)  # for the retry and metrics helpers, which write text
-    plan, share, public, secret, noise_secret, x, y = _load_inputs(cfg)
+    plan, share, public, secret, noise_secret, x, y, (eps, against) = _load_inputs(cfg)
     if cfg.reproducible:
         logs.event(
             logger, logging.WARNING, "not-private", "noise derived from the plan seed: NOT private"
@@ -327,7 +327,6 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         raise RefusedError(
             EXIT_PLAN, f"the plan does not fit data.shard {cfg.shard} ({len(y)} examples): {exc}"
         ) from None
-    eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
     logs.event(
         logger,
         logging.INFO,

@@ -16,16 +16,14 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pytest
 import zmq
 import zmq.auth
+from hostile import harness
 
 import topologies
-from edgedp import streams
 from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import TaskSpec, make_plan
 from firmware_py import deploy, resources
 from sim import batch, datasets
@@ -86,21 +84,6 @@ def _soft_nofile(pid):
     with open(f"/proc/{pid}/limits") as fh:
         line = next(x for x in fh if x.startswith("Max open files"))
     return int(line.split()[3])
-
-
-def _expected_noise(p, u):
-    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
-    src = NoiseSource(
-        p.factor,
-        np.array(streams.RunKeys.simulation(p).noise(u), dtype=object),
-        data.features + 1,
-        p.noise_std,
-    )
-    state, out = src.init(), []
-    for _ in range(p.steps):
-        noise, state = src.next(state)
-        out.append(noise_digest(noise))
-    return out
 
 
 def _board_limit():
@@ -239,7 +222,7 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     sent = {}
     for m in _rounds(run, 0):  # every round once, each with its own noise: nothing reused
         sent.setdefault(m["round"], set()).add(m["noise"])
-    expected = _expected_noise(p, 0)
+    expected = harness.plan_seed_digests(p, 0)
     assert sorted(sent) == list(range(p.steps))
     assert all(sent[r] == {expected[r]} for r in sent)
     assert run.metrics(0)[-1]["event"] == "done"

@@ -80,18 +80,7 @@ def test_forgeries_within_the_bound_are_all_a_neighbour_can_send(tmp_path):
     plan = harness.write_plan(tmp_path / "run.plan", steps=5)
     net = harness.Network(tmp_path / "run", tmp_path / "run.plan", peer=1, target=0)
     oracle = harness.Oracle(net.config(0))
-    forge = frames_mod.Forge(
-        plan_hash=bytes.fromhex(plan.plan_hash),
-        dim=oracle.agent.message_dim,
-        sender=1,
-        other=3,
-        stranger_id=2,
-        steps=plan.steps,
-        window=oracle.agent.round_window,
-        bound=oracle.bound,
-        max_bytes=oracle.agent.context.max_bytes,
-        rng=np.random.default_rng(1),
-    )
+    forge = campaign.forge_for(plan, oracle, 1)
 
     def before(r):
         if r == 0:

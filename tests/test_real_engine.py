@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import zmq
 import zmq.auth
+from hostile import harness
 
 import topologies
-from edgedp import streams, wire
+from edgedp import wire
 from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
 from firmware_py import deploy
@@ -97,19 +97,8 @@ def test_kill_nine_and_restart_regenerates_the_same_noise(tmp_path):
         run.start(u)
     assert run.wait(timeout=180) == [0] * 8
     # expected noise: the uninterrupted stream of each node, a pure function of (key, round)
-    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
-    dim = data.features + 1
     for u in victims:
-        src = NoiseSource(
-            p.factor,
-            np.array(streams.RunKeys.simulation(p).noise(u), dtype=object),
-            dim,
-            p.noise_std,
-        )
-        state, expected = src.init(), []
-        for _ in range(p.steps):
-            noise, state = src.next(state)
-            expected.append(noise_digest(noise))
+        expected = harness.plan_seed_digests(p, u)
         lines = run.metrics(u)
         assert sum(m["event"] == "start" for m in lines) == 2  # it really restarted
         seen = {}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hostile import harness
 
 import topologies
 from edgedp import rejoin, streams, wire
@@ -216,17 +217,7 @@ def test_real_agent_past_the_window_rejoins_and_the_run_completes(tmp_path, how)
         assert jumps and stopped_at < jumps[0]["from"] and jumps[0]["round"] > stopped_at + 9
     # nothing reused: every round it sent carries that round's noise of the uninterrupted
     # stream, and the skipped rounds sent nothing
-    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
-    src = NoiseSource(
-        p.factor,
-        np.array(streams.RunKeys.simulation(p).noise(late), dtype=object),
-        data.features + 1,
-        p.noise_std,
-    )
-    state, expected = src.init(), []
-    for _ in range(p.steps):
-        noise, state = src.next(state)
-        expected.append(noise_digest(noise))
+    expected = harness.plan_seed_digests(p, late)
     sent = {}
     for m in _rounds(run, late):
         sent.setdefault(m["round"], set()).add(m["noise"])

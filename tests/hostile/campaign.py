@@ -25,15 +25,10 @@ from hostile import harness
 ROUND_REASONS = ("Replayed", "RoundOutOfWindow")
 
 
-def run(directory: Path, *, total: int, seed: int = 0, steps: int = 6) -> dict:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    plan = harness.write_plan(directory / "run.plan", steps=steps)
-    started = time.monotonic()
-    net = harness.Network(directory / "run", directory / "run.plan", peer=1, target=0)
-    target_cfg = net.config(0)
-    oracle = harness.Oracle(target_cfg)
-    forge = frames_mod.Forge(
+def forge_for(plan, oracle: harness.Oracle, seed: int) -> frames_mod.Forge:
+    """Frames as node 1 of ``plan`` against node 0 (node 3 the other neighbour, 2 a
+    non-neighbour), sized by the oracle's bound, window and transport caps."""
+    return frames_mod.Forge(
         plan_hash=bytes.fromhex(plan.plan_hash),
         dim=oracle.agent.message_dim,
         sender=1,
@@ -47,6 +42,17 @@ def run(directory: Path, *, total: int, seed: int = 0, steps: int = 6) -> dict:
         max_frame=oracle.max_frame,
         max_parts=oracle.max_parts,
     )
+
+
+def run(directory: Path, *, total: int, seed: int = 0, steps: int = 6) -> dict:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    plan = harness.write_plan(directory / "run.plan", steps=steps)
+    started = time.monotonic()
+    net = harness.Network(directory / "run", directory / "run.plan", peer=1, target=0)
+    target_cfg = net.config(0)
+    oracle = harness.Oracle(target_cfg)
+    forge = forge_for(plan, oracle, seed)
     strangers = harness.Strangers(net.endpoint(0), net.public_key(0))
     attack_rounds = list(range(1, plan.steps - 1))
     per_category = max(1, -(-total // (len(frames_mod.REJECTED) * len(attack_rounds))))

@@ -30,6 +30,7 @@ import topologies
 from edgedp import models, rng, streams
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
+from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.transport.zmq import Peer, ZmqTransport
 from firmware_py import checkpoint, config, deploy
@@ -58,6 +59,27 @@ def clean_digest(plan: NoisePlan) -> str:
     raw = datasets.load(plan.task.dataset, seed=plan.seed)
     data = datasets.partition(raw, plan.n, seed=plan.seed)
     return batch.run(plan, data).digests[0]
+
+
+def stream_digests(factor, key, dim: int, std: float, steps: int) -> list[str]:
+    """The noise digest of every round of one node's uninterrupted stream, regenerated from
+    its key alone (what every ``sent`` metrics line of that node must carry)."""
+    src = NoiseSource(factor, np.array(key, dtype=object), dim, std)
+    state, out = src.init(), []
+    for _ in range(steps):
+        noise, state = src.next(state)
+        out.append(noise_digest(noise))
+    return out
+
+
+def plan_seed_digests(plan: NoisePlan, u: int) -> list[str]:
+    """:func:`stream_digests` of node ``u`` in a plan-seed run (``local-run``'s default)."""
+    data = datasets.partition(
+        datasets.load(plan.task.dataset, seed=plan.seed), plan.n, seed=plan.seed
+    )
+    dim = models.for_task(plan.task, data.features).dim
+    key = streams.RunKeys.simulation(plan).noise(u)
+    return stream_digests(plan.factor, key, dim, plan.noise_std, plan.steps)
 
 
 def rss_kib(pid: int) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from edgedp import models, streams
-from edgedp.noise import NoiseSource, noise_digest
+from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan
 from firmware_py import checkpoint, config, deploy
 from hostile import harness
@@ -72,12 +72,7 @@ def expected_noise(cfg: config.NodeConfig, plan: NoisePlan) -> list[str]:
         dim = models.for_task(plan.task, shard["x"].shape[1]).dim
     secret = cfg.noise_secret_file.read_bytes()
     key = streams.RunKeys(secret, plan.plan_hash, cfg.run_id).noise(cfg.id)
-    src = NoiseSource(plan.factor, np.array(key, dtype=object), dim, plan.noise_std)
-    state, out = src.init(), []
-    for _ in range(plan.steps):
-        noise, state = src.next(state)
-        out.append(noise_digest(noise))
-    return out
+    return harness.stream_digests(plan.factor, key, dim, plan.noise_std, plan.steps)
 
 
 def run(
