@@ -123,7 +123,7 @@ def stacked(
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
     keys = np.asarray(keys, dtype=object)
-    out = np.empty((*keys.shape, *shape))
+    out = np.empty((*keys.shape, *shape)) if keys.ndim else None
     bit_gen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
     gen = np.random.Generator(bit_gen)
     inner = {"counter": np.array([0, 0, int(step), 0], dtype=np.uint64), "key": None}
@@ -135,6 +135,10 @@ def stacked(
         "has_uint32": 0,
         "uinteger": 0,
     }
+    if keys.ndim == 0:  # one node (a device): the sample itself, not a copy of it
+        inner["key"] = np.array(keys[()].words, dtype=np.uint64)
+        bit_gen.state = state
+        return np.asarray(sample(gen), dtype=np.float64).reshape(shape)
     for index in np.ndindex(keys.shape):
         inner["key"] = np.array(keys[index].words, dtype=np.uint64)
         bit_gen.state = state
