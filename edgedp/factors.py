@@ -427,7 +427,9 @@ class BLT:
             del term
         buffers = tuple(
             np.add(new, y, out=new)
-            for new in (np.multiply(theta, s) for theta, s in zip(self.decays, state.buffers))
+            for new in (
+                np.multiply(theta, s) for theta, s in zip(self.decays, state.buffers, strict=True)
+            )
         )
         return y, StreamState(state.step + 1, buffers)
 

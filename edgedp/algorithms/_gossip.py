@@ -119,9 +119,7 @@ def local_step(
 MIX_BLOCK = 1 << 15
 
 
-def mix_gathered(
-    weights: np.ndarray, gathered: np.ndarray | Sequence[np.ndarray]
-) -> np.ndarray:
+def mix_gathered(weights: np.ndarray, gathered: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
     """Σ_j weights[..., j] · gathered[..., j, :], accumulated in j order (one multiply-add each).
 
     ``gathered`` is an ``(..., m, d)`` array, or (one node, as on a device) a sequence of m
