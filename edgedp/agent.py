@@ -45,7 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate, algorithms, clipping, rejoin, rng, sketch_adaptive, wire
+from edgedp import (
+    _validate,
+    algorithms,
+    clipping,
+    footprint,
+    rejoin,
+    rng,
+    sketch_adaptive,
+    wire,
+)
 from edgedp import cross_agent as cross_mod
 from edgedp.algorithms import StepContext
 from edgedp.errors import (
@@ -61,11 +70,11 @@ from edgedp.plan import NodeShare, batch_schedule
 
 __all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
 
-#: How an agent mixes when some neighbours' messages did not arrive in time.
 #: Per-example gradient entries held at once: batches are clipped and summed in chunks of
 #: max(1, CHUNK_FLOATS // d) examples (same bits as the whole batch, :func:`clipping.add_clipped`).
-CHUNK_FLOATS = 1 << 20
+CHUNK_FLOATS = footprint.CHUNK_FLOATS
 
+#: How an agent mixes when some neighbours' messages did not arrive in time.
 DROPOUT_RULES = MappingProxyType(
     {
         "renormalize": "drop the missing neighbours' weights and rescale the rest to sum to 1",
@@ -208,6 +217,7 @@ class Agent:
             self.message_dim,
             share.noise_std,
             memoize=memoize_noise,
+            consume=True,  # the agent reads a stream state once (a refused round regenerates it)
         )
         self.noise_state: StreamState = self.noise.init()
         self.cross = None

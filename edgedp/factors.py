@@ -417,14 +417,7 @@ class BLT:
         return StreamState(0, tuple(np.zeros(shape) for _ in range(self.buffers)))
 
     def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
-        # the plain expressions' bits, computed in place once an array is ours (a draw may
-        # be a read-only memo): no temporaries beyond one term and the new buffers
-        y, owned = draw(state.step), False
-        for omega, s in zip(self.weights, state.buffers, strict=True):
-            term = np.multiply(omega, s)
-            y = np.subtract(y, term, out=y if owned else term)
-            owned = True
-            del term
+        y = self._output(draw, state)
         buffers = tuple(
             np.add(new, y, out=new)
             for new in (
@@ -432,6 +425,25 @@ class BLT:
             )
         )
         return y, StreamState(state.step + 1, buffers)
+
+    def next_in_place(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
+        """:meth:`next` with ``state``'s buffers updated in place (``state`` is consumed):
+        the same bits, without a second set of buffers (``NoiseSource(consume=True)``)."""
+        y = self._output(draw, state)
+        for theta, s in zip(self.decays, state.buffers, strict=True):
+            np.add(np.multiply(theta, s, out=s), y, out=s)
+        return y, StreamState(state.step + 1, state.buffers)
+
+    def _output(self, draw: Draw, state: StreamState) -> np.ndarray:
+        """y_t = z_t − Σ_j ω_j s_j: the plain expression's bits, computed in place once the
+        array is ours (a draw may be a read-only memo), one d-sized temporary."""
+        y, owned = draw(state.step), False
+        for omega, s in zip(self.weights, state.buffers, strict=True):
+            term = np.multiply(omega, s)
+            y = np.subtract(y, term, out=y if owned else term)
+            owned = True
+            del term
+        return y
 
     def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
         """Replays the buffers: ``step`` draws, O(step · buffers · d) work."""

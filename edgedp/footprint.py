@@ -10,8 +10,12 @@ peaks in benchmarks/plan_load.py and benchmarks/agent_memory.py), rounded up gen
   (the O(T) certification and the per-round noise bound), and the factor's own arrays:
   banded 3 × 8·T·p, BLT nothing beyond ``PER_STEP``, dense 6 × 8·T² (C, C⁻¹, the
   inversion, cumulative column sums and |C| for the sensitivity bounds);
-* agent: ``AGENT_VECTORS`` model-sized vectors (θ, the half step, the gradient sum, a
-  clipping chunk, noise and mixing temporaries) plus the factor's streaming state.
+* agent: ``AGENT_VECTORS`` model-sized vectors (the agent's round needs at most 4 — θ, the
+  gradient sum, the noise and the half step, or θ, the half step and the mixing — then the
+  encoded frame and the checkpoint's copy, with margin), the neighbours' messages of a
+  round, the per-example chunk and its clipping temporary (each at most ``CHUNK_FLOATS``
+  floats, or one example) and twice the factor's
+  streaming state (a BLT builds its new buffers beside the old).
 
 Numpy only: devices run it.
 """
@@ -25,6 +29,7 @@ from edgedp.errors import PlanError
 
 __all__ = [
     "AGENT_VECTORS",
+    "CHUNK_FLOATS",
     "PER_STEP",
     "PlanTooLargeError",
     "agent_bytes",
@@ -76,9 +81,20 @@ def plan_bytes(raw: Mapping[str, Any], file_size: int) -> tuple[int, str]:
     return total, what
 
 
-def agent_bytes(dim: int, state_bytes: int) -> int:
-    """An upper estimate of an agent's arrays for a model of ``dim`` parameters."""
-    return AGENT_VECTORS * 8 * int(dim) + int(state_bytes)
+#: Floats of per-example gradients an agent holds at once (``edgedp.agent`` clips in chunks
+#: of ``max(1, CHUNK_FLOATS // d)`` examples).
+CHUNK_FLOATS = 1 << 20
+
+
+def agent_bytes(dim: int, state_bytes: int, neighbours: int = 0) -> int:
+    """An upper estimate of an agent's arrays for a model of ``dim`` parameters.
+
+    >>> agent_bytes(10**6, 8 * 10**6, neighbours=2) / (8 * 10**6)
+    14.097152
+    """
+    chunk = 2 * max(CHUNK_FLOATS, int(dim))
+    vectors = (AGENT_VECTORS + int(neighbours)) * int(dim)
+    return 8 * (vectors + chunk) + 2 * int(state_bytes)
 
 
 def check(needed: int, limit: int | None, what: str) -> None:

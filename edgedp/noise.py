@@ -57,6 +57,9 @@ class NoiseSource:
       memoize: keep every step's normals in memory (simulators only: a dense factor then
         reads past draws instead of regenerating them; the bits are the same, the memory is
         O(T·d) — never on a device).
+      consume: ``next(state)`` may update ``state``'s buffers in place (a factor with
+        ``next_in_place``, the BLT): for a caller that never reads a state again once it
+        has the next one, as an agent does; the bits are the same.
     """
 
     factor: object
@@ -64,6 +67,7 @@ class NoiseSource:
     dim: int
     std: float
     memoize: bool = False
+    consume: bool = False
     _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,7 +100,8 @@ class NoiseSource:
         """The noise of step ``state.step``: ``std · (C⁻¹ Z)[step]``."""
         if self.std == 0.0:
             return np.zeros(self.shape), StreamState(state.step + 1, state.buffers)
-        correlated, state = self.factor.next(self.draw, state)
+        step = getattr(self.factor, "next_in_place", None) if self.consume else None
+        correlated, state = (step or self.factor.next)(self.draw, state)
         # scaled in place when the factor handed over a fresh array (not one of its state
         # buffers, not a read-only memoized draw): the same bits, one d-sized array less
         fresh = correlated.flags.writeable and correlated.base is None

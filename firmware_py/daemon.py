@@ -305,7 +305,9 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         raise config.ConfigError(f"model: {exc}") from None
     try:
         footprint.check(
-            footprint.agent_bytes(model.dim, plan.factor.state_bytes(model.dim)),
+            footprint.agent_bytes(
+                model.dim, plan.factor.state_bytes(model.dim), len(share.neighbours)
+            ),
             cfg.max_memory,
             f"model dimension d={model.dim:,}, {plan.factor.kind} factor state",
         )

@@ -165,7 +165,12 @@ def test_no_engine_sends_a_nonfinite_message(make_agents):
             first = a.node if first is None else first
             assert f"node {a.node}, round 0" in str(exc) and "nothing was sent" in str(exc)
             # the agent is still at the start of round 0: nothing changed, a snapshot works
-            assert a.round == 0 and a.message is None and a.noise_state is noise_state
+            assert a.round == 0 and a.message is None
+            assert a.noise_state.step == noise_state.step == 0  # regenerated from the key
+            assert all(
+                x.tobytes() == y.tobytes()
+                for x, y in zip(a.noise_state.buffers, noise_state.buffers, strict=True)
+            )
             assert a.theta.tobytes() == theta.tobytes() and a.metrics.sent == 0
             assert a.metrics.rejected["NonFiniteMessageError"] == 1
             assert a.snapshot()["round"] == 0
