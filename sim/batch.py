@@ -164,9 +164,9 @@ def run(
             drawn["gradient"] = gsum
         return gsum
 
-    # nodes per model call: ~2 MiB of per-example gradients stay in cache through clipping
+    # nodes per model call: ~4 MiB of per-example gradients stay in cache through clipping
     # (each node's rows are computed and clipped on their own: the same bits as one call)
-    group = max(1, (1 << 21) // (trials * batch * d * 8))
+    group = max(1, (1 << 22) // (trials * batch * d * 8))
 
     for t in range(plan.steps):
         slot = t % per_epoch

@@ -105,31 +105,36 @@ def test_bits_do_not_depend_on_the_blas_thread_count(rng):
 
 # ---------------------------------------------------------------- the engines
 # d = 77,834: an agent clips CHUNK_FLOATS // d = 13 examples at a time (13 + 1 for a batch of
-# 14), the batch engine runs the 14 in one call and a few nodes per call
-MODEL, BATCH = "mlp:64-1024-10:relu:blas", 14
+# 14), the batch engine runs the 14 in one call, one node per call (8.7 MB of gradients).
+# d = 9,610: the batch engine runs 3 nodes per call (4 MiB // 1.1 MB), agents one each.
+BIG, BATCH = "mlp:64-1024-10:relu:blas", 14
 
 
-def _digits_plan(n, spec, steps, seed=5):
+def _digits_plan(model, n, steps, seed=5):
     data = datasets.partition(datasets.load("digits", seed=seed), n, seed=seed)
     per_epoch = data.local_size // BATCH
     plan = make_plan(
         "dp-dsgd",
-        topologies.parse(spec),
+        topologies.parse(f"ring:{n}"),
         steps=steps,
         participation=Participation(math.ceil(steps / per_epoch), per_epoch),
         clip_norm=1.0,
         learning_rate=0.3,
         noise_multiplier=1.0,
         seed=seed,
-        topology_name=spec,
-        task=TaskSpec(model=MODEL, dataset="digits", batch_size=BATCH),
+        topology_name=f"ring:{n}",
+        task=TaskSpec(model=model, dataset="digits", batch_size=BATCH),
     )
     return plan, data
 
 
-def test_batch_engine_equals_event_engine_and_agents(make_agents, run_rounds):
-    plan, data = _digits_plan(4, "ring:4", steps=3)
-    assert CHUNK_FLOATS // for_task(plan.task, 64).dim == BATCH - 1
+@pytest.mark.parametrize(
+    "model, n", [(BIG, 4), ("mlp:64-128-10:relu:blas", 6), ("mlp:64-128-10:relu", 6)]
+)
+def test_batch_engine_equals_event_engine_and_agents(model, n, make_agents, run_rounds):
+    plan, data = _digits_plan(model, n, steps=3)
+    if model == BIG:
+        assert CHUNK_FLOATS // for_task(plan.task, 64).dim == BATCH - 1
     got = batch.run(plan, data, eval_every=3)
     assert np.max(np.abs(got.models[0] - got.models[0, :1])) > 0  # the models moved
     assert engine.run(plan, data).model_digest == got.digests[0]
@@ -139,9 +144,8 @@ def test_batch_engine_equals_event_engine_and_agents(make_agents, run_rounds):
 
 
 def test_agent_processes_equal_the_batch_engine(tmp_path):
-    plan, _ = _digits_plan(4, "ring:4", steps=3, seed=21)
+    plan, data = _digits_plan(BIG, 4, steps=3, seed=21)
     (tmp_path / "run.plan").write_bytes(plan.to_bytes())
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run")
     assert run.wait(timeout=180) == [0] * 4
-    data = datasets.partition(datasets.load("digits", seed=plan.seed), plan.n, seed=plan.seed)
     assert model_digest(run.final_models()) == batch.run(plan, data).digests[0]
