@@ -18,7 +18,8 @@ agents (er graph, mean degree 6), each round a batch of the whole local set (14 
 for the exact and the ``:blas`` model — and with ``--before TREE`` the exact model on the
 code of another checkout (e.g. ``/work/main``), each run in a fresh subprocess, the variants
 interleaved ``--repeats`` times (the median is printed) so machine load hits them alike.
-Rounds 2 … T−1 are timed (no evaluation in them).
+Rounds 2 … T−1 are timed (no evaluation in them), in wall time and in the process's CPU
+time (less sensitive to other work on a loaded machine).
 """
 
 from __future__ import annotations
@@ -83,10 +84,11 @@ plan = make_plan(
 )
 marks = {}
 def mark(t):
-    marks.setdefault(t, time.perf_counter())
+    marks.setdefault(t, (time.perf_counter(), time.process_time()))
 r = batch.run(plan, data, eval_every=steps, progress=mark)
-rate = n * (steps - 2) / (marks[steps - 1] - marks[1])
-print(json.dumps({"rate": rate, "digest": r.digests[0]}))
+wall, cpu = (marks[steps - 1][i] - marks[1][i] for i in (0, 1))
+print(json.dumps({"rate": n * (steps - 2) / wall, "cpu_rate": n * (steps - 2) / cpu,
+                  "digest": r.digests[0]}))
 """
 
 
@@ -97,6 +99,7 @@ def sim_throughput(args) -> None:
     if args.before:
         variants.insert(0, (f"exact, {args.before}", str(Path(args.before).resolve()), ARCH))
     rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    cpu_rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     digests: dict[str, str] = {}
     for _ in range(args.repeats):
         for name, tree, model in variants:
@@ -106,16 +109,21 @@ def sim_throughput(args) -> None:
                 subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
             )
             rates[name].append(out["rate"])
+            cpu_rates[name].append(out["cpu_rate"])
             digests[name] = out["digest"][:12]
     print(
         f"batch engine, dp-dsgd, {ARCH} on digits, {args.nodes} agents, {args.rounds} rounds; "
         f"median of {args.repeats}; load avg {os.getloadavg()[0]:.1f}"
     )
     base = statistics.median(rates[variants[0][0]])
-    print(f"{'model code':<28}{'agent-rounds/s':>16}{'vs first':>10}  digest")
+    cpu_base = statistics.median(cpu_rates[variants[0][0]])
+    head = ("model code", "agent-rounds/s", "vs first", "per CPU-s", "vs first")
+    print(f"{head[0]:<28}{head[1]:>16}{head[2]:>10}{head[3]:>11}{head[4]:>10}  digest")
     for name, _, _ in variants:
-        r = statistics.median(rates[name])
-        print(f"{name:<28}{r:>16.0f}{r / base:>9.1f}x  {digests[name]}")
+        r, c = statistics.median(rates[name]), statistics.median(cpu_rates[name])
+        print(
+            f"{name:<28}{r:>16.0f}{r / base:>9.1f}x{c:>11.0f}{c / cpu_base:>9.1f}x  {digests[name]}"
+        )
 
 
 def main() -> None:

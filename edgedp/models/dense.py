@@ -10,7 +10,7 @@ one of two ways (:data:`~edgedp.models.spec.PRODUCTS`, chosen by the model name)
   temporary ``(chunk, out, in)`` products to about 8 MiB. numpy's pairwise summation has a
   fixed order, so the bits are the same on every machine with the same ``exp``/``tanh``.
 * ``blas`` (names ending in ``:blas``): one BLAS matrix-vector product per example
-  (``np.matmul`` of a ``(B, 1, in)`` stack, which numpy hands to ``gemv`` row by row), ~8×
+  (``np.matmul`` of a ``(B, 1, in)`` stack, which numpy hands to ``gemv`` row by row), ~4×
   faster. Each example's product depends only on its own row, W and the BLAS kernel — not
   on the batch size, the chunking, the node stack or the thread count — so every engine
   on one machine has the same bits. Other BLAS builds or CPU kernels (x86-64 vs aarch64,
