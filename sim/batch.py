@@ -164,6 +164,10 @@ def run(
             drawn["gradient"] = gsum
         return gsum
 
+    # nodes per model call: ~4 MiB of per-example gradients stay in cache through clipping
+    # (each node's rows are computed and clipped on their own: the same bits as one call)
+    group = max(1, (1 << 22) // (trials * batch * d * 8))
+
     for t in range(plan.steps):
         slot = t % per_epoch
         sel = orders[:, :, slot * batch : (slot + 1) * batch]
@@ -177,8 +181,19 @@ def run(
             out = model.per_example_gradients(point, xb, yb)
             return out if gradient_transform is None else gradient_transform(t, point, sel, out)
 
-        def gradient(point):
-            return clipped_sum(per_example(point))
+        def gradient(point, xb=xb, yb=yb):
+            if gradient_transform is not None or group >= plan.n or point.ndim != 3:
+                return clipped_sum(per_example(point))
+            gsum = np.concatenate(
+                [
+                    clipped_sum(model.per_example_gradients(point[:, s], xb[:, s], yb[:, s]))
+                    for s in (slice(lo, lo + group) for lo in range(0, plan.n, group))
+                ],
+                axis=1,
+            )
+            if observers:
+                drawn["gradient"] = gsum
+            return gsum
 
         def sketch_gradient(point, project):
             return clipped_sum(project(per_example(point)))

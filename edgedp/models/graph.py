@@ -60,7 +60,7 @@ def metadata(spec: DenseSpec, *, dtype: str, role: str, source: Any = None) -> d
     meta = {
         "format": FORMAT,
         "role": role,
-        "name": spec.name,
+        "name": spec.architecture,
         "sizes": list(spec.sizes),
         "activations": list(spec.activations),
         "loss": spec.loss,

@@ -10,6 +10,8 @@ loss. Names a plan's task can use:
 ``softmax:C``                          multinomial logistic regression, C ≥ 2 classes, ce
 ``mlp:IN-H1-…-OUT[:ACT]``              ACT = relu (default), tanh, sigmoid or identity, for
                                        every hidden layer, or ``ACT1,ACT2,…`` one per layer
+``…:blas`` (after softmax/mlp names)   the same network, its matrix products through BLAS
+                                       (:data:`PRODUCTS`; fast, bits fixed per machine only)
 =====================================  =====================================================
 
 Losses: ``ce`` (softmax cross-entropy, labels are class indices 0…OUT−1 held as floats),
@@ -25,13 +27,15 @@ the bias ``dense{l}.bias`` of shape ``(out,)``. ``mlp:F-1`` therefore has the la
 Initialization: ``logistic``, ``linear`` and ``softmax`` start at zero (convex problems).
 ``mlp`` draws every weight and bias uniformly from ±1/√fan_in (torch's default ``Linear``
 range) from the keyed stream ``rng.derive_key(b"edgedp.models.init.v1", name)`` at step 0,
-``name`` the canonical model name (e.g. ``mlp:64-128-10:relu``; the loss is not part of
-it), so the same architecture has the same initial θ, bit for bit, on every device and in
-every engine.
+``name`` the canonical model name without ``:blas`` (e.g. ``mlp:64-128-10:relu``; the loss
+is not part of it), so the same architecture has the same initial θ, bit for bit, on every
+device and in every engine, whichever way its products are computed.
 
 >>> spec = parse("mlp:4-3-2:tanh", features=4)
 >>> spec.name, spec.loss, spec.dim
 ('mlp:4-3-2:tanh', 'ce', 23)
+>>> parse("mlp:4-3-2:tanh:blas", features=4).products
+'blas'
 >>> [(name, shape) for name, shape, _ in spec.layout()]
 [('dense0.weight', (3, 4)), ('dense0.bias', (3,)), ('dense1.weight', (2, 3)), ('dense1.bias', (2,))]
 >>> init_params(spec)[:3].round(4).tolist()
@@ -46,10 +50,14 @@ import numpy as np
 
 from edgedp import rng
 
-__all__ = ["ACTIVATIONS", "LOSSES", "DenseSpec", "init_params", "parse"]
+__all__ = ["ACTIVATIONS", "LOSSES", "PRODUCTS", "DenseSpec", "init_params", "parse"]
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "identity")
 LOSSES = ("ce", "bce", "mse")
+#: How :class:`~edgedp.models.dense.DenseModel` computes matrix products: ``exact``
+#: (elementwise products summed by numpy in a fixed order: the same bits on every machine)
+#: or ``blas`` (one BLAS matrix-vector product per example: the same bits on one machine).
+PRODUCTS = ("exact", "blas")
 _GLM_LOSS = {"logistic": "bce", "linear": "mse"}
 
 
@@ -62,6 +70,7 @@ class DenseSpec:
     loss: str
     init: str = "uniform"  # "uniform" (seeded, ±1/√fan_in) or "zeros"
     family: str = "mlp"  # how the name is written: "mlp" or "softmax"
+    products: str = "exact"  # one of PRODUCTS; "blas" adds ":blas" to the name
 
     def __post_init__(self) -> None:
         if len(self.sizes) < 2 or any(
@@ -84,6 +93,8 @@ class DenseSpec:
             raise ValueError(f"Loss {self.loss!r} needs OUT = 1, got OUT={out}.")
         if self.init not in ("uniform", "zeros"):
             raise ValueError(f"Unknown init={self.init!r}; expected 'uniform' or 'zeros'.")
+        if self.products not in PRODUCTS:
+            raise ValueError(f"Unknown products={self.products!r}; expected one of {PRODUCTS}.")
 
     @property
     def features(self) -> int:
@@ -104,6 +115,11 @@ class DenseSpec:
     @property
     def name(self) -> str:
         """The canonical model name (what ``parse`` reads back)."""
+        return self.architecture + (":blas" if self.products == "blas" else "")
+
+    @property
+    def architecture(self) -> str:
+        """The canonical name without ``:blas``: what the seeded init is keyed by."""
         if self.family == "softmax":
             return f"softmax:{self.outputs}"
         if self.family in _GLM_LOSS:
@@ -155,7 +171,8 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
     """The :class:`DenseSpec` a model name describes, for ``features`` inputs.
 
     Args:
-      model: ``logistic``, ``linear``, ``softmax:C`` or ``mlp:IN-H1-..-OUT[:ACT]``.
+      model: ``logistic``, ``linear``, ``softmax:C`` or ``mlp:IN-H1-..-OUT[:ACT]``; the last
+        two may end in ``:blas`` (matrix products through BLAS, see :data:`PRODUCTS`).
       features: the number of input features of the data (IN must equal it).
       loss: ``""`` for the default (``ce``), or one of :data:`LOSSES`.
 
@@ -168,6 +185,9 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
     'mlp:3-1'
     """
     family, _, rest = model.partition(":")
+    products = "exact"
+    if family in ("softmax", "mlp") and rest.endswith(":blas"):
+        products, rest = "blas", rest.removesuffix(":blas")
     if model in _GLM_LOSS:  # the layout of LinearModel: weights, then the bias
         if loss not in ("", _GLM_LOSS[model]):
             raise ValueError(f"Model {model!r} is trained with loss {_GLM_LOSS[model]!r}.")
@@ -181,7 +201,9 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
             raise ValueError(f"Bad model={model!r}; use softmax:CLASSES with CLASSES >= 2.")
         if loss not in ("", "ce"):
             raise ValueError(f"Model {model!r} is trained with loss 'ce', not {loss!r}.")
-        return DenseSpec((int(features), classes), (), "ce", init="zeros", family="softmax")
+        return DenseSpec(
+            (int(features), classes), (), "ce", init="zeros", family="softmax", products=products
+        )
     if family != "mlp" or not rest:
         raise ValueError(
             f"Unknown model={model!r}; expected logistic, linear, softmax:C, "
@@ -208,7 +230,7 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
                 f"Model {model!r} has one output: set the task's loss to 'bce' or 'mse'."
             )
         loss = "ce"
-    return DenseSpec(sizes, acts, loss)
+    return DenseSpec(sizes, acts, loss, products=products)
 
 
 def init_params(spec: DenseSpec) -> np.ndarray:
@@ -222,7 +244,7 @@ def init_params(spec: DenseSpec) -> np.ndarray:
     """
     if spec.init == "zeros":
         return np.zeros(spec.dim)
-    gen = rng.generator(rng.derive_key(b"edgedp.models.init.v1", spec.name), 0)
+    gen = rng.generator(rng.derive_key(b"edgedp.models.init.v1", spec.architecture), 0)
     theta = np.empty(spec.dim)
     fan_in = 0
     for _, shape, off in spec.layout():
