@@ -108,8 +108,12 @@ def _counts_sorted(s: np.ndarray, r: np.ndarray) -> np.ndarray:
     return np.where(r >= 0, hi - lo, 0)
 
 
-def _marginal_counts(m: np.ndarray, r: np.ndarray, workers: int, *, ascending: bool = False):
-    """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i."""
+def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False):
+    """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
+
+    Scalars: sorted arrays. Vectors: scikit-learn's ``KDTree.query_radius`` with
+    ``count_only`` — NPEET's own count (it prunes whole nodes inside the ball, ~3x faster
+    than ``cKDTree.query_ball_point`` in 3-D)."""
     if m.shape[1] == 1:
         if ascending:
             return _counts_sorted(m[:, 0], r)
@@ -117,10 +121,51 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, workers: int, *, ascending: b
         counts = np.empty(len(m), dtype=np.int64)
         counts[order] = _counts_sorted(m[order, 0], r[order])
         return counts
-    counts = cKDTree(m).query_ball_point(
-        m, np.maximum(r, 0.0), p=np.inf, return_length=True, workers=workers
-    )
+    from sklearn.neighbors import KDTree
+
+    counts = KDTree(m, metric="chebyshev").query_radius(m, np.maximum(r, 0.0), count_only=True)
     return np.where(r >= 0, counts, 0)
+
+
+def _window_radius(s: np.ndarray, points: np.ndarray, rows: np.ndarray, k: int, width: int):
+    """For the points ``rows``: the (k+1)-th smallest Chebyshev distance to the ``width``
+    neighbours on each side in the order of the ascending first coordinate ``s`` (the point
+    itself included), and whether it is the distance over all points — every point outside
+    the window is at least as far in the first coordinate alone (``fl(s_j − s_i)`` is
+    monotone in s_j)."""
+    n = len(s)
+    idx = rows[:, None] + np.arange(-width, width + 1)[None, :]
+    inside = (idx >= 0) & (idx < n)
+    dist = np.abs(points[np.clip(idx, 0, n - 1)] - points[rows, None, :]).max(axis=-1)
+    dist[~inside] = np.inf
+    radius = np.partition(dist, k, axis=1)[:, k]
+    below, above = rows - width - 1, rows + width + 1
+    gap_lo = np.where(below >= 0, np.abs(s[np.maximum(below, 0)] - s[rows]), np.inf)
+    gap_hi = np.where(above < n, np.abs(s[np.minimum(above, n - 1)] - s[rows]), np.inf)
+    return radius, (gap_lo >= radius) & (gap_hi >= radius)
+
+
+def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
+    """Chebyshev distance of each point to its k-th neighbour (the (k+1)-th point counting
+    itself), the points sorted by their first coordinate.
+
+    Two coordinates: windows in the first coordinate's order where they provably hold the
+    neighbours (a (V, V) pair needs only a few), ``cKDTree`` for the rest. More coordinates:
+    ``cKDTree`` (faster than scikit-learn's k-NN query). The distances are max |differences|,
+    exact in every method, so the methods agree bit for bit."""
+    n = len(points)
+    radius = np.empty(n)
+    todo = np.arange(n)
+    width = k + 1
+    while points.shape[1] == 2 and todo.size and width <= 64 and 2 * width < n:
+        r, ok = _window_radius(points[:, 0], points, todo, k, width)
+        radius[todo[ok]] = r[ok]
+        todo = todo[~ok]
+        width *= 4
+    if todo.size:
+        tree = cKDTree(points)
+        radius[todo] = tree.query(points[todo], [k + 1], p=np.inf, workers=workers)[0][:, 0]
+    return radius
 
 
 def ksg_mi(
@@ -185,11 +230,10 @@ def ksg_mi(
         order = np.argsort(xs[i][:, 0], kind="stable")
         xo, yo = xs[i][order], ys[i][order]
         joint = np.concatenate([xo, yo], axis=1)
-        dist = cKDTree(joint).query(joint, [k + 1], p=np.inf, workers=workers)[0][:, 0]
-        r = dist - _RADIUS_SHRINK
+        r = _knn_radius(joint, k, workers) - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
-        counts[0, order] = _marginal_counts(xo, r, workers, ascending=True)
-        counts[1, order] = _marginal_counts(yo, r, workers)
+        counts[0, order] = _marginal_counts(xo, r, ascending=True)
+        counts[1, order] = _marginal_counts(yo, r)
         a, b = np.mean(digamma(counts), axis=1)
         out[i] = (-a - b + c + d) / math.log(base)
     return out.reshape(lead)
