@@ -164,6 +164,8 @@ def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
         width *= 4
     if todo.size:
         tree = cKDTree(points)
+        if todo.size == n:  # queries in the tree's leaf order walk memory in order (~15%)
+            todo = tree.indices
         radius[todo] = tree.query(points[todo], [k + 1], p=np.inf, workers=workers)[0][:, 0]
     return radius
 
