@@ -32,7 +32,8 @@ def laplace_draw(keys: np.ndarray, step: int, dim: int, scale: float) -> np.ndar
     Bit for bit ``rng.laplace(key, step, (d,), scale=scale)`` for every key (tested), so a
     node's draws are the same alone (keys of shape ``()``) or in the batch engine's
     ``(trials, nodes)`` stack (paper 004's sr-gt and DPOP use the node's noise stream for
-    these draws); :func:`edgedp.rng.laplace_stacked` draws the stack in bulk.
+    these draws); :func:`edgedp.rng.laplace_stacked` draws the stack in bulk. ``keys`` may
+    also be their uint64 words (:func:`edgedp.rng.key_words`, converted once per run).
 
     >>> keys = np.array([rng.derive_key(b"doc", "noise", u) for u in range(3)], dtype=object)
     >>> draws = laplace_draw(keys, 4, 2, 0.5)

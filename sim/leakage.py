@@ -38,6 +38,7 @@ cross-check of the estimator (tests, experiments/ksg_vs_gaussian.py).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -149,18 +150,21 @@ def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
     """Chebyshev distance of each point to its k-th neighbour (the (k+1)-th point counting
     itself), the points sorted by their first coordinate.
 
-    Two coordinates: windows in the first coordinate's order where they provably hold the
-    neighbours (a (V, V) pair needs only a few), ``cKDTree`` for the rest. More coordinates:
+    Two coordinates: windows of k + 1 (then 4(k + 1)) neighbours in the first coordinate's
+    order where they provably hold the k nearest (a (V, V) pair: nearly all points),
+    ``cKDTree`` for the rest. More coordinates:
     ``cKDTree`` (faster than scikit-learn's k-NN query). The distances are max |differences|,
     exact in every method, so the methods agree bit for bit."""
     n = len(points)
     radius = np.empty(n)
     todo = np.arange(n)
     width = k + 1
-    while points.shape[1] == 2 and todo.size and width <= 64 and 2 * width < n:
+    while points.shape[1] == 2 and todo.size and width <= 4 * (k + 1) and 2 * width < n:
         r, ok = _window_radius(points[:, 0], points, todo, k, width)
         radius[todo[ok]] = r[ok]
         todo = todo[~ok]
+        if ok.mean() < 0.5:  # weakly dependent pair: the tree is faster for the rest
+            break
         width *= 4
     if todo.size:
         tree = cKDTree(points)
@@ -168,6 +172,54 @@ def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
             todo = tree.indices
         radius[todo] = tree.query(points[todo], [k + 1], p=np.inf, workers=workers)[0][:, 0]
     return radius
+
+
+#: Neighbours beyond the k-th kept by :func:`ksg_mi` for a later estimate on the same samples.
+_SPARE_NEIGHBORS = 4
+
+
+def _knn_radius_shared(points, k, workers, *, memo, key, order, margin):
+    """:func:`_knn_radius` for a joint whose raw samples recur with fresh tie noise.
+
+    The first estimate queries k + 1 + 4 neighbours and keeps them (in input order) in
+    ``memo[key]``, with each point's mark "safe": the last kept neighbour is farther than
+    the k-th by more than ``margin`` = 2δ, δ bounding how much two tie noises of the same raw
+    samples can move a distance. A later estimate then takes the k-th distance among the
+    kept neighbours of each safe point: its k + 1 nearest moved by at most δ, and every
+    point that may now be nearer was within 2δ of the k-th before, so it is kept — the
+    radius is the exact one, bit for bit. Other points go to the tree."""
+    n = len(points)
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[order] = np.arange(n)
+    entry = memo.get(key)
+    if entry is not None:
+        kept, safe = entry
+        cand = inverse[kept[order]]
+        dist = np.abs(points[cand] - points[:, None, :]).max(axis=-1)
+        radius = np.partition(dist, k, axis=1)[:, k]
+        rest = np.flatnonzero(~safe[order])
+        if rest.size:
+            tree = cKDTree(points)
+            radius[rest] = tree.query(points[rest], [k + 1], p=np.inf, workers=workers)[0][:, 0]
+        return radius
+    tree = cKDTree(points)
+    rows = tree.indices
+    dist, idx = tree.query(points[rows], k + 1 + _SPARE_NEIGHBORS, p=np.inf, workers=workers)
+    radius = np.empty(n)
+    radius[rows] = dist[:, k]
+    kept = np.empty(idx.shape, dtype=np.uint16 if n < 2**16 else np.int32)  # memory
+    kept[order[rows]] = order[idx]
+    safe = np.empty(n, dtype=bool)
+    safe[order[rows]] = dist[:, -1] > dist[:, k] + margin
+    memo[key] = (kept, safe)
+    return radius
+
+
+def _raw_key(x: np.ndarray, y: np.ndarray, k: int) -> bytes:
+    h = hashlib.blake2b(repr((x.shape, y.shape, k)).encode(), digest_size=16)
+    h.update(np.ascontiguousarray(x).tobytes())
+    h.update(np.ascontiguousarray(y).tobytes())
+    return h.digest()
 
 
 def ksg_mi(
@@ -179,6 +231,7 @@ def ksg_mi(
     prenoised: bool = False,
     base: float = 2.0,
     workers: int = 1,
+    knn_memo: dict | None = None,
 ) -> np.ndarray:
     """KSG estimate of I(X; Y), NPEET's ``mi(x, y, k=k, base=base)`` for many problems at once.
 
@@ -194,6 +247,11 @@ def ksg_mi(
         same noised samples); no noise is added.
       base: logarithm base (2: bits).
       workers: threads for the joint k-NN query (the result does not depend on it).
+      knn_memo: a dict shared by estimates whose raw samples may recur with fresh tie noise
+        (e.g. two attackers with the same information set): the first keeps each joint's
+        nearest neighbours, a later one on the same raw samples reuses them and gets the
+        same radii as a tree (exactly). Only with noise added here (not ``prenoised``), for
+        joints of more than 2 dimensions; it does not change any result.
 
     Returns:
       The estimates, shaped like the leading axes (a 0-d array for a single problem).
@@ -216,6 +274,16 @@ def ksg_mi(
     n = x.shape[-2]
     if n <= k:
         raise ValueError(f"Expected more than k={k} samples, got N={n}.")
+    shared = knn_memo is not None and not prenoised and x.shape[-1] + y.shape[-1] > 2
+    shared = shared and n > k + 1 + _SPARE_NEIGHBORS
+    if shared:
+        raw_x = x.reshape(-1, n, x.shape[-1])
+        raw_y = y.reshape(-1, n, y.shape[-1])
+        top = max(float(np.max(np.abs(x))), float(np.max(np.abs(y)))) + 1.0
+        # two tie noises of one raw coordinate differ by < TIE_NOISE + rounding, so a
+        # distance moves by δ < 2 TIE_NOISE + the roundings (taken as 4 TIE_NOISE + 4 ulps);
+        # kept neighbours must clear 2δ, asked here with twice that
+        margin = 4.0 * (4.0 * TIE_NOISE + 4.0 * float(np.spacing(2.0 * top)))
     if not prenoised:
         if not isinstance(rng, np.random.Generator):
             raise TypeError("Expected rng=numpy.random.Generator for the tie-breaking noise.")
@@ -232,7 +300,12 @@ def ksg_mi(
         order = np.argsort(xs[i][:, 0], kind="stable")
         xo, yo = xs[i][order], ys[i][order]
         joint = np.concatenate([xo, yo], axis=1)
-        r = _knn_radius(joint, k, workers) - _RADIUS_SHRINK
+        if shared:
+            key = _raw_key(raw_x[i], raw_y[i], k)
+            memo = dict(memo=knn_memo, key=key, order=order, margin=margin)
+            r = _knn_radius_shared(joint, k, workers, **memo) - _RADIUS_SHRINK
+        else:
+            r = _knn_radius(joint, k, workers) - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
         counts[0, order] = _marginal_counts(xo, r, ascending=True)
         counts[1, order] = _marginal_counts(yo, r)
@@ -329,6 +402,7 @@ def leakage_curve(
     min_spread: float = 0.0,
     workers: int = 1,
     self_mi: np.ndarray | None = None,
+    knn_memo: dict | None = None,
 ) -> LeakageCurve:
     """NMI per iteration and M-NMI (paper 004 Eq. 43) of an attacker's view of a private value.
 
@@ -347,6 +421,8 @@ def leakage_curve(
       self_mi: the estimates of I(V; V) per iteration from an earlier call on the same V
         (``curve.self_mi``), to score several attackers against one victim without
         re-estimating them (the generator then draws only the noise of I(V; ℐ)).
+      knn_memo: passed to :func:`ksg_mi` for the I(V; ℐ) estimates (one dict for attackers
+        whose information sets may be equal: the later ones reuse the k-NN of the first).
 
     Returns:
       A :class:`LeakageCurve`.
@@ -377,7 +453,7 @@ def leakage_curve(
     else:
         self_mi = np.empty(iterations)
     for i in range(iterations):  # noise in NPEET's call order, iteration by iteration
-        mi[i] = ksg_mi(v[i], j[i], k=k, rng=rng, workers=workers)
+        mi[i] = ksg_mi(v[i], j[i], k=k, rng=rng, workers=workers, knn_memo=knn_memo)
         if not given:
             self_mi[i] = ksg_mi(v[i], v[i], k=k, rng=rng, workers=workers)
     spread = v.std(axis=1).max(axis=-1)

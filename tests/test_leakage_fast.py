@@ -78,3 +78,22 @@ def scenarios_dir():
     from pathlib import Path
 
     return Path(scenarios.__file__).parent
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_knn_memo_reuses_neighbours_without_changing_a_bit(discrete):
+    # two estimates on the same raw samples with fresh tie noise (two attackers with one
+    # information set): the second takes its radii from the first's kept neighbours
+    g = np.random.default_rng(24)
+    v = 30.0 * g.standard_normal((3, 800, 1))
+    i = np.concatenate([v * 0.01, 50.0 * g.standard_normal((3, 800, 2))], axis=-1)
+    if discrete:  # ties everywhere: most points are not safe and go back to the tree
+        v, i = np.round(v / 10.0), np.round(i / 10.0)
+    memo: dict = {}
+    first = leakage.ksg_mi(v, i, rng=np.random.default_rng(1), knn_memo=memo)
+    second = leakage.ksg_mi(v, i, rng=np.random.default_rng(2), knn_memo=memo)
+    assert len(memo) == 3  # one entry per joint; the second estimate added none
+    safe = np.mean([entry[1].mean() for entry in memo.values()])
+    assert (safe < 0.5) if discrete else (safe > 0.95)
+    assert first.tolist() == leakage.ksg_mi(v, i, rng=np.random.default_rng(1)).tolist()
+    assert second.tolist() == leakage.ksg_mi(v, i, rng=np.random.default_rng(2)).tolist()
