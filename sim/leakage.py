@@ -113,8 +113,9 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False):
     """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
 
     Scalars: sorted arrays. Vectors: scikit-learn's ``KDTree.query_radius`` with
-    ``count_only`` — NPEET's own count (it prunes whole nodes inside the ball, ~3x faster
-    than ``cKDTree.query_ball_point`` in 3-D)."""
+    ``count_only`` — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster
+    than ``cKDTree.query_ball_point`` in 3-D, and faster than a numpy sweep along the
+    widest coordinate even for Eq. 44's unevenly scaled sets)."""
     if m.shape[1] == 1:
         if ascending:
             return _counts_sorted(m[:, 0], r)
@@ -128,21 +129,26 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False):
     return np.where(r >= 0, counts, 0)
 
 
-def _window_radius(s: np.ndarray, points: np.ndarray, rows: np.ndarray, k: int, width: int):
-    """For the points ``rows``: the (k+1)-th smallest Chebyshev distance to the ``width``
-    neighbours on each side in the order of the ascending first coordinate ``s`` (the point
-    itself included), and whether it is the distance over all points — every point outside
-    the window is at least as far in the first coordinate alone (``fl(s_j − s_i)`` is
-    monotone in s_j)."""
-    n = len(s)
-    idx = rows[:, None] + np.arange(-width, width + 1)[None, :]
-    inside = (idx >= 0) & (idx < n)
-    dist = np.abs(points[np.clip(idx, 0, n - 1)] - points[rows, None, :]).max(axis=-1)
-    dist[~inside] = np.inf
+def _window_radius(points: np.ndarray, k: int, width: int):
+    """For every point: the (k+1)-th smallest Chebyshev distance to the ``width`` neighbours
+    on each side in the order of the ascending first coordinate (the point itself
+    included), and whether it is the distance over all points — every point outside the
+    window is at least as far in the first coordinate alone (``fl(s_j − s_i)`` is monotone
+    in s_j). Shifted slices, no gathers: points past either end are at infinity."""
+    n = len(points)
+    pad = np.full((n + 2 * width + 2, points.shape[1]), np.inf)
+    pad[width + 1 : width + 1 + n] = points
+    cols = [np.ascontiguousarray(pad[:, c]) for c in range(points.shape[1])]
+    own = [np.ascontiguousarray(points[:, c]) for c in range(points.shape[1])]
+    dist = np.empty((n, 2 * width + 1))
+    for o in range(1, 2 * width + 2):
+        d = np.abs(cols[0][o : o + n] - own[0])
+        for col, mine in zip(cols[1:], own[1:], strict=True):
+            np.maximum(d, np.abs(col[o : o + n] - mine), out=d)
+        dist[:, o - 1] = d
     radius = np.partition(dist, k, axis=1)[:, k]
-    below, above = rows - width - 1, rows + width + 1
-    gap_lo = np.where(below >= 0, np.abs(s[np.maximum(below, 0)] - s[rows]), np.inf)
-    gap_hi = np.where(above < n, np.abs(s[np.minimum(above, n - 1)] - s[rows]), np.inf)
+    gap_lo = np.abs(cols[0][:n] - own[0])
+    gap_hi = np.abs(cols[0][2 * width + 2 : 2 * width + 2 + n] - own[0])
     return radius, (gap_lo >= radius) & (gap_hi >= radius)
 
 
@@ -160,10 +166,11 @@ def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
     todo = np.arange(n)
     width = k + 1
     while points.shape[1] == 2 and todo.size and width <= 4 * (k + 1) and 2 * width < n:
-        r, ok = _window_radius(points[:, 0], points, todo, k, width)
-        radius[todo[ok]] = r[ok]
-        todo = todo[~ok]
-        if ok.mean() < 0.5:  # weakly dependent pair: the tree is faster for the rest
+        r, ok = _window_radius(points, k, width)
+        done = ok[todo]
+        radius[todo[done]] = r[todo[done]]
+        todo = todo[~done]
+        if done.mean() < 0.5:  # weakly dependent pair: the tree is faster for the rest
             break
         width *= 4
     if todo.size:
