@@ -96,16 +96,18 @@ def _counts_sorted(s: np.ndarray, r: np.ndarray) -> np.ndarray:
     n = s.size
     hi = np.searchsorted(s, s + r, side="right")
     lo = np.searchsorted(s, s - r, side="left")
+    rows = np.arange(n)  # the points whose run may still move (fewer each round)
+    while rows.size:
+        si, ri, h, lo_ = s[rows], r[rows], hi[rows], lo[rows]
 
-    def inside(j):
-        return np.abs(s[np.clip(j, 0, n - 1)] - s) <= r
+        def inside(j, si=si, ri=ri):
+            return np.abs(s[np.clip(j, 0, n - 1)] - si) <= ri
 
-    while True:
-        step_hi = ((hi < n) & inside(hi)).astype(np.int64) - ((hi > 0) & ~inside(hi - 1))
-        step_lo = ((lo > 0) & inside(lo - 1)).astype(np.int64) - ((lo < n) & ~inside(lo))
-        if not (step_hi.any() or step_lo.any()):
-            break
-        hi, lo = hi + step_hi, lo - step_lo
+        step_hi = ((h < n) & inside(h)).astype(np.int64) - ((h > 0) & ~inside(h - 1))
+        step_lo = ((lo_ > 0) & inside(lo_ - 1)).astype(np.int64) - ((lo_ < n) & ~inside(lo_))
+        hi[rows] += step_hi
+        lo[rows] -= step_lo
+        rows = rows[(step_hi != 0) | (step_lo != 0)]
     return np.where(r >= 0, hi - lo, 0)
 
 
