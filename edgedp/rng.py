@@ -220,8 +220,9 @@ def laplace_stacked(
     Laplace transform of each 64-bit word (53-bit uniform U; ±scale·log of 2U or 2 − 2U with
     the C library's ``log``, as numpy's sampler calls it). A key whose U is exactly 0 in the
     first ``prod(shape)`` words (numpy then skips a word; probability 2⁻⁵³ per word) is drawn
-    through :func:`generator` instead. ``keys`` may also be the ``keys.shape + (2,)`` uint64
-    words of :func:`key_words` (to convert an array of keys once for many steps).
+    through :func:`generator` instead, and so is a single key (a 0-d array: a device).
+    ``keys`` may also be the ``keys.shape + (2,)`` uint64 words of :func:`key_words` (to
+    convert an array of keys once for many steps).
 
     >>> keys = np.array([derive_key(b"doc", "x", u) for u in range(3)], dtype=object)
     >>> out = laplace_stacked(keys, 5, (2,), scale=0.5)
@@ -233,6 +234,8 @@ def laplace_stacked(
     if not scale >= 0:
         raise ValueError(f"Expected scale={scale!r} >= 0.")
     keys = np.asarray(keys)
+    if keys.dtype == object and keys.ndim == 0:  # one node (a device): its own generator
+        return laplace(keys[()], step, tuple(shape), scale=scale)
     if keys.dtype == np.uint64:
         if keys.shape[-1:] != (2,):
             raise ValueError(f"Expected key words shaped (..., 2), got {keys.shape}.")
