@@ -18,9 +18,12 @@ noise ``1e-10 · U[0, 1)`` added to x and then to y, base 2::
 — but draws the noise from a passed-in :class:`numpy.random.Generator` (no global RNG) and
 takes arrays of many estimation problems at once, shaped ``(..., N, d)`` (e.g. one problem
 per iteration). The k-NN search in the joint space runs one ``scipy.spatial.cKDTree`` per
-problem; marginal counts of scalar variables use sorted arrays (``searchsorted`` plus an
-exact boundary fix-up, so the counts equal the tree's), other marginals ``cKDTree``
-ball counts.
+problem (2-D joints, such as I(V; V), first try sorted windows that provably hold the
+neighbours; estimates on recurring raw samples may share neighbours through ``knn_memo``);
+marginal counts of scalar variables use sorted arrays (``searchsorted`` plus an exact
+boundary fix-up, so the counts equal the tree's), other marginals scikit-learn's
+``KDTree`` ball counts (NPEET's own). Distances are max |differences| in every path, so
+the estimates equal NPEET's bit for bit.
 
 The normalizer I(V; V) is finite only because of the tie noise: for V of moderate scale
 (typical k-NN distances well above 1e-10 and below ~8, where 1e-15 still subtracts) the
