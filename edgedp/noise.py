@@ -33,7 +33,8 @@ def laplace_draw(keys: np.ndarray, step: int, dim: int, scale: float) -> np.ndar
     Bit for bit ``rng.laplace(key, step, (d,), scale=scale)`` for every key (tested), so a
     node's draws are the same alone (keys of shape ``()``) or in the batch engine's
     ``(trials, nodes)`` stack (paper 004's sr-gt and DPOP use the node's noise stream for
-    these draws); :func:`edgedp.rng.stacked` makes the stack cheap.
+    these draws); :func:`edgedp.rng.laplace_stacked` draws the stack in bulk. ``keys`` may
+    also be their uint64 words (:func:`edgedp.rng.key_words`, converted once per run).
 
     >>> keys = np.array([rng.derive_key(b"doc", "noise", u) for u in range(3)], dtype=object)
     >>> draws = laplace_draw(keys, 4, 2, 0.5)
@@ -42,7 +43,7 @@ def laplace_draw(keys: np.ndarray, step: int, dim: int, scale: float) -> np.ndar
     """
     _validate.non_negative(scale=scale)
     _validate.integer(minimum=0, step=step)
-    return rng.stacked(keys, step, (dim,), lambda gen: gen.laplace(0.0, scale, dim))
+    return rng.laplace_stacked(keys, step, (dim,), scale=scale)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -18,6 +18,8 @@ False
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +30,9 @@ __all__ = [
     "derive_key",
     "gaussian",
     "generator",
+    "key_words",
     "laplace",
+    "laplace_stacked",
     "permutation",
     "seed_secret",
     "stacked",
@@ -166,3 +170,97 @@ def laplace(key: StreamKey, step: int, shape: tuple[int, ...], *, scale: float =
 def permutation(key: StreamKey, n: int) -> np.ndarray:
     """A permutation of ``range(n)`` that is a pure function of the key (step 0)."""
     return generator(key, 0).permutation(n)
+
+
+# Philox-4x64-10 (Salmon et al., SC'11; numpy's ``Philox``): multipliers and Weyl key steps.
+_PHILOX_M = (np.uint64(0xD2E7470EE14C6C93), np.uint64(0xCA5A826395121157))
+_PHILOX_W = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBB67AE8584CAA73B))
+_LOW32, _32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+
+
+def _mulhilo(m: np.uint64, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(high, low) 64-bit words of the 128-bit products m·a, from 32-bit halves."""
+    m_lo, m_hi = m & _LOW32, m >> _32
+    a_lo, a_hi = a & _LOW32, a >> _32
+    p0, p1, p2 = a_lo * m_lo, a_lo * m_hi, a_hi * m_lo
+    carry = (p0 >> _32) + (p1 & _LOW32) + (p2 & _LOW32)
+    return a_hi * m_hi + (p1 >> _32) + (p2 >> _32) + (carry >> _32), a * m
+
+
+def _philox_blocks(words: np.ndarray, counter: tuple[int, int, int, int]) -> np.ndarray:
+    """Philox-4x64-10 of one counter under every key of ``words`` (K, 2): (K, 4) uint64.
+
+    The counter is the same for every key, so the first round's products are scalars."""
+    k0, k1 = words[:, 0].copy(), words[:, 1].copy()
+    c0, c1, c2, c3 = (np.uint64(w) for w in counter)
+    with np.errstate(over="ignore"):
+        hi0, lo0 = _mulhilo(_PHILOX_M[0], c0)
+        hi1, lo1 = _mulhilo(_PHILOX_M[1], c2)
+        c = [hi1 ^ c1 ^ k0, np.full(len(words), lo1), hi0 ^ c3 ^ k1, np.full(len(words), lo0)]
+        for _ in range(9):
+            k0 += _PHILOX_W[0]
+            k1 += _PHILOX_W[1]
+            hi0, lo0 = _mulhilo(_PHILOX_M[0], c[0])
+            hi1, lo1 = _mulhilo(_PHILOX_M[1], c[2])
+            c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
+    return np.stack(c, axis=1)
+
+
+def key_words(keys: np.ndarray) -> np.ndarray:
+    """The two 64-bit words of every key of an object array, shaped ``keys.shape + (2,)``."""
+    keys = np.asarray(keys, dtype=object)
+    words = itertools.chain.from_iterable(k.words for k in keys.flat)
+    return np.fromiter(words, dtype=np.uint64, count=2 * keys.size).reshape((*keys.shape, 2))
+
+
+def laplace_stacked(
+    keys: np.ndarray, step: int, shape: tuple[int, ...], *, scale: float = 1.0
+) -> np.ndarray:
+    """``laplace(key, step, shape, scale=scale)`` for every key, stacked: ``keys.shape + shape``.
+
+    The same numbers as the per-key draws (tested against them), computed for all keys at
+    once: the Philox-4x64-10 blocks of counter ``[b + 1, 0, step, 0]`` (the blocks a fresh
+    :func:`generator` of ``step`` consumes first) for every key in numpy arrays, then numpy's
+    Laplace transform of each 64-bit word (53-bit uniform U; ±scale·log of 2U or 2 − 2U with
+    the C library's ``log``, as numpy's sampler calls it). A key whose U is exactly 0 in the
+    first ``prod(shape)`` words (numpy then skips a word; probability 2⁻⁵³ per word) is drawn
+    through :func:`generator` instead, and so is a single key (a 0-d array: a device).
+    ``keys`` may also be the ``keys.shape + (2,)`` uint64 words of :func:`key_words` (to
+    convert an array of keys once for many steps).
+
+    >>> keys = np.array([derive_key(b"doc", "x", u) for u in range(3)], dtype=object)
+    >>> out = laplace_stacked(keys, 5, (2,), scale=0.5)
+    >>> out.shape, bool(np.array_equal(out[2], laplace(keys[2], 5, (2,), scale=0.5)))
+    ((3, 2), True)
+    """
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
+    if not scale >= 0:
+        raise ValueError(f"Expected scale={scale!r} >= 0.")
+    keys = np.asarray(keys)
+    if keys.dtype == object and keys.ndim == 0:  # one node (a device): its own generator
+        return laplace(keys[()], step, tuple(shape), scale=scale)
+    if keys.dtype == np.uint64:
+        if keys.shape[-1:] != (2,):
+            raise ValueError(f"Expected key words shaped (..., 2), got {keys.shape}.")
+        lead, words = keys.shape[:-1], keys.reshape(-1, 2)
+    else:
+        lead, words = keys.shape, key_words(keys).reshape(-1, 2)
+    shape = tuple(int(s) for s in shape)
+    size = math.prod(shape)
+    blocks = -(-size // 4)
+    raw = np.concatenate(
+        [_philox_blocks(words, (b + 1, 0, int(step), 0)) for b in range(blocks)], axis=1
+    )[:, :size]
+    u = (raw >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    upper = u >= 0.5
+    arg = np.where(upper, (2.0 - u) - u, u + u)
+    arg[u == 0.0] = 1.0  # redrawn below
+    flat = arg.ravel()
+    logs = np.fromiter(map(math.log, flat.tolist()), dtype=np.float64, count=flat.size)
+    logs = (scale * logs).reshape(arg.shape)
+    out = np.where(upper, 0.0 - logs, 0.0 + logs)
+    for i in np.flatnonzero((u == 0.0).any(axis=1)):
+        key = StreamKey((int(words[i, 0]), int(words[i, 1])))
+        out[i] = laplace(key, step, shape, scale=scale).ravel()
+    return out.reshape((*lead, *shape))

@@ -170,9 +170,9 @@ def build_plan(args):
         from edgedp_cli import cross_cmd
 
         return cross_cmd.build_plan_cross(args, g, task, participation, model_dim)
-    factor, planned = None, None
+    factor, planned, gram = None, None, None
     if args.mechanism in PLANNED_MECHANISMS:
-        factor, planned = _planned_factor(args, g, participation)
+        factor, planned, gram = _planned_factor(args, g, participation)
     from edgedp_cli import dome_cmd
 
     sketch = dome_cmd.sketch_from_args(args, model_dim, g)
@@ -199,7 +199,7 @@ def build_plan(args):
         raise UsageError(str(exc)) from None
     payload = plan_report(p, args.delta if args.delta is not None else 1e-6)
     if p.noise_multiplier > 0:
-        payload["loss_ratio_to_dp_dsgd"] = _loss_ratio(p)
+        payload["loss_ratio_to_dp_dsgd"] = _loss_ratio(p, gram)
     if sketch is not None:
         payload.update(dome_cmd.report(p, model_dim))
     if planned is not None:
@@ -216,16 +216,20 @@ def build_plan(args):
     return p, payload, key_value_lines
 
 
-def _loss_ratio(p) -> float:
-    """The plan's expected loss over DP-D-SGD's at the same guarantee (1 for DP-D-SGD)."""
+def _loss_ratio(p, gram=None) -> float:
+    """The plan's expected loss over DP-D-SGD's at the same guarantee (1 for DP-D-SGD).
+
+    ``gram``: ``(W, H)``, the MAFALDA workload Gram H of W already computed for planning
+    (used when W is the plan's mixing matrix)."""
     from edgedp import factors
     from edgedp.planning import factorization
 
     if isinstance(p.factor, factors.Identity):  # C = I is DP-D-SGD: the ratio is 1 exactly
         return 1.0
-
+    W = p.mixing_matrix()  # noqa: N806
+    H = gram[1] if gram is not None and np.array_equal(gram[0], W) else None  # noqa: N806
     return factorization.relative_loss(
-        p.factor.strategy(p.steps), p.mixing_matrix(), participation=p.participation
+        p.factor.strategy(p.steps), W, participation=p.participation, workload_gram=H
     )
 
 
@@ -234,10 +238,17 @@ PLANNED_MECHANISMS = ("dmf", "mafalda", "banded", "blt")
 
 
 def _planned_factor(args, graph, participation):
+    """(factor, planning result, (W, H) with H the MAFALDA workload Gram or None)."""
     from edgedp import topology
-    from edgedp.planning import factorization
+    from edgedp.planning import factorization, mafalda
 
     W = topology.WEIGHTINGS[args.weighting](graph)  # noqa: N806
+    H = None  # noqa: N806
+    if args.mechanism != "dmf" and args.steps >= 1:  # mafalda, banded, blt plan on H
+        try:
+            H = mafalda.workload_gram(W, steps=args.steps)  # noqa: N806
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
     def progress(iteration, loss, bound):
         if not args.json:
@@ -258,6 +269,7 @@ def _planned_factor(args, graph, participation):
             buffers=args.buffers,
             tolerance=args.tolerance,
             max_iterations=args.max_iterations,
+            workload_gram=H,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -271,7 +283,7 @@ def _planned_factor(args, graph, participation):
             f"expected error may be up to {planned.gap:.1%} above the optimum's: raise "
             "--max-iterations\n"
         )
-    return planned.factor, planned
+    return planned.factor, planned, None if H is None else (W, H)
 
 
 def plan_report(p, delta: float, steps_done: int | None = None) -> dict:

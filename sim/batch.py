@@ -102,6 +102,7 @@ def run(
         for u in range(plan.n):
             keys[i, u] = run_keys.noise(u, trial=tr)
             orders[i, u] = rng.permutation(run_keys.batch(u, trial=tr), data.local_size)
+    key_words = rng.key_words(keys)  # the Laplace draws' keys, converted once
     msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
     source = NoiseSource(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
@@ -209,7 +210,7 @@ def run(
             return out
 
         def laplace(scale, t=t):
-            out = laplace_draw(keys, t, d, scale)
+            out = laplace_draw(key_words, t, d, scale)
             if observers:
                 drawn["noise"] = out
             return out

@@ -463,13 +463,21 @@ def run(
         return a[..., coordinate::dim]
 
     valid_v = np.isfinite(V).all(axis=(0, 2))
+    seen_all = [pick(np.concatenate(info[i])) for i in range(len(attackers))]
+    # attackers with equal information sets (paper 004 Table 4: the eavesdropper's Eq. 44
+    # set is the colluders') share the k-NN of their joints: same values, one tree per joint
+    repeated = [
+        any(i != j and np.array_equal(seen_all[i], seen_all[j]) for j in range(len(attackers)))
+        for i in range(len(attackers))
+    ]
+    knn_memo: dict = {}
     g = np.random.default_rng(seed)
     self_mi = None
     self_mi_std: tuple | None = None
     results = []
     for i, att in enumerate(attackers):
         t0 = time.perf_counter()
-        seen = pick(np.concatenate(info[i]))
+        seen = seen_all[i]
         ok = valid_v & np.isfinite(seen).all(axis=(0, 2))
         its = np.flatnonzero(ok)
         if progress is not None:
@@ -482,6 +490,7 @@ def run(
             k=k,
             workers=workers,
             self_mi=self_mi[1] if cached else None,
+            knn_memo=knn_memo if repeated[i] else None,
         )
         if not cached:
             self_mi = (its, part.self_mi)

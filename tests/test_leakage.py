@@ -57,7 +57,7 @@ def test_ksg_equals_npeet_on_identical_noised_samples(npeet_mi):
         x, y = _pair(g, c)
         ours = float(leakage.ksg_mi(x, y, prenoised=True))
         worst = max(worst, abs(ours - npeet_mi(x, y)))
-    assert worst <= 1e-9  # measured: 0 (same distances, same counts, same summation)
+    assert worst == 0.0  # bit-identical: same distances, same counts, same summation
 
 
 def test_ksg_equals_npeet_with_ties_and_batches(npeet_mi):
@@ -67,9 +67,7 @@ def test_ksg_equals_npeet_with_ties_and_batches(npeet_mi):
     xn, yn = leakage.add_tie_noise(x, g), leakage.add_tie_noise(y, g)
     batched = leakage.ksg_mi(xn, yn, prenoised=True)
     assert batched.shape == (4,)
-    np.testing.assert_allclose(
-        batched, [npeet_mi(a, b) for a, b in zip(xn, yn, strict=True)], atol=1e-9
-    )
+    np.testing.assert_array_equal(batched, [npeet_mi(a, b) for a, b in zip(xn, yn, strict=True)])
 
 
 def test_ksg_noise_comes_from_the_generator_only():

@@ -58,12 +58,14 @@ def plan_factor(
     progress: Callable[[int, float, float], None] | None = None,
     bandwidth: int | None = None,
     buffers: int | None = None,
+    workload_gram: np.ndarray | None = None,
 ) -> PlannedFactor:
     """The temporal factor for ``mechanism``: optimal (dmf, mafalda) or fitted (banded, blt).
 
     The dense optimization stops at ``tolerance`` (relative duality gap) or after
     ``max_iterations``; ``converged`` says which (an unconverged factor is still a valid,
-    certified factor, only further from optimal: ``gap`` bounds how far)."""
+    certified factor, only further from optimal: ``gap`` bounds how far). ``workload_gram``:
+    ``mafalda.workload_gram(mixing_matrix, steps=steps)`` when the caller already has it."""
     if mechanism in ("banded", "blt"):
         return _compact(
             mechanism,
@@ -74,11 +76,12 @@ def plan_factor(
             max_iterations=max_iterations,
             bandwidth=bandwidth,
             buffers=buffers,
+            workload_gram=workload_gram,
         )
     if mechanism == "dmf":
         H = mf_optimal.prefix_sum_gram(steps)  # noqa: N806
     elif mechanism == "mafalda":
-        H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
+        H = _mafalda_gram(mixing_matrix, steps, workload_gram)  # noqa: N806
     else:
         raise ValueError(f"mechanism={mechanism!r} is not planned here; expected one of {PLANNED}.")
     res = mf_optimal.optimize(
@@ -99,12 +102,30 @@ def plan_factor(
     )
 
 
+def _mafalda_gram(mixing_matrix, steps: int, given) -> np.ndarray:
+    if given is None:
+        return mafalda.workload_gram(mixing_matrix, steps=steps)
+    given = np.asarray(given, dtype=np.float64)
+    if given.shape != (steps, steps):
+        raise ValueError(f"Expected workload_gram shaped ({steps}, {steps}), got {given.shape}.")
+    return given
+
+
 def _compact(
-    mechanism, mixing_matrix, *, steps, participation, tolerance, max_iterations, bandwidth, buffers
+    mechanism,
+    mixing_matrix,
+    *,
+    steps,
+    participation,
+    tolerance,
+    max_iterations,
+    bandwidth,
+    buffers,
+    workload_gram,
 ):
     from edgedp.planning import compact
 
-    H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
+    H = _mafalda_gram(mixing_matrix, steps, workload_gram)  # noqa: N806
     dense = mf_optimal.optimize(
         H, participation=participation, tolerance=tolerance, max_iterations=max_iterations
     )
@@ -133,11 +154,16 @@ def _compact(
 
 
 def relative_loss(
-    strategy: np.ndarray, mixing_matrix: np.ndarray, *, participation: Participation
+    strategy: np.ndarray,
+    mixing_matrix: np.ndarray,
+    *,
+    participation: Participation,
+    workload_gram: np.ndarray | None = None,
 ) -> float:
-    """MAFALDA objective of ``strategy`` divided by that of C = I (DP-D-SGD)."""
+    """MAFALDA objective of ``strategy`` divided by that of C = I (DP-D-SGD); pass the
+    ``workload_gram`` of (mixing_matrix, steps) when it is already computed."""
     steps = strategy.shape[0]
-    H = mafalda.workload_gram(mixing_matrix, steps=steps)  # noqa: N806
+    H = _mafalda_gram(mixing_matrix, steps, workload_gram)  # noqa: N806
     ours = mf_optimal.loss(strategy, H, participation)
     base = mf_optimal.loss(np.eye(steps), H, participation)
     return float(ours / base)

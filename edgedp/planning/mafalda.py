@@ -221,6 +221,7 @@ def workload_gram(
     steps: int,
     symmetric: bool | None = None,
     validate: bool = True,
+    blas_threads: int | None = 1,
 ) -> np.ndarray:
     """MAFALDA workload Gram matrix H = Σᵢ AᵢᵀAᵢ without forming nT × nT matrices.
 
@@ -237,6 +238,10 @@ def workload_gram(
         validate: Check W with :func:`edgedp.topology.validate` (stochastic, connected).
             Shape and finiteness are always checked. With False the eigenvalues are not
             clipped to [−1, 1], so a non-stochastic W (e.g. the identity) is allowed.
+        blas_threads: BLAS threads for the eigendecompositions and products (threadpoolctl
+            when installed, as in ``mf_optimal.optimize``; None keeps the process setting).
+            One by default: a multi-threaded BLAS on shared, loaded cores is many times
+            slower than one thread.
 
     Returns:
         H, a symmetric positive definite T × T float64 array.
@@ -253,7 +258,15 @@ def workload_gram(
      [1. 1. 1.]]
     """
     _validate.integer(1, steps=steps)
-    T = int(steps)
+    if blas_threads is not None:
+        _validate.integer(1, blas_threads=blas_threads)
+    from edgedp.planning import mf_optimal
+
+    with mf_optimal._blas_limit(blas_threads):
+        return _workload_gram(mixing_matrix, int(steps), symmetric, validate)
+
+
+def _workload_gram(mixing_matrix, T: int, symmetric, validate) -> np.ndarray:
     W = _mixing(mixing_matrix, validate, symmetric)
     is_sym = bool(np.max(np.abs(W - W.T)) <= _SYMMETRY_ATOL) if symmetric is None else symmetric
     # only a non-stochastic W (validate=False) can overflow; reported below as a ValueError

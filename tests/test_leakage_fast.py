@@ -1,0 +1,99 @@
+"""The fast KSG paths equal npeet-plus bit for bit, and the Table 4 leakage values are pinned."""
+
+import hashlib
+import json
+import tomllib
+
+import numpy as np
+import pytest
+
+from sim import adversary, leak, leakage, scenarios
+
+npeet = pytest.importorskip("npeet_plus.estimators")
+
+
+@pytest.fixture
+def npeet_mi(monkeypatch):
+    """NPEET's ``mi`` on the samples as given: its global-RNG tie noise switched off."""
+    monkeypatch.setattr(npeet, "add_noise", lambda x, intens=1e-10: x)
+    return npeet.mi
+
+
+def _noised(g, a):
+    return leakage.add_tie_noise(a, g)
+
+
+def test_self_mi_windows_equal_npeet(npeet_mi):
+    # I(V; V): the 2-D joint resolved by sorted windows, at scales from 1e-6 to 1e6
+    g = np.random.default_rng(21)
+    for scale in (1e-6, 1.0, 50.0, 1e6):
+        v = scale * g.standard_normal((1500, 1))
+        x, y = _noised(g, v), _noised(g, v)
+        assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)
+
+
+def test_scalar_pairs_mixing_windows_and_tree_equal_npeet(npeet_mi):
+    # weakly dependent scalars: most points fall back to the tree, some are resolved by windows
+    g = np.random.default_rng(22)
+    for rho in (0.0, 0.5, 0.999):
+        x = g.standard_normal((1200, 1))
+        y = rho * x + np.sqrt(1 - rho**2) * g.standard_normal((1200, 1))
+        x, y = _noised(g, x), _noised(g, y)
+        assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)
+
+
+@pytest.mark.parametrize("dims", [(1, 3), (3, 3), (2, 1)])
+def test_vector_marginals_equal_npeet(npeet_mi, dims):
+    # Table 4's shape: scalar V, a 3-dim I whose parts differ in scale by 10^3 (Eq. 44)
+    g = np.random.default_rng(23)
+    dx, dy = dims
+    v = 40.0 * g.standard_normal((1500, dx))
+    scales = np.array([0.3, 60.0, 200.0])[:dy]
+    i = v[:, :1] * scales / 40.0 + scales * g.standard_normal((1500, dy))
+    x, y = _noised(g, v), _noised(g, i)
+    batched = leakage.ksg_mi(np.stack([x, x[::-1]]), np.stack([y, y[::-1]]), prenoised=True)
+    assert batched.tolist() == [npeet_mi(x, y), npeet_mi(x[::-1], y[::-1])]
+
+
+def test_table4_leakage_values_are_pinned():
+    # sim/scenarios/leakage_table4.toml at eps = 1 reduced to 400 trials x 40 iterations;
+    # numbers computed with the per-stream Laplace draws and cKDTree counts (before the bulk
+    # paths): the bulk draws and the fast KSG must not move a bit of them
+    raw = tomllib.loads((scenarios_dir() / "leakage_table4.toml").read_text())
+    raw["steps"] = raw["eval_every"] = 40
+    sc = scenarios.parse(raw)
+    att = [adversary.parse_attacker(a) for a in ("hbc:1,2", "eavesdropper:all")]
+    rep = leak.run(sc, att, trials=400, chunk=150, standardized=True)
+    got = {}
+    for e in rep["attackers"]:
+        blob = json.dumps([e["nmi_curve"], e["nmi_curve_standardized"]]).encode()
+        got[e["attacker"]] = (e["m_nmi"], e["m_nmi_standardized"], hashlib.sha256(blob).hexdigest())
+    assert got["hbc:1,2"][:2] == (0.12331906974369534, 0.573916744589292)
+    assert got["eavesdropper:all"][:2] == (0.12331906974369534, 0.5731658380654686)
+    assert got["hbc:1,2"][2][:16] == "98a98ae0d0acfd13"
+    assert got["eavesdropper:all"][2][:16] == "ea151b1e5a87344d"
+
+
+def scenarios_dir():
+    from pathlib import Path
+
+    return Path(scenarios.__file__).parent
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_knn_memo_reuses_neighbours_without_changing_a_bit(discrete):
+    # two estimates on the same raw samples with fresh tie noise (two attackers with one
+    # information set): the second takes its radii from the first's kept neighbours
+    g = np.random.default_rng(24)
+    v = 30.0 * g.standard_normal((3, 800, 1))
+    i = np.concatenate([v * 0.01, 50.0 * g.standard_normal((3, 800, 2))], axis=-1)
+    if discrete:  # ties everywhere: most points are not safe and go back to the tree
+        v, i = np.round(v / 10.0), np.round(i / 10.0)
+    memo: dict = {}
+    first = leakage.ksg_mi(v, i, rng=np.random.default_rng(1), knn_memo=memo)
+    second = leakage.ksg_mi(v, i, rng=np.random.default_rng(2), knn_memo=memo)
+    assert len(memo) == 3  # one entry per joint; the second estimate added none
+    safe = np.mean([entry[1].mean() for entry in memo.values()])
+    assert (safe < 0.5) if discrete else (safe > 0.95)
+    assert first.tolist() == leakage.ksg_mi(v, i, rng=np.random.default_rng(1)).tolist()
+    assert second.tolist() == leakage.ksg_mi(v, i, rng=np.random.default_rng(2)).tolist()

@@ -1,0 +1,62 @@
+"""Bulk keyed Laplace draws (rng.laplace_stacked) = the per-stream keyed draws, bit for bit."""
+
+import numpy as np
+import pytest
+
+from edgedp import noise, rng, streams
+
+
+def _keys(trials: int, nodes: int) -> np.ndarray:
+    run = streams.RunKeys(rng.seed_secret(3), "cd" * 32, streams.SIMULATION_RUN)
+    return np.array(
+        [[run.noise(u, trial=t) for u in range(nodes)] for t in range(trials)], dtype=object
+    )
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (4,), (5,), (2, 3), (9,)])
+@pytest.mark.parametrize("step", [0, 1, 999, 2**40])
+def test_bulk_laplace_equals_the_per_stream_draws(shape, step):
+    keys = _keys(40, 3)
+    for scale in (0.0, 1.0, 2.5e-3, 7.0e5):
+        bulk = rng.laplace_stacked(keys, step, shape, scale=scale)
+        assert bulk.shape == (40, 3, *shape)
+        for t, u in np.ndindex(keys.shape):  # one generator per (trial, node) stream
+            alone = rng.laplace(keys[t, u], step, shape, scale=scale)
+            assert bulk[t, u].tobytes() == alone.tobytes()
+
+
+def test_bulk_laplace_from_key_words_and_a_single_key():
+    keys = _keys(7, 2)
+    words = rng.key_words(keys)
+    assert words.shape == (7, 2, 2) and words.dtype == np.uint64
+    assert words[3, 1].tolist() == list(keys[3, 1].words)
+    a = rng.laplace_stacked(words, 12, (2,), scale=0.5)
+    assert a.tobytes() == rng.laplace_stacked(keys, 12, (2,), scale=0.5).tobytes()
+    one = rng.laplace_stacked(np.asarray(keys[0, 0], dtype=object), 12, (2,), scale=0.5)
+    assert one.shape == (2,) and one.tobytes() == a[0, 0].tobytes()
+
+
+def test_engine_laplace_draw_is_the_bulk_draw_of_every_node_stream():
+    # the batch engine's (trials, nodes) stack and an agent's own key give the same bits
+    keys = _keys(25, 3)
+    stack = noise.laplace_draw(keys, 4, 2, 0.3)
+    assert stack[11, 2].tobytes() == noise.laplace_draw(keys[11, 2], 4, 2, 0.3).tobytes()
+    assert stack[11, 2].tobytes() == rng.laplace(keys[11, 2], 4, (2,), scale=0.3).tobytes()
+
+
+def test_bulk_laplace_streams_are_distinct_per_trial_node_and_step():
+    keys = _keys(50, 3)
+    a = rng.laplace_stacked(keys, 0, (1,))
+    assert len(np.unique(a)) == a.size  # every (trial, node) stream draws its own numbers
+    assert not np.any(a == rng.laplace_stacked(keys, 1, (1,)))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_bulk_laplace_refuses_bad_steps_scales_and_words(bad):
+    keys = _keys(2, 2)
+    with pytest.raises(ValueError, match="step"):
+        rng.laplace_stacked(keys, bad, (1,))
+    with pytest.raises(ValueError, match="scale"):
+        rng.laplace_stacked(keys, 0, (1,), scale=-1.0)
+    with pytest.raises(ValueError, match="words"):
+        rng.laplace_stacked(np.zeros((2, 3), dtype=np.uint64), 0, (1,))
