@@ -167,8 +167,8 @@ def _wait(predicate, timeout=90.0):
         try:
             if predicate():
                 return
-        except (FileNotFoundError, json.JSONDecodeError):
-            pass
+        except (FileNotFoundError, json.JSONDecodeError, IndexError):
+            pass  # a metrics file not written yet, caught mid-write, or with no round yet
         time.sleep(0.05)
     raise AssertionError("timed out")
 
