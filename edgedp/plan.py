@@ -666,9 +666,7 @@ def make_plan(
         factor = factors.Identity()
     elif factor is None:
         raise ValueError(f"mechanism={mechanism!r} needs a temporal factor (factor=...).")
-    W = topology.WEIGHTINGS[weighting](graph)  # noqa: N806
-    topology.validate(W, graph)
-    index, weight = topology.mixing_table(W)
+    index, weight = topology.weighting_table(graph, weighting)  # no n × n matrix
     if mechanism in LAPLACE_MECHANISMS:
         sigma, sens, exact = 0.0, 0.0, True
     elif not noisy:

@@ -488,3 +488,50 @@ def test_parse_file(tmp_path: Path) -> None:
 def test_parse_errors(spec: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         topologies.parse(spec)
+
+
+# ---------------------------------------------------------------- mixing table without W
+@given(
+    st.integers(1, 40),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(sorted(topology.WEIGHTINGS)),
+)
+def test_weighting_table_has_the_bits_of_the_dense_path(n, p, seed, weighting):
+    r = np.random.default_rng(seed)
+    edges = [(u, v) for u in range(n) for v in range(u + 1, n) if r.random() < p]
+    edges += [(u, u + 1) for u in range(n - 1)]  # connected
+    g = Graph(n, edges)
+    W = topology.WEIGHTINGS[weighting](g)
+    topology.validate(W, g)
+    index, weight = topology.mixing_table(W)
+    got = topology.weighting_table(g, weighting)
+    assert np.array_equal(got[0], index) and got[1].tobytes() == weight.tobytes()
+
+
+def test_weighting_table_refuses_what_validate_refuses():
+    g = Graph(5, [(0, 1), (2, 3)])
+    with pytest.raises(TopologyError) as dense:
+        topology.validate(topology.metropolis_hastings(g), g)
+    with pytest.raises(TopologyError) as table:
+        topology.weighting_table(g)
+    assert str(table.value) == str(dense.value) and "disconnected" in str(table.value)
+    with pytest.raises(ValueError, match="Unknown weighting"):
+        topology.weighting_table(g, "metropolis")
+
+
+def test_weighting_table_of_a_large_graph_needs_no_square_matrix():
+    import tracemalloc
+
+    n = 20_000  # W would be 3.2 GB
+    g = Graph(n, [(u, (u + 1) % n) for u in range(n)])
+    tracemalloc.start()
+    try:
+        index, weight = topology.weighting_table(g)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert index.shape == weight.shape == (n, 3)
+    assert peak < 40 * 2**20, peak  # tables, neighbour lists and one scratch row
+    assert index[0].tolist() == [0, 1, n - 1]
+    assert weight[0].tolist() == [1 - (1 / 3 + 1 / 3), 1 / 3, 1 / 3]
