@@ -12,8 +12,11 @@ rounds (the first two rounds of each agent skipped). Baselines measured in the s
 * the compute of one agent's round in-process (gradient, clipping, noise, local step,
   mixing; its neighbours' models faked).
 
-Printed: the load average at the start, each median and the ratios edgedp / raw CURVE and
-edgedp / raw plain.
+The measurements are interleaved ``--repeats`` times (raw CURVE, edgedp, raw plain, ...) so
+that the load of the shared machine falls on all of them alike; ``--compare-tree PATH`` also
+runs the agents from another checkout (e.g. the main branch) in each repeat. Printed: the
+load average at the start, each median over all repeats, and the ratios edgedp / raw CURVE
+and edgedp / raw plain (of the pooled medians, and their range over the repeats).
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ def _raw_node(u, neighbours, size, rounds, keys, conn) -> None:
     ctx.term()
 
 
-def raw_gossip_round(graph, size: int, rounds: int, *, curve: bool) -> float:
-    """Median round time of bare pyzmq gossip: one process per node of ``graph``, every
+def raw_gossip_intervals(graph, size: int, rounds: int, *, curve: bool) -> list[float]:
+    """Round-end intervals of bare pyzmq gossip: one process per node of ``graph``, every
     node sends ``size`` bytes to each neighbour per round and waits for theirs."""
     mp = multiprocessing.get_context("spawn")
     keys = [zmq.curve_keypair() for _ in range(graph.n)] if curve else None
@@ -104,7 +107,7 @@ def raw_gossip_round(graph, size: int, rounds: int, *, curve: bool) -> float:
         intervals += list(np.diff(p.recv()[SKIP:]))
     for proc in procs:
         proc.join()
-    return statistics.median(intervals)
+    return intervals
 
 
 def one_agent_compute(plan, task, n: int, d: int) -> float:
@@ -131,59 +134,103 @@ def one_agent_compute(plan, task, n: int, d: int) -> float:
     return statistics.median(times)
 
 
+def edgedp_round(plan_file: Path, directory: Path, n: int, tree: str | None) -> list[float]:
+    """Round-end intervals of ``n`` real agent processes (from ``tree`` if given)."""
+    saved = os.environ.get("PYTHONPATH")
+    if tree is not None:  # the agents import firmware_py and edgedp from that checkout
+        os.environ["PYTHONPATH"] = str(Path(tree).resolve())
+    try:
+        run = deploy.local_run(plan_file, directory, round_timeout=30, startup_timeout=120)
+    finally:
+        if tree is not None:
+            if saved is None:
+                os.environ.pop("PYTHONPATH")
+            else:
+                os.environ["PYTHONPATH"] = saved
+    codes = run.wait(timeout=600)
+    if any(codes):
+        raise SystemExit(f"agents failed: {codes} (logs in {directory})")
+    intervals = []
+    for u in range(n):
+        ends = [m["time"] for m in run.metrics(u) if m["event"] == "round"]
+        intervals += list(np.diff(ends[SKIP:]))
+    return intervals
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--dim", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--compare-tree",
+        metavar="PATH",
+        help="also run the agents of another checkout (e.g. /work/main) in every repeat",
+    )
     args = ap.parse_args()
     n, d, steps = args.nodes, args.dim, args.rounds
-    if steps <= SKIP + 1:
-        raise SystemExit(f"--rounds must be more than {SKIP + 1}")
+    if steps <= SKIP + 1 or args.repeats < 1:
+        raise SystemExit(f"--rounds must be more than {SKIP + 1} and --repeats at least 1")
+    if args.compare_tree and not (Path(args.compare_tree) / "firmware_py").is_dir():
+        raise SystemExit(f"--compare-tree {args.compare_tree}: no firmware_py folder there")
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2-core machine shared)")
     graph = topologies.parse(f"er:{n}:0.3:1")
+    task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
+    plan = make_plan(
+        "dp-dsgd",
+        graph,
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=1.0,
+        task=task,
+    )
+    compute = one_agent_compute(plan, task, n, d)
+    trees = {"edgedp": None}
+    if args.compare_tree:
+        trees[f"edgedp from {args.compare_tree}"] = args.compare_tree
+    pooled = {name: [] for name in [*trees, "raw CURVE", "raw plain"]}
+    per_repeat = {name: [] for name in pooled}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
-        plan = make_plan(
-            "dp-dsgd",
-            graph,
-            steps=steps,
-            participation=Participation(steps, 1),
-            clip_norm=1.0,
-            learning_rate=0.1,
-            noise_multiplier=1.0,
-            task=task,
-        )
         (tmp / "run.plan").write_bytes(plan.to_bytes())
-        compute = one_agent_compute(plan, task, n, d)
-        start = time.monotonic()
-        run = deploy.local_run(tmp / "run.plan", tmp / "run", round_timeout=30, startup_timeout=120)
-        codes = run.wait(timeout=600)
-        total = time.monotonic() - start
-        if any(codes):
-            raise SystemExit(f"agents failed: {codes}")
-        intervals = []
-        for u in range(n):
-            ends = [m["time"] for m in run.metrics(u) if m["event"] == "round"]
-            intervals += list(np.diff(ends[SKIP:]))
-        rt = statistics.median(intervals)
-    raw_curve = raw_gossip_round(graph, 8 * d, steps, curve=True)
-    raw_plain = raw_gossip_round(graph, 8 * d, steps, curve=False)
+        for i in range(args.repeats):
+            samples = {"raw CURVE": raw_gossip_intervals(graph, 8 * d, steps, curve=True)}
+            for name, tree in trees.items():
+                samples[name] = edgedp_round(
+                    tmp / "run.plan", tmp / f"run-{i}-{len(samples)}", n, tree
+                )
+            samples["raw plain"] = raw_gossip_intervals(graph, 8 * d, steps, curve=False)
+            for name, values in samples.items():
+                pooled[name] += values
+                per_repeat[name].append(statistics.median(values))
+            print(
+                f"repeat {i + 1}: "
+                + ", ".join(f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in samples.items())
+                + f"; load {os.getloadavg()[0]:.2f}"
+            )
+    median = {name: statistics.median(values) for name, values in pooled.items()}
     degree = float(np.mean(graph.degrees))
     print(
-        f"{n} agents, d = {d:,}, ER({n}, 0.3) mean degree {degree:.1f}, {steps} rounds, "
-        f"{8 * d / 1e6:.1f} MB per message, {n * degree * 8 * d / 1e6:.1f} MB per round"
+        f"{n} agents, d = {d:,}, ER({n}, 0.3) mean degree {degree:.1f}, {steps} rounds x "
+        f"{args.repeats} repeats, {8 * d / 1e6:.1f} MB per message, "
+        f"{n * degree * 8 * d / 1e6:.1f} MB per round"
     )
-    print(f"edgedp round time (median over agents and rounds): {rt * 1e3:.1f} ms")
     print(
-        f"raw pyzmq gossip, same {n} processes, graph and bytes, CURVE: {raw_curve * 1e3:.1f} ms; "
-        f"plain TCP: {raw_plain * 1e3:.1f} ms"
+        f"raw pyzmq gossip, same {n} processes, graph and bytes: CURVE "
+        f"{median['raw CURVE'] * 1e3:.1f} ms, plain TCP {median['raw plain'] * 1e3:.1f} ms"
     )
-    print(f"ratio edgedp / raw CURVE: {rt / raw_curve:.2f}")
-    print(f"ratio edgedp / raw plain: {rt / raw_plain:.2f}")
+    for name in trees:
+        ratios = [a / b for a, b in zip(per_repeat[name], per_repeat["raw CURVE"], strict=True)]
+        print(
+            f"{name} round time (median over agents, rounds, repeats): "
+            f"{median[name] * 1e3:.1f} ms; / raw CURVE {median[name] / median['raw CURVE']:.2f} "
+            f"(repeats {min(ratios):.2f}-{max(ratios):.2f}); "
+            f"/ raw plain {median[name] / median['raw plain']:.2f}"
+        )
     print(f"one agent's compute per round in-process: {compute * 1e3:.1f} ms")
-    print(f"whole edgedp run incl. start-up: {total:.1f} s")
 
 
 if __name__ == "__main__":
