@@ -472,6 +472,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                 checkpointed()
                 metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
+            line = _sent_line(cfg.id, out)  # hashed while the checkpoint may still be written
             # the state this round starts from is durable before the round is recorded as
             # sent, and the record before anything is sent (a stop here sends nothing)
             checkpointed()
@@ -487,7 +488,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                         stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
                     ),
                 )
-            metrics.write(_sent_line(cfg.id, out))
+            metrics.write(line)
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()
