@@ -15,7 +15,8 @@ discarded) and checkpoint; ``begin_round`` (local noisy step), record the round 
 neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
 every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
 rule; a non-finite state is never adopted); append a metrics line; write the checkpoint
-atomically. At the end, write the model to publish
+atomically (in a background thread while the next round is computed; waited for before
+that round is recorded as sent). At the end, write the model to publish
 (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last state plus one
 more Laplace draw, covered by the plan's ε). A write that fails (EMFILE, ENOSPC, EIO, ...)
 is logged and retried with backoff; the agent does not go on — in particular does not
