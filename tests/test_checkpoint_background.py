@@ -2,9 +2,11 @@
 
 The daemon writes the checkpoint of round r+1 in a thread while it computes round r+1 and
 waits for it before recording r+1 as sent. The new crash window — a kill while that write
-and ``begin_round`` run together — is exercised with kill -9 on real agents: after every
-kill the sent record is never ahead of the checkpoint, restarts never refuse, and every
-re-sent round repeats its noise and message digests.
+and ``begin_round`` run together — is exercised with kill -9 on real agents, at the moment
+the write's temporary file appears and while a checkpoint that cannot be written is retried
+(the next round computed meanwhile must not be recorded as sent): after every kill the sent
+record is never ahead of the checkpoint, restarts never refuse, and every re-sent round
+repeats its noise and message digests.
 """
 
 import hashlib
@@ -12,6 +14,7 @@ import json
 import os
 import signal
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -115,6 +118,29 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
         assert sent <= (0 if snap is None else snap["round"])
         lr.start(0)
     assert inside >= 1, f"no kill of {kills} landed inside a background checkpoint write"
+    # a checkpoint that cannot be written (a directory where its temporary file goes): the
+    # next round is computed but not recorded as sent; kill -9 while it waits, restart
+    kill._wait_for(cfg, lr.processes[0], "round", kills + 1)
+    proc = lr.processes[0]
+    blocker = cfg.checkpoint_dir / f".checkpoint.tmp.{proc.pid}"
+    while True:
+        try:
+            blocker.mkdir()
+            break
+        except FileExistsError:  # a write is in flight: its file is renamed in a moment
+            time.sleep(0.001)
+    log = tmp_path / "run" / "node-0.log"
+    deadline = time.monotonic() + 120
+    while "checkpoint failed" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    sent = json.loads((cfg.checkpoint_dir / "sent").read_text())["round"]
+    assert sent <= checkpoint.load(cfg.checkpoint_dir / "checkpoint")["round"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    blocker.rmdir()
+    kills += 1
+    lr.start(0)
     assert lr.wait(timeout=300) == [0, 0, 0]
     lines = kill._lines(cfg.metrics)
     expected = kill.expected_noise(cfg, plan)
