@@ -1,18 +1,31 @@
 """Round time of 16 real agent processes on loopback with d = 10^5 (ZeroMQ, CURVE).
 
-Each agent runs DP-D-SGD on an ER(16, 0.3) graph; the round time is the median interval
-between consecutive round ends over all agents. Baselines measured in the same run: the
-compute of one agent's round in-process (gradient, clipping, noise, local step, mixing),
-and raw pyzmq: one CURVE PUSH process streaming the messages of one whole round (n · mean
-degree messages of 8d bytes) to a CURVE PULL socket, with no agent, codec or checks. The
-ratios show what the agents add to the bare compute and to the bare encrypted transfer.
+Each agent (``edgedp-agent``, firmware_py/daemon.py) runs DP-D-SGD on an ER(16, 0.3) graph;
+the round time is the median interval between consecutive round ends over all agents and
+rounds (the first two rounds of each agent skipped). Baselines measured in the same run:
+
+* raw gossip: the same number of processes, the same graph and the same bytes, with bare
+  pyzmq and no agent — each process binds a PULL socket, connects a PUSH socket to each
+  neighbour, and per round sends every neighbour a message (an 8-byte round frame and 8d
+  bytes) and waits for every neighbour's message of that round; once with CURVE on every
+  link (keypair per process, as the agents) and once without (plain TCP);
+* the compute of one agent's round in-process (gradient, clipping, noise, local step,
+  mixing; its neighbours' models faked).
+
+The measurements are interleaved ``--repeats`` times (raw CURVE, edgedp, raw plain, ...) so
+that the load of the shared machine falls on all of them alike; ``--compare-tree PATH`` also
+runs the agents from another checkout (e.g. the main branch) in each repeat. Printed: the
+load average at the start, each median over all repeats, and the ratios edgedp / raw CURVE
+and edgedp / raw plain (of the pooled medians, and their range over the repeats).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -29,44 +42,119 @@ from edgedp.plan import TaskSpec, make_plan
 from firmware_py import deploy
 from sim import datasets
 
+SKIP = 2  # start-up rounds left out of every median (handshakes, process start)
 
-def _curve_sender(endpoint: str, server_public: bytes, size: int, count: int) -> None:
+
+def _raw_node(u, neighbours, size, rounds, keys, conn) -> None:
+    """One process of the raw gossip baseline; sends its round-end times through ``conn``."""
     ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    push.curve_publickey, push.curve_secretkey = zmq.curve_keypair()
-    push.curve_serverkey = server_public
-    push.connect(endpoint)
+    pull = ctx.socket(zmq.PULL)
+    if keys is not None:
+        pull.curve_server = True
+        pull.curve_publickey, pull.curve_secretkey = keys[u]
+    conn.send(pull.bind_to_random_port("tcp://127.0.0.1"))
+    ports = conn.recv()
+    push = {}
+    for v in neighbours:
+        s = ctx.socket(zmq.PUSH)
+        if keys is not None:
+            s.curve_serverkey = keys[v][0]
+            s.curve_publickey, s.curve_secretkey = keys[u]
+        s.connect(f"tcp://127.0.0.1:{ports[v]}")
+        push[v] = s
     payload = b"\x01" * size
-    for _ in range(count):
-        push.send(payload, copy=False)
-    push.close(linger=-1)
+    early: dict[int, int] = {}  # round -> messages that came before their round
+    ends = []
+    for r in range(rounds):
+        head = struct.pack("<q", r)
+        for s in push.values():
+            s.send_multipart([head, payload], copy=False)
+        got = early.pop(r, 0)
+        while got < len(neighbours):
+            frames = pull.recv_multipart(copy=False)
+            k = struct.unpack("<q", frames[0].bytes)[0]
+            if k == r:
+                got += 1
+            else:
+                early[k] = early.get(k, 0) + 1
+        ends.append(time.monotonic())
+    conn.send(ends)
+    for s in push.values():
+        s.close(linger=-1)
+    pull.close(linger=0)
     ctx.term()
 
 
-def raw_curve_seconds(size: int, count: int, repeats: int = 3) -> float:
-    """Median seconds for raw pyzmq CURVE PUSH/PULL (two processes, loopback) to move
-    ``count`` messages of ``size`` bytes, from the first to the last byte received."""
-    ctx = zmq.Context()
-    public, secret = zmq.curve_keypair()
-    samples = []
-    for _ in range(repeats):
-        pull = ctx.socket(zmq.PULL)
-        pull.curve_server = True
-        pull.curve_publickey, pull.curve_secretkey = public, secret
-        port = pull.bind_to_random_port("tcp://127.0.0.1")
-        proc = multiprocessing.get_context("spawn").Process(
-            target=_curve_sender, args=(f"tcp://127.0.0.1:{port}", public, size, count)
+def raw_gossip_intervals(graph, size: int, rounds: int, *, curve: bool) -> list[float]:
+    """Round-end intervals of bare pyzmq gossip: one process per node of ``graph``, every
+    node sends ``size`` bytes to each neighbour per round and waits for theirs."""
+    mp = multiprocessing.get_context("spawn")
+    keys = [zmq.curve_keypair() for _ in range(graph.n)] if curve else None
+    pipes, procs = [], []
+    for u in range(graph.n):
+        parent, child = mp.Pipe()
+        proc = mp.Process(
+            target=_raw_node, args=(u, graph.neighbours(u), size, rounds, keys, child)
         )
         proc.start()
-        pull.recv(copy=False)  # the handshake and process start are not timed
-        start = time.perf_counter()
-        for _ in range(count - 1):
-            pull.recv(copy=False)
-        samples.append((time.perf_counter() - start) * count / (count - 1))
+        pipes.append(parent)
+        procs.append(proc)
+    ports = [p.recv() for p in pipes]
+    for p in pipes:
+        p.send(ports)
+    intervals = []
+    for p in pipes:
+        intervals += list(np.diff(p.recv()[SKIP:]))
+    for proc in procs:
         proc.join()
-        pull.close(linger=0)
-    ctx.term()
-    return statistics.median(samples)
+    return intervals
+
+
+def one_agent_compute(plan, task, n: int, d: int) -> float:
+    """Median seconds of one agent's round in-process (its neighbours' models faked)."""
+    data = datasets.partition(datasets.load(task.dataset, seed=plan.seed), n, seed=plan.seed)
+    keys = streams.RunKeys.simulation(plan)
+    agent = Agent(
+        plan.share(0),
+        model=LinearModel("logistic", d - 1),
+        x=data.x[0],
+        y=data.y[0],
+        noise_key=keys.noise(0),
+        batch_key=keys.batch(0),
+        keep_gradient=False,
+    )
+    times = []
+    for r in range(5):
+        t = time.perf_counter()
+        agent.begin_round()
+        for v in agent.neighbours:
+            agent.inbox.setdefault(r, {})[v] = agent.message
+        agent.end_round()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def edgedp_round(plan_file: Path, directory: Path, n: int, tree: str | None) -> list[float]:
+    """Round-end intervals of ``n`` real agent processes (from ``tree`` if given)."""
+    saved = os.environ.get("PYTHONPATH")
+    if tree is not None:  # the agents import firmware_py and edgedp from that checkout
+        os.environ["PYTHONPATH"] = str(Path(tree).resolve())
+    try:
+        run = deploy.local_run(plan_file, directory, round_timeout=30, startup_timeout=120)
+    finally:
+        if tree is not None:
+            if saved is None:
+                os.environ.pop("PYTHONPATH")
+            else:
+                os.environ["PYTHONPATH"] = saved
+    codes = run.wait(timeout=600)
+    if any(codes):
+        raise SystemExit(f"agents failed: {codes} (logs in {directory})")
+    intervals = []
+    for u in range(n):
+        ends = [m["time"] for m in run.metrics(u) if m["event"] == "round"]
+        intervals += list(np.diff(ends[SKIP:]))
+    return intervals
 
 
 def main() -> None:
@@ -74,74 +162,75 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--dim", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--compare-tree",
+        metavar="PATH",
+        help="also run the agents of another checkout (e.g. /work/main) in every repeat",
+    )
     args = ap.parse_args()
     n, d, steps = args.nodes, args.dim, args.rounds
+    if steps <= SKIP + 1 or args.repeats < 1:
+        raise SystemExit(f"--rounds must be more than {SKIP + 1} and --repeats at least 1")
+    if args.compare_tree and not (Path(args.compare_tree) / "firmware_py").is_dir():
+        raise SystemExit(f"--compare-tree {args.compare_tree}: no firmware_py folder there")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (2-core machine shared)")
+    graph = topologies.parse(f"er:{n}:0.3:1")
+    task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
+    plan = make_plan(
+        "dp-dsgd",
+        graph,
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=1.0,
+        task=task,
+    )
+    compute = one_agent_compute(plan, task, n, d)
+    trees = {"edgedp": None}
+    if args.compare_tree:
+        trees[f"edgedp from {args.compare_tree}"] = args.compare_tree
+    pooled = {name: [] for name in [*trees, "raw CURVE", "raw plain"]}
+    per_repeat = {name: [] for name in pooled}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        graph = topologies.parse(f"er:{n}:0.3:1")
-        task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
-        plan = make_plan(
-            "dp-dsgd",
-            graph,
-            steps=steps,
-            participation=Participation(steps, 1),
-            clip_norm=1.0,
-            learning_rate=0.1,
-            noise_multiplier=1.0,
-            task=task,
-        )
         (tmp / "run.plan").write_bytes(plan.to_bytes())
-        # baseline: one agent's round compute in-process (its neighbours' models faked)
-        data = datasets.partition(datasets.load(task.dataset, seed=plan.seed), n, seed=plan.seed)
-        keys = streams.RunKeys.simulation(plan)
-        agent = Agent(
-            plan.share(0),
-            model=LinearModel("logistic", d - 1),
-            x=data.x[0],
-            y=data.y[0],
-            noise_key=keys.noise(0),
-            batch_key=keys.batch(0),
-        )
-        times = []
-        for r in range(5):
-            t = time.perf_counter()
-            agent.begin_round()
-            for v in agent.neighbours:
-                agent.inbox.setdefault(r, {})[v] = agent.message
-            agent.end_round()
-            times.append(time.perf_counter() - t)
-        compute = statistics.median(times)
-        start = time.monotonic()
-        run = deploy.local_run(tmp / "run.plan", tmp / "run", round_timeout=30, startup_timeout=120)
-        codes = run.wait(timeout=600)
-        total = time.monotonic() - start
-        if any(codes):
-            raise SystemExit(f"agents failed: {codes}")
-        intervals = []
-        for u in range(n):
-            ends = [m["time"] for m in run.metrics(u) if m["event"] == "round"]
-            intervals += list(np.diff(ends[2:]))  # skip the start-up rounds
-        degree = np.mean(graph.degrees)
-        rt = statistics.median(intervals)
-        per_round = max(2, round(n * degree))
-        raw = raw_curve_seconds(8 * d, per_round)
+        for i in range(args.repeats):
+            samples = {"raw CURVE": raw_gossip_intervals(graph, 8 * d, steps, curve=True)}
+            for name, tree in trees.items():
+                samples[name] = edgedp_round(
+                    tmp / "run.plan", tmp / f"run-{i}-{len(samples)}", n, tree
+                )
+            samples["raw plain"] = raw_gossip_intervals(graph, 8 * d, steps, curve=False)
+            for name, values in samples.items():
+                pooled[name] += values
+                per_repeat[name].append(statistics.median(values))
+            print(
+                f"repeat {i + 1}: "
+                + ", ".join(f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in samples.items())
+                + f"; load {os.getloadavg()[0]:.2f}"
+            )
+    median = {name: statistics.median(values) for name, values in pooled.items()}
+    degree = float(np.mean(graph.degrees))
+    print(
+        f"{n} agents, d = {d:,}, ER({n}, 0.3) mean degree {degree:.1f}, {steps} rounds x "
+        f"{args.repeats} repeats, {8 * d / 1e6:.1f} MB per message, "
+        f"{n * degree * 8 * d / 1e6:.1f} MB per round"
+    )
+    print(
+        f"raw pyzmq gossip, same {n} processes, graph and bytes: CURVE "
+        f"{median['raw CURVE'] * 1e3:.1f} ms, plain TCP {median['raw plain'] * 1e3:.1f} ms"
+    )
+    for name in trees:
+        ratios = [a / b for a, b in zip(per_repeat[name], per_repeat["raw CURVE"], strict=True)]
         print(
-            f"{n} agents, d = {d:,}, ER(16, 0.3) mean degree {degree:.1f}, {steps} rounds, "
-            f"{8 * d / 1e6:.1f} MB per message"
+            f"{name} round time (median over agents, rounds, repeats): "
+            f"{median[name] * 1e3:.1f} ms; / raw CURVE {median[name] / median['raw CURVE']:.2f} "
+            f"(repeats {min(ratios):.2f}-{max(ratios):.2f}); "
+            f"/ raw plain {median[name] / median['raw plain']:.2f}"
         )
-        print(f"round time (median over agents and rounds): {rt * 1e3:.1f} ms")
-        print(f"baseline, one agent's compute per round in-process: {compute * 1e3:.1f} ms")
-        print(f"ratio round time / compute: {rt / compute:.1f}")
-        print(
-            f"baseline, raw pyzmq CURVE moving one round's {per_round} messages "
-            f"(one PUSH -> one PULL process): {raw * 1e3:.1f} ms "
-            f"({per_round * 8 * d / raw / 1e6:.0f} MB/s)"
-        )
-        print(f"ratio round time / raw CURVE transfer of a round: {rt / raw:.1f}")
-        print(
-            f"traffic per round: {n * degree * 8 * d / 1e6:.1f} MB; whole run incl. start-up "
-            f"{total:.1f} s"
-        )
+    print(f"one agent's compute per round in-process: {compute * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -264,10 +264,14 @@ def check(
             raise BadPayload(
                 f"array {i}: expected {ctx.dtype}{tuple(shape)}, got {arr.dtype.str}{arr.shape}"
             )
-        if not np.all(np.isfinite(arr)):
+        if not arr.size:
+            continue
+        # two reductions, no temporary array: max and min are NaN if any entry is NaN
+        hi, lo = float(np.max(arr)), float(np.min(arr))
+        if not (math.isfinite(hi) and math.isfinite(lo)):
             raise BadPayload(f"array {i} has NaN or Inf values")
         bound = ctx.bounds[i] if i < len(ctx.bounds) else math.inf
-        if bound < math.inf and arr.size:
-            largest = float(np.max(np.abs(arr)))
+        if bound < math.inf:
+            largest = max(hi, -lo)
             if largest > bound:
                 raise BeyondBound(f"array {i}: |value| {largest:.4g} exceeds the bound {bound:.4g}")

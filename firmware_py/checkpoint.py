@@ -1,8 +1,14 @@
 """Atomic, checksummed checkpoints: write to a temporary file, fsync, rename, fsync the folder.
 
 A reader sees the previous complete checkpoint or the new complete one, never a mix. The
-file is msgpack ``{"sha256": ..., "body": ...}``; a checksum mismatch is an error, never a
-silent restart (restarting from scratch after messages were sent would reuse noise). Every
+file is ``MAGIC``, the sha256 of the rest, the length of a msgpack skeleton, the skeleton
+(the body with every array replaced by ``{"__raw__": i, "dtype", "shape"}``) and the arrays'
+raw little-endian bytes one after another: saving writes the arrays' own buffers (no copy,
+the hash streamed over them), loading reads the file once. Files of the earlier format
+(msgpack ``{"sha256": ..., "body": ...}``) are still read. A checksum mismatch is an error,
+never a silent restart (restarting from scratch after messages were sent would reuse
+noise). :class:`Pending` writes a checkpoint in a background thread while the agent
+computes its next round; the caller waits for it before anything is sent. Every
 file is written 0600 (only the device's user reads it) and :func:`private_folder` makes the
 state folder 0700. Files are opened through :func:`firmware_py.resources.open_fd` (a full
 descriptor table falls back on the reserve); a failed write removes its temporary file and
@@ -17,15 +23,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from edgedp import _codec
 from firmware_py import resources
 
 __all__ = [
+    "MAGIC",
     "CheckpointError",
+    "Pending",
     "atomic_write",
+    "copy_arrays",
+    "decode",
+    "encode",
     "load",
     "previous",
     "private_folder",
@@ -53,8 +69,9 @@ def private_folder(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (file mode ``mode``)."""
+def atomic_write(path: Path, data: bytes | Sequence, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` (bytes, or a sequence of buffers written one after
+    another) atomically and durably (file mode ``mode``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
@@ -62,7 +79,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)  # an existing leftover temporary keeps no wider mode
-            fh.write(data)
+            for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -82,11 +100,103 @@ def previous(path: Path) -> Path:
     return path.with_name(path.name + ".prev")
 
 
+#: First bytes of a checkpoint file in the raw-buffer format.
+MAGIC = b"EDGEDPC2"
+_DTYPES = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4"), "<i8": np.dtype("<i8")}
+_LENGTH = struct.Struct("<Q")
+
+
+def _split(obj: Any, buffers: list) -> Any:
+    """``obj`` with every array replaced by a ``__raw__`` record; its bytes go to ``buffers``."""
+    if isinstance(obj, np.ndarray):
+        key = obj.dtype.newbyteorder("<").str if obj.dtype.byteorder == ">" else obj.dtype.str
+        if key not in _DTYPES:
+            return obj  # the msgpack codec converts (or refuses) other dtypes
+        arr = np.ascontiguousarray(obj, dtype=_DTYPES[key])
+        buffers.append(memoryview(arr).cast("B"))
+        return {"__raw__": len(buffers) - 1, "dtype": key, "shape": list(arr.shape)}
+    if isinstance(obj, Mapping):
+        return {str(k): _split(obj[k], buffers) for k in sorted(obj, key=str)}
+    if isinstance(obj, (list, tuple)):
+        return [_split(v, buffers) for v in obj]
+    return obj
+
+
+def _join(obj: Any, data: memoryview, offsets: list[int]) -> Any:
+    """Inverse of :func:`_split` over ``data`` (the arrays' bytes); ValueError if malformed."""
+    if isinstance(obj, dict):
+        if "__raw__" in obj:
+            if set(obj) != {"__raw__", "dtype", "shape"} or obj["dtype"] not in _DTYPES:
+                raise ValueError("malformed array record")
+            index, shape = obj["__raw__"], tuple(obj["shape"])
+            if type(index) is not int or index != len(offsets) - 1:
+                raise ValueError("array records out of order")
+            if not all(type(s) is int and s >= 0 for s in shape):
+                raise ValueError(f"malformed array shape {shape}")
+            dt = _DTYPES[obj["dtype"]]
+            start = offsets[-1]
+            end = start + int(np.prod(shape, dtype=object)) * dt.itemsize
+            if end > len(data):
+                raise ValueError("array data is shorter than its shape")
+            offsets.append(end)
+            return np.frombuffer(data[start:end], dtype=dt).reshape(shape)
+        return {k: _join(v, data, offsets) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_join(v, data, offsets) for v in obj]
+    return obj
+
+
+def encode(body: dict[str, Any]) -> list:
+    """The buffers of ``body``'s checkpoint file (see the module docstring), in order."""
+    buffers: list = []
+    skeleton = _codec.encode(_split(body, buffers))
+    digest = hashlib.sha256(_LENGTH.pack(len(skeleton)))
+    digest.update(skeleton)
+    for buf in buffers:
+        digest.update(buf)
+    return [MAGIC + digest.digest() + _LENGTH.pack(len(skeleton)) + skeleton, *buffers]
+
+
+def decode(data: bytes | bytearray) -> dict[str, Any]:
+    """The body of a checkpoint file; ValueError if it is damaged or malformed."""
+    view = memoryview(data)
+    if bytes(view[: len(MAGIC)]) != MAGIC:  # the earlier msgpack format
+        outer = _codec.decode(bytes(data))
+        blob = outer["body"]
+        if hashlib.sha256(blob).hexdigest() != outer["sha256"]:
+            raise ValueError("checksum mismatch")
+        return _codec.decode(blob)
+    head = len(MAGIC) + 32 + _LENGTH.size
+    if len(view) < head:
+        raise ValueError("truncated file")
+    if hashlib.sha256(view[len(MAGIC) + 32 :]).digest() != bytes(view[len(MAGIC) : head - 8]):
+        raise ValueError("checksum mismatch")
+    (size,) = _LENGTH.unpack(view[head - 8 : head])
+    if head + size > len(view):
+        raise ValueError("truncated skeleton")
+    offsets = [0]
+    body = _join(_codec.decode(bytes(view[head : head + size])), view[head + size :], offsets)
+    if offsets[-1] != len(view) - head - size:
+        raise ValueError("array data does not match the skeleton")
+    return body
+
+
+def copy_arrays(body: Any) -> Any:
+    """``body`` with every array copied (a snapshot a background write may hold while the
+    agent goes on)."""
+    if isinstance(body, np.ndarray):
+        return body.copy()
+    if isinstance(body, Mapping):
+        return {k: copy_arrays(v) for k, v in body.items()}
+    if isinstance(body, (list, tuple)):
+        return [copy_arrays(v) for v in body]
+    return body
+
+
 def save(path: Path, body: dict[str, Any]) -> None:
     """Write ``body`` atomically to ``path``; the file it replaces becomes ``path.prev``."""
     path = Path(path)
-    blob = _codec.encode(body)
-    data = _codec.encode({"sha256": hashlib.sha256(blob).hexdigest(), "body": blob})
+    data = encode(body)
     if path.exists():
         link = path.with_name(f".{path.name}.prev.tmp.{os.getpid()}")
         if link.exists():
@@ -111,11 +221,38 @@ def load(path: Path) -> dict[str, Any] | None:
     path = Path(path)
     if not path.exists():
         return None
+    with open(path, "rb") as fh:
+        data = bytearray(os.fstat(fh.fileno()).st_size)
+        del data[fh.readinto(data) :]  # arrays are views into this writable buffer
     try:
-        outer = _codec.decode(path.read_bytes())
-        blob = outer["body"]
-        if hashlib.sha256(blob).hexdigest() != outer["sha256"]:
-            raise CheckpointError(f"{path}: checksum mismatch")
-        return _codec.decode(blob)
+        return decode(data)
     except (ValueError, KeyError, TypeError) as exc:
+        if str(exc) == "checksum mismatch":
+            raise CheckpointError(f"{path}: checksum mismatch") from None
         raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None
+
+
+class Pending:
+    """:func:`save` of ``body`` running in a background thread (started at once).
+
+    :meth:`wait` joins it and returns the ``OSError`` it failed with (None once the file is
+    durable); the caller retries in the foreground. ``body`` must not change meanwhile
+    (pass :func:`copy_arrays` of a snapshot).
+    """
+
+    def __init__(self, path: Path, body: dict[str, Any]) -> None:
+        self.path, self.body = Path(path), body
+        self.error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            save(self.path, self.body)
+        except OSError as exc:
+            self.error = exc
+
+    def wait(self) -> OSError | None:
+        """Block until the write ended; its error, or None if the checkpoint is durable."""
+        self._thread.join()
+        return self.error

@@ -15,7 +15,8 @@ discarded) and checkpoint; ``begin_round`` (local noisy step), record the round 
 neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
 every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
 rule; a non-finite state is never adopted); append a metrics line; write the checkpoint
-atomically. At the end, write the model to publish
+atomically (in a background thread while the next round is computed; waited for before
+that round is recorded as sent). At the end, write the model to publish
 (:meth:`edgedp.agent.Agent.final_release`: for sr-gt/DPOP plans the last state plus one
 more Laplace draw, covered by the plan's ε). A write that fails (EMFILE, ENOSPC, EIO, ...)
 is logged and retried with backoff; the agent does not go on — in particular does not
@@ -425,6 +426,17 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         }
     )
     first_round = agent.round
+    pending: checkpoint.Pending | None = None  # the last round's checkpoint, being written
+
+    def checkpointed() -> None:
+        """Wait for the background checkpoint; a failed one is retried here until durable."""
+        nonlocal pending
+        if pending is None:
+            return
+        write, pending = pending, None
+        if write.wait() is not None:
+            durable("checkpoint", functools.partial(checkpoint.save, write.path, write.body))
+
     watch = logs.RoundWatch(
         logger, agent.neighbours, {n.id: n.endpoint for n in cfg.neighbours}, plan.plan_hash
     )
@@ -453,16 +465,21 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                     }
                 )
                 # before the sent record of `target`: a resume must not start behind it
+                checkpointed()  # one writer of the checkpoint at a time
                 durable(
                     "checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot())
                 )
-            try:
+            try:  # while the last round's checkpoint is written in the background
                 out = agent.begin_round()
             except NonFiniteMessageError as exc:  # nothing sent; the checkpoint is intact
+                checkpointed()
                 metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
+            line = _sent_line(cfg.id, out)  # hashed while the checkpoint may still be written
+            # the state this round starts from is durable before the round is recorded as
+            # sent, and the record before anything is sent (a stop here sends nothing)
+            checkpointed()
             record = json.dumps({"run": cfg.run_id, "round": out.round}).encode()
-            # nothing is sent before the record is durable (a stop here sends nothing)
             durable(
                 "sent-round record", functools.partial(checkpoint.atomic_write, sent_path, record)
             )
@@ -474,7 +491,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                         stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
                     ),
                 )
-            metrics.write(_sent_line(cfg.id, out))
+            metrics.write(line)
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()
@@ -524,8 +541,10 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                 }
             )
             watch.round_end(report.round, report, agent, transport)
-            # metrics first: a crash in between repeats a line instead of losing one
-            durable("checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot()))
+            # metrics first: a crash in between repeats a line instead of losing one; the
+            # checkpoint is written while the next round is computed (joined before its send)
+            pending = checkpoint.Pending(ckpt_path, checkpoint.copy_arrays(agent.snapshot()))
+        checkpointed()
         buf = io.BytesIO()
         np.save(buf, agent.final_release())  # covered by the plan's guarantee
         durable(
@@ -566,6 +585,8 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     except resources.StoppedError:
         return 128 + stop["signal"]
     finally:
+        if pending is not None:  # any exit: the last checkpoint is complete or not begun
+            pending.wait()
         metrics.close()
         transport.close()
 

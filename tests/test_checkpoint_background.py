@@ -1,0 +1,154 @@
+"""Checkpoint files (raw array buffers, streamed sha256) and the background checkpoint write.
+
+The daemon writes the checkpoint of round r+1 in a thread while it computes round r+1 and
+waits for it before recording r+1 as sent. The new crash window — a kill while that write
+and ``begin_round`` run together — is exercised with kill -9 on real agents, at the moment
+the write's temporary file appears and while a checkpoint that cannot be written is retried
+(the next round computed meanwhile must not be recorded as sent): after every kill the sent
+record is never ahead of the checkpoint, restarts never refuse, and every re-sent round
+repeats its noise and message digests.
+"""
+
+import hashlib
+import json
+import os
+import signal
+import struct
+import time
+
+import numpy as np
+import pytest
+from hostile import harness, kill
+
+from edgedp import _codec
+from firmware_py import checkpoint, config, deploy
+
+BODY = {
+    "plan_hash": b"h" * 32,
+    "round": 7,
+    "state": {"theta": np.linspace(-1.0, 1.0, 1001), "m": np.arange(6.0).reshape(2, 3)},
+    "last_seen": {"3": np.full(4, 0.5, dtype=np.float32)},
+    "metrics": {"rounds": 7, "rejected": {"Malformed": 2}},
+}
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_round_trip_keeps_arrays_bit_for_bit_and_the_previous_file(tmp_path):
+    path = tmp_path / "checkpoint"
+    checkpoint.save(path, BODY)
+    checkpoint.save(path, {**BODY, "round": 8})
+    assert path.read_bytes().startswith(checkpoint.MAGIC)
+    assert _same(checkpoint.load(path), {**BODY, "round": 8})
+    assert _same(checkpoint.load(checkpoint.previous(path)), BODY)
+    got = checkpoint.load(path)["state"]["theta"]
+    got += 1.0  # restored arrays are writable (the agent owns them)
+
+
+def test_checkpoints_of_the_earlier_format_are_still_read(tmp_path):
+    blob = _codec.encode(BODY)
+    old = _codec.encode({"sha256": hashlib.sha256(blob).hexdigest(), "body": blob})
+    (tmp_path / "old").write_bytes(old)
+    assert _same(checkpoint.load(tmp_path / "old"), BODY)
+
+
+@pytest.mark.parametrize("where", ["skeleton", "array", "digest", "end"])
+def test_any_damage_is_refused(tmp_path, where):
+    path = tmp_path / "checkpoint"
+    checkpoint.save(path, BODY)
+    data = bytearray(path.read_bytes())
+    if where == "end":
+        data = data[:-3]  # truncated
+    else:
+        at = {"digest": len(checkpoint.MAGIC) + 5, "skeleton": 60, "array": len(data) // 2}
+        data[at[where]] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match="checksum mismatch"):
+        checkpoint.load(path)
+
+
+def test_a_forged_skeleton_with_a_valid_digest_is_refused(tmp_path):
+    skeleton = _codec.encode({"state": {"__raw__": 0, "dtype": "<f8", "shape": [10**9]}})
+    rest = struct.pack("<Q", len(skeleton)) + skeleton + b"\0" * 16
+    path = tmp_path / "checkpoint"
+    path.write_bytes(checkpoint.MAGIC + hashlib.sha256(rest).digest() + rest)
+    with pytest.raises(checkpoint.CheckpointError, match="unreadable checkpoint"):
+        checkpoint.load(path)
+
+
+def test_a_failed_background_write_is_reported_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "checkpoint"
+    (tmp_path / f".checkpoint.tmp.{os.getpid()}").mkdir()  # in the writer's way: EISDIR
+    pending = checkpoint.Pending(path, checkpoint.copy_arrays(BODY))
+    assert isinstance(pending.wait(), OSError) and not path.exists()
+    (tmp_path / f".checkpoint.tmp.{os.getpid()}").rmdir()
+    assert checkpoint.Pending(path, BODY).wait() is None and _same(checkpoint.load(path), BODY)
+
+
+def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_path):
+    plan = harness.write_plan(tmp_path / "run.plan", topology="ring:3", steps=60)
+    lr = deploy.local_run(
+        tmp_path / "run.plan",
+        tmp_path / "run",
+        private_noise=True,
+        round_timeout=5.0,
+        startup_timeout=5.0,
+    )
+    cfg = config.load(lr.configs[0])
+    inside, kills = 0, 0
+    while inside < 2 and kills < 8:
+        kill._wait_for(cfg, lr.processes[0], "round", kills + 1)
+        kill._wait_for_write(cfg, lr.processes[0])
+        proc = lr.processes[0]
+        assert proc.poll() is None, "node 0 stopped before the kill"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        inside += any(cfg.checkpoint_dir.glob(f".checkpoint.tmp.{proc.pid}"))
+        # what a restart finds: the sent record never ahead of the newest checkpoint (none
+        # yet: the initial state, round 0)
+        sent = json.loads((cfg.checkpoint_dir / "sent").read_text())["round"]
+        snap = checkpoint.load(cfg.checkpoint_dir / "checkpoint")
+        assert sent <= (0 if snap is None else snap["round"])
+        lr.start(0)
+    assert inside >= 1, f"no kill of {kills} landed inside a background checkpoint write"
+    # a checkpoint that cannot be written (a directory where its temporary file goes): the
+    # next round is computed but not recorded as sent; kill -9 while it waits, restart
+    kill._wait_for(cfg, lr.processes[0], "round", kills + 1)
+    proc = lr.processes[0]
+    blocker = cfg.checkpoint_dir / f".checkpoint.tmp.{proc.pid}"
+    while True:
+        try:
+            blocker.mkdir()
+            break
+        except FileExistsError:  # a write is in flight: its file is renamed in a moment
+            time.sleep(0.001)
+    log = tmp_path / "run" / "node-0.log"
+    deadline = time.monotonic() + 120
+    while "checkpoint failed" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    sent = json.loads((cfg.checkpoint_dir / "sent").read_text())["round"]
+    assert sent <= checkpoint.load(cfg.checkpoint_dir / "checkpoint")["round"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    blocker.rmdir()
+    kills += 1
+    lr.start(0)
+    assert lr.wait(timeout=300) == [0, 0, 0]
+    lines = kill._lines(cfg.metrics)
+    expected = kill.expected_noise(cfg, plan)
+    by_round = {}
+    for m in lines:
+        if m["event"] == "sent":
+            by_round.setdefault(m["round"], set()).add((m["noise"], m["message"]))
+    assert sorted(by_round) == list(range(plan.steps))
+    assert all(len(seen) == 1 for seen in by_round.values())  # re-sent bit for bit
+    assert all({noise for noise, _ in by_round[r]} == {expected[r]} for r in by_round)
+    assert sum(m["event"] == "start" for m in lines) == kills + 1
