@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.optimize as so
@@ -164,7 +165,7 @@ class _Dual:
         self.M = M
         self.Ms = (V * np.sqrt(m)) @ V.T
         self.Ms_inv = (V / np.sqrt(m)) @ V.T
-        self.best = {"primal": math.inf, "bound": 0.0}
+        self.best: dict[str, Any] = {"primal": math.inf, "bound": 0.0}
         self.evaluations = 0
 
     def __call__(self, theta: np.ndarray):
@@ -383,10 +384,11 @@ def pair_covariance_cvxpy(
         cp.Minimize(cp.trace(M @ R)), [cp.bmat([[R, eye], [eye, X]]) >> 0, cp.diag(X) <= bound]
     )
     problem.solve(solver=cp.CLARABEL)
-    Rv = float(sp.value) * eye + float(sc.value) * L
-    return PairSolution(
-        float(sp.value), float(sc.value), Rv, float(np.trace(W @ Rv @ W.T)), float(bound)
-    )
+    if sp.value is None or sc.value is None:
+        raise RuntimeError(f"cvxpy/CLARABEL did not calibrate DECOR: status {problem.status}.")
+    sigma_private, sigma_pair = float(sp.value), float(sc.value)
+    Rv = sigma_private * eye + sigma_pair * L
+    return PairSolution(sigma_private, sigma_pair, Rv, float(np.trace(W @ Rv @ W.T)), float(bound))
 
 
 def calibrate(
