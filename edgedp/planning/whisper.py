@@ -265,6 +265,17 @@ def optimal_covariance(
     )
 
 
+def _cvxpy():
+    """The cvxpy module, or an ImportError naming the extra that installs it."""
+    try:
+        import cvxpy
+    except ImportError:
+        raise ImportError(
+            "cvxpy is not installed (the reference solver): pip install 'edgedp[reference]'"
+        ) from None
+    return cvxpy
+
+
 def optimal_covariance_cvxpy(
     mixing_matrix,
     *,
@@ -273,14 +284,17 @@ def optimal_covariance_cvxpy(
     formulation: str = "joint",
     solver: str = "CLARABEL",
 ) -> CovarianceSolution:
-    """Eq. (10) with cvxpy (optional dependency, ``pip install edgedp[plan]``).
+    """Eq. (10) with cvxpy (optional dependency, ``pip install 'edgedp[reference]'``).
 
     ``formulation="paper"``: R = σ²I + R_cor (R_cor ⪰ 0, σ² >= 0) and one Schur LMI
     [[R, e_i], [e_iᵀ, b]] ⪰ 0 per node, as in the paper; ``"joint"``: one 2n × 2n LMI
     [[R, I], [I, X]] ⪰ 0 with diag(X) <= b (X ⪰ R⁻¹), far fewer constraints. Interior-point
     cost grows like n⁶: use it to validate, up to n ≈ 50.
+
+    Raises:
+      ImportError: cvxpy is not installed (its message names the extra to install).
     """
-    import cvxpy as cp
+    cp = _cvxpy()
 
     t0 = time.perf_counter()
     W = _mixing(mixing_matrix)
@@ -370,7 +384,7 @@ def pair_covariance_cvxpy(
     mixing_matrix, laplacian_matrix, *, bound: float = 1.0, ridge: float = DEFAULT_RIDGE
 ) -> PairSolution:
     """The DECOR calibration with cvxpy (two scalar variables, one 2n × 2n LMI)."""
-    import cvxpy as cp
+    cp = _cvxpy()
 
     W = _mixing(mixing_matrix)
     L = np.asarray(laplacian_matrix, dtype=np.float64)
