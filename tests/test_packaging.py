@@ -132,7 +132,7 @@ def test_license_is_the_apache_text():
 
 
 def test_wheel_ships_license_and_type_marker(tmp_path):
-    pytest.importorskip("setuptools", minversion="70.1")  # the dev extra installs it
+    pytest.importorskip("setuptools", minversion="77")  # the dev extra installs it
     src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info beside the sources
     src.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
@@ -152,7 +152,8 @@ def test_wheel_ships_license_and_type_marker(tmp_path):
         names = zf.namelist()
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "edgedp/py.typed" in names
-    assert any(re.search(r"\.dist-info/(licenses/)?LICENSE$", n) for n in names)
+    assert any(re.search(r"\.dist-info/licenses/LICENSE$", n) for n in names)
+    assert re.search(r"^License-Expression: Apache-2.0$", meta, re.M)
     provided = set(re.findall(r"^Provides-Extra: (\S+)$", meta, re.M))
     assert provided == set(EXTRAS)
     assert re.search(r"^Requires-Dist: onnx>=[^\n]*extra == \"onnx-build\"", meta, re.M)
