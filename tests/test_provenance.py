@@ -41,7 +41,7 @@ def test_write_json_refuses_what_it_cannot_record(tmp_path):
 _DIRECT = re.compile(r"json\.dump\(|write_text\(\s*json\.dumps\(", re.S)
 
 
-@pytest.mark.parametrize("folder", ["experiments", "sim", "edgedp_cli", "benchmarks"])
+@pytest.mark.parametrize("folder", ["experiments", "sim", "edgedp_cli", "benchmarks", "scripts"])
 def test_every_results_writer_goes_through_provenance(folder):
     direct = [
         str(path.relative_to(ROOT))
