@@ -1,29 +1,51 @@
-# edgedp — every target creates/uses the local virtualenv .venv with all extras installed.
+# edgedp — every target creates/uses the local virtualenv .venv. `make test`, `lint` and
+# `bench` install every extra; `make demo` only what the demo imports. Every install is
+# pinned by constraints.txt (refresh it with `make constraints`).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --quiet -c constraints.txt
+ALL    := $(VENV)/.installed-all
+DEMO   := $(VENV)/.installed-demo
+CHECKED := edgedp sim firmware_py topologies edgedp_cli tests benchmarks scripts
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint constraints clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[all]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(ALL): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e '.[all]'
+	touch $(ALL) $(DEMO)
+
+$(DEMO): pyproject.toml constraints.txt | $(PY)
+	$(PIP) -e '.[demo]'
+	touch $(DEMO)
+
+demo: $(DEMO)
 	$(VENV)/bin/edgedp demo --out demo-out
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks scripts
+test: $(ALL)
+	$(VENV)/bin/ruff check $(CHECKED)
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -n 2 -q
 
-bench: $(STAMP)
+bench: $(ALL)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check edgedp sim firmware_py topologies edgedp_cli tests benchmarks scripts
+lint: $(ALL)
+	$(VENV)/bin/ruff check $(CHECKED)
+	$(VENV)/bin/mypy
+
+# upgrade the venv to the newest versions pyproject.toml allows, then pin them
+constraints: | $(PY)
+	$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[all]'
+	( echo "# Exact versions for make's installs (pip install -c constraints.txt ...)."; \
+	  echo "# Refresh: make constraints (installs the newest allowed, then pins them)."; \
+	  $(PY) -m pip freeze --all --exclude-editable | grep -v -i -E '^(pip|edgedp)[= @]' \
+	) > constraints.txt
+	touch $(ALL) $(DEMO)
 
 clean:
 	rm -rf $(VENV) demo-out build *.egg-info

@@ -9,10 +9,11 @@ bricked agents, the model digest against the clean run, and the target's RSS.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
+
+from sim import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -29,7 +30,7 @@ def main() -> None:
         result = campaign.run(Path(tmp), total=args.frames, seed=args.seed)
     print(campaign.report(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2, sort_keys=True))
+        provenance.write_json(args.json, result, indent=2, sort_keys=True)
 
 
 if __name__ == "__main__":

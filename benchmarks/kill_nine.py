@@ -9,10 +9,11 @@ off its stream, refusals and noise found in checkpoints.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
+
+from sim import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -29,7 +30,7 @@ def main() -> None:
         result = kill.run(Path(tmp), iterations=args.iterations, seed=args.seed)
     print(kill.report(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2, sort_keys=True, default=str))
+        provenance.write_json(args.json, result, indent=2, sort_keys=True, default=str)
 
 
 if __name__ == "__main__":

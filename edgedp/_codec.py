@@ -15,7 +15,11 @@ import numpy as np
 
 __all__ = ["canonical_bytes", "decode", "encode"]
 
-_DTYPES = {"<f8": np.dtype("<f8"), "<i8": np.dtype("<i8"), "<f4": np.dtype("<f4")}
+_DTYPES: dict[str, np.dtype] = {
+    "<f8": np.dtype("<f8"),
+    "<i8": np.dtype("<i8"),
+    "<f4": np.dtype("<f4"),
+}
 _MAX_BYTES = 1 << 31
 
 

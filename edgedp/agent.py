@@ -236,7 +236,8 @@ class Agent:
                 f"Model init_params has shape {theta0.shape}, expected ({model.dim},)."
             )
         self.state: dict[str, np.ndarray] = self.algo.init_state(theta0)
-        self.aggregator = None  # adaptive DOME: the spanning-tree all-reduce and the bases
+        # adaptive DOME: the spanning-tree all-reduce and the bases
+        self.aggregator: sketch_adaptive.TreeAggregator | None = None
         if share.sketch is not None and share.sketch.basis == "adaptive":
             if share.tree is None:
                 raise PlanError(f"node {share.node}: an adaptive dome share needs its tree.")
@@ -245,7 +246,7 @@ class Agent:
             )
         self.round = 0
         self.message: np.ndarray | None = None  # this round's outgoing vector, once begun
-        self._ctx = None
+        self._ctx: StepContext | None = None
         self.neighbours = tuple(sorted(set(share.neighbours) - {self.node}))
         self.inbox: dict[int, dict[int, np.ndarray]] = {}
         self.last_seen: dict[int, np.ndarray] = {}
@@ -414,6 +415,7 @@ class Agent:
                 del grads
                 self._clipped += int(hit)
                 self._nonfinite += int(bad)
+            assert gsum is not None  # a batch has at least one example
             return gsum
 
         def gradient(point: np.ndarray) -> np.ndarray:
@@ -495,6 +497,7 @@ class Agent:
             )
 
     def _release(self, coef: np.ndarray) -> None:
+        assert self.aggregator is not None  # passed as ctx.release for adaptive DOME only
         self.aggregator.release(self.round, coef)
 
     def _per_recipient(self, slots: np.ndarray) -> Outgoing:
@@ -615,6 +618,7 @@ class Agent:
             return False
         slot[msg.sender] = np.array(msg.arrays[0], dtype=np.float64)  # own copy
         if len(msg.arrays) == 2:
+            assert self.aggregator is not None  # wire.check allows a second array only then
             self.aggregator.take(msg.sender, msg.round, np.array(msg.arrays[1], dtype=np.float64))
         self.announced[msg.sender] = 0
         self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)

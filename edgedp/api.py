@@ -40,9 +40,10 @@ __all__ = [
 #: The optional packages and the extra that installs each (``pip install 'edgedp[EXTRA]'``).
 EXTRAS = {
     **dict.fromkeys(("simpy", "networkx", "matplotlib", "sklearn", "tqdm", "dask"), "sim"),
-    **dict.fromkeys(("scipy", "threadpoolctl", "cvxpy", "dp_accounting"), "plan"),
+    **dict.fromkeys(("scipy", "threadpoolctl", "dp_accounting"), "plan"),
     "distributed": "sim",
-    "onnx": "onnx",
+    "cvxpy": "reference",
+    "onnx": "onnx-build",
     "onnxruntime": "onnx",
 }
 

@@ -268,7 +268,7 @@ class CrossNoise:
         position: dict[rng.StreamKey, int] = {}
         slot = np.full(self.edge_keys.shape, -1, dtype=np.int64)
         for index in np.ndindex(self.edge_keys.shape):
-            key = self.edge_keys[index]
+            key = self.edge_keys.item(index)
             if key is not None:
                 slot[index] = position.setdefault(key, len(position))
         unique = np.empty(len(position), dtype=object)
@@ -373,7 +373,7 @@ class CrossNoise:
         y = np.zeros((*common.shape[:-1], m, d))
         for index in np.ndindex(self.message_keys.shape):
             slots = np.flatnonzero(self.recipients[index[1:] if self.shared_axis else index])
-            draws = rng.gaussian(self.message_keys[index], step, (slots.size, d))
+            draws = rng.gaussian(self.message_keys.item(index), step, (slots.size, d))
             y[(*index, slots)] = draws
         w = self.recipient_weights
         acc = np.zeros_like(common)

@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -69,6 +69,16 @@ class StreamState:
 
     step: int
     buffers: tuple[np.ndarray, ...] = ()
+
+
+class TemporalFactor(Protocol):
+    """What every factor class below provides to a noise source (for type checking)."""
+
+    def init(self, shape: tuple[int, ...]) -> StreamState: ...
+
+    def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]: ...
+
+    def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState: ...
 
 
 def _check_steps(steps: int) -> None:
@@ -551,7 +561,7 @@ def from_dict(data: Mapping[str, Any]):
     'antipgd'
     """
     kind = data.get("kind") if isinstance(data, Mapping) else None
-    if kind not in FACTORS:
+    if not isinstance(kind, str) or kind not in FACTORS:
         raise ValueError(
             f"Unknown temporal factor kind={kind!r}; expected one of {sorted(FACTORS)}."
         )

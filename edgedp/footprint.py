@@ -65,7 +65,7 @@ def plan_bytes(raw: Mapping[str, Any], file_size: int) -> tuple[int, str]:
     'steps T=1,000,000,000, identity factor'
     """
     steps = int(raw.get("steps", 0))
-    factor = raw.get("factor") if isinstance(raw.get("factor"), Mapping) else {}
+    factor: Mapping[str, Any] = raw["factor"] if isinstance(raw.get("factor"), Mapping) else {}
     kind = str(factor.get("kind", "?"))
     total = 2 * int(file_size) + PER_STEP * max(steps, 0)
     what = f"steps T={steps:,}, {kind} factor"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgedp import _validate, rng
-from edgedp.factors import StreamState
+from edgedp.factors import StreamState, TemporalFactor
 
 __all__ = ["NoiseSource", "laplace_draw", "noise_digest"]
 
@@ -63,7 +63,7 @@ class NoiseSource:
         has the next one, as an agent does; the bits are the same.
     """
 
-    factor: object
+    factor: TemporalFactor
     keys: np.ndarray
     dim: int
     std: float

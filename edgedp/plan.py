@@ -553,7 +553,11 @@ def _check_bounds(plan: NoisePlan, fs, *, trusted: bool) -> None:
 def _certify_cross_agent(plan: NoisePlan) -> None:
     spec = plan.cross_agent
     sketched = plan.mechanism == "dome" and spec is not None
-    if sketched and (spec.kind not in SKETCHED_CROSS_KINDS or plan.sketch is None):
+    if (
+        spec is not None
+        and sketched
+        and (spec.kind not in SKETCHED_CROSS_KINDS or plan.sketch is None)
+    ):
         raise PlanError(
             f"A dome plan may carry a cross_agent section of kind {SKETCHED_CROSS_KINDS}, "
             f"not {spec.kind!r}."
@@ -683,6 +687,7 @@ def make_plan(
                 raise ValueError("target_epsilon needs delta.")
             noise_multiplier = gdp.noise_multiplier(target_epsilon, delta=delta)
         else:
+            assert noise_multiplier is not None  # exactly one of the two was given
             _validate.positive(noise_multiplier=noise_multiplier)
         g = _planned_guarantee(factor, participation, float(noise_multiplier), steps)
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
@@ -754,13 +759,12 @@ def batch_schedule(
     part = plan.participation
     noisy = getattr(plan, "noise_multiplier", None)
     noisy = (plan.noise_std > 0) if noisy is None else noisy > 0
-    if getattr(plan, "laplace", None) is not None:
-        if dim is None and plan.laplace.adjacency == "example":
+    laplace = getattr(plan, "laplace", None)
+    if laplace is not None:
+        if dim is None and laplace.adjacency == "example":
             raise PlanError("A Laplace plan with example adjacency needs the model dimension.")
         try:
-            laplace_acc.check_task(
-                plan.laplace, clip_norm=plan.clip_norm, dim=dim, batch_size=batch
-            )
+            laplace_acc.check_task(laplace, clip_norm=plan.clip_norm, dim=dim, batch_size=batch)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
     if noisy and not part.covers(needed):

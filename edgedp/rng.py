@@ -22,6 +22,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -127,11 +128,12 @@ def stacked(
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
     keys = np.asarray(keys, dtype=object)
-    out = np.empty((*keys.shape, *shape)) if keys.ndim else None
     bit_gen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
     gen = np.random.Generator(bit_gen)
-    inner = {"counter": np.array([0, 0, int(step), 0], dtype=np.uint64), "key": None}
-    state = {
+    # numpy's Philox state dict (a TypedDict in numpy's stubs, built here as a plain dict)
+    counter = np.array([0, 0, int(step), 0], dtype=np.uint64)
+    inner: dict[str, Any] = {"counter": counter, "key": None}
+    state: Any = {
         "bit_generator": "Philox",
         "state": inner,
         "buffer": np.zeros(4, dtype=np.uint64),
@@ -140,11 +142,12 @@ def stacked(
         "uinteger": 0,
     }
     if keys.ndim == 0:  # one node (a device): the sample itself, not a copy of it
-        inner["key"] = np.array(keys[()].words, dtype=np.uint64)
+        inner["key"] = np.array(keys.item().words, dtype=np.uint64)
         bit_gen.state = state
         return np.asarray(sample(gen), dtype=np.float64).reshape(shape)
+    out = np.empty((*keys.shape, *shape))
     for index in np.ndindex(keys.shape):
-        inner["key"] = np.array(keys[index].words, dtype=np.uint64)
+        inner["key"] = np.array(keys.item(index).words, dtype=np.uint64)
         bit_gen.state = state
         out[index] = sample(gen)
     return out

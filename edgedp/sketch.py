@@ -209,12 +209,14 @@ class Basis:
             raise ValueError(f"Expected x (..., {self.d}), got {x.shape}.")
         out = np.empty((*x.shape[:-1], self.k))
         if self.kind == "block":
+            assert self.index is not None and self.weight is not None  # set for "block"
             # one node (one example) at a time: the same 2-D reduction alone or in a stack,
             # hence the same bits (numpy's pairwise sums depend on the array layout)
             for lead in np.ndindex(x.shape[:-1]):
                 ext = np.concatenate([x[lead], [0.0]])
                 out[lead] = np.sum(ext[self.index] * self.weight, axis=-1)
             return out
+        assert self.rows is not None  # set for "gaussian"
         step = max(1, _CHUNK // self.d)
         for lead in np.ndindex(x.shape[:-1]):
             for lo in range(0, self.k, step):
@@ -229,9 +231,11 @@ class Basis:
         if c.shape[-1] != self.k:
             raise ValueError(f"Expected c (..., {self.k}), got {c.shape}.")
         if self.kind == "block":
+            assert self.index is not None and self.weight is not None  # set for "block"
             out = np.zeros((*c.shape[:-1], self.d + 1))
             out[..., self.index] = c[..., :, None] * self.weight  # padding writes 0 at d
             return out[..., : self.d]
+        assert self.rows is not None  # set for "gaussian"
         out = np.zeros((*c.shape[:-1], self.d))
         for j in range(self.k):  # fixed order of multiply-adds
             out = out + c[..., j, None] * self.rows[j]
@@ -240,9 +244,11 @@ class Basis:
     def row_energy(self) -> np.ndarray:
         """Diag(S Sᵀ), shape (d,): the variance per coordinate of S z for z ~ N(0, I_k)."""
         if self.kind == "block":
+            assert self.index is not None and self.weight is not None  # set for "block"
             out = np.zeros(self.d + 1)
             out[self.index] = self.weight * self.weight
             return out[: self.d]
+        assert self.rows is not None  # set for "gaussian"
         out = np.zeros(self.d)
         for j in range(self.k):
             out = out + self.rows[j] * self.rows[j]

@@ -192,11 +192,12 @@ def update_sketch(
     first update. ``index`` keys the probes Ω (public seed, one stream per update).
     """
     d, k = previous.d, previous.k
-    prev_rows = previous.rows if previous.kind == "gaussian" else previous.dense().T
+    prev_rows = previous.rows if previous.rows is not None else previous.dense().T  # "gaussian"
     src = prev_rows if U is None else U
     dots = sketch._row_dots(src, g_hat)
     Y = dots[:, None] * g_hat[None, :]  # noqa: N806 (rows: ĝ ĝᵀ u_j)
     if U is not None:
+        assert lam is not None  # U and lam are set together
         Y = lam[:, None] * U + Y  # noqa: N806
     U_new, lam_new = _orthonormalize(Y, prev_rows, np.empty((0, d)))  # noqa: N806
     energy = lam_new * lam_new

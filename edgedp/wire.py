@@ -50,7 +50,7 @@ MAX_FRAMES = 8
 MAX_DIMS = 4
 #: Message kinds; a static set, never used to look anything up by name.
 KINDS = frozenset({"model"})
-_DTYPES = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
+_DTYPES: dict[str, np.dtype] = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4")}
 _HEADER_KEYS = frozenset({"v", "plan", "round", "sender", "kind", "arrays"})
 
 
@@ -125,7 +125,7 @@ def encode(msg: Message) -> list[bytes | memoryview]:
             raise TypeError(f"Cannot send arrays of dtype {arr.dtype}; use float64 or float32.")
         arr = np.ascontiguousarray(arr, dtype=_DTYPES[key])
         specs.append([key, list(arr.shape)])
-        buffers.append(memoryview(arr).cast("B"))
+        buffers.append(arr.data.cast("B"))
     header = {
         "v": msg.version,
         "plan": bytes(msg.plan_hash),

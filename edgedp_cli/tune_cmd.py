@@ -173,11 +173,17 @@ def _pld_fields(schedule, rounds: int, delta: float) -> dict:
     try:
         from edgedp.planning import laplace_pld
     except ImportError:  # a device-only install has no dp-accounting
-        return {"pld_epsilon": None, "pld_note": "install edgedp[plan] for (epsilon, delta)"}
+        return {
+            "pld_epsilon": None,
+            "pld_note": "pip install 'edgedp[plan]' for (epsilon, delta)",
+        }
     try:
         eps = laplace_pld.epsilon_at(schedule, rounds, delta=delta, final_release=True)
     except ImportError:
-        return {"pld_epsilon": None, "pld_note": "install edgedp[plan] for (epsilon, delta)"}
+        return {
+            "pld_epsilon": None,
+            "pld_note": "pip install 'edgedp[plan]' for (epsilon, delta)",
+        }
     return {
         "pld_epsilon": eps,
         "pld_delta": delta,

@@ -22,13 +22,12 @@ Run: python experiments/audit_table.py [--trials 10000] [--example-trials 4000]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
 
-from sim import adversary, audit, audit_plans, scenarios
+from sim import adversary, audit, audit_plans, provenance, scenarios
 
 OUT = Path(__file__).resolve().parent / "out"
 ATTACKERS = ("eavesdropper:all", "eavesdropper:0-1", "hbc:1,7")
@@ -227,7 +226,7 @@ def main() -> None:
     result["total_seconds"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean(result), indent=1) + "\n")
+    provenance.write_json(out, _clean(result))
     out.with_suffix(".md").write_text(markdown(result))
     plot(result, out.with_suffix(".png"))
     print(markdown(result))

@@ -27,7 +27,6 @@ Run: python experiments/cross_agent_dropout.py
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from edgedp import topology
 from edgedp.accounting import cross_agent as acc
 from edgedp.planning import cross_agent as planner
 from edgedp.planning import whisper
+from sim import provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 0  # dropout draws and ER graph
@@ -143,8 +143,9 @@ def main() -> None:
         "seed": SEED,
         "units": "unit bound",
     }
-    (OUT / "cross_agent_dropout.json").write_text(
-        json.dumps({"config": config, "results": results, "never_worse": never_worse}, indent=1)
+    provenance.write_json(
+        OUT / "cross_agent_dropout.json",
+        {"config": config, "results": results, "never_worse": never_worse},
     )
     plot(results)
     print(f"wrote {OUT / 'cross_agent_dropout.json'} and .png ({time.perf_counter() - t0:.1f}s)")

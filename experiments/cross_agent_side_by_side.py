@@ -13,7 +13,6 @@ Run: python experiments/cross_agent_side_by_side.py
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -26,7 +25,7 @@ from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
-from sim import batch, datasets
+from sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 0  # graph, partition and plan seed; trials 0..TRIALS-1 are the noise draws
@@ -130,9 +129,7 @@ def main() -> None:
         "partition": PARTITION,
         "seed": SEED,
     }
-    (OUT / "cross_agent_side_by_side.json").write_text(
-        json.dumps({"config": config, "rows": rows}, indent=1)
-    )
+    provenance.write_json(OUT / "cross_agent_side_by_side.json", {"config": config, "rows": rows})
     plot(rows)
     print(
         f"wrote {OUT / 'cross_agent_side_by_side.json'} and .png ({time.perf_counter() - t0:.0f}s)"

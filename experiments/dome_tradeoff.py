@@ -61,7 +61,7 @@ from edgedp import factors, models, sketch_adaptive, wire
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
-from sim import batch, datasets
+from sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:16:0.3:0"  # graph seed 0
@@ -305,7 +305,7 @@ def _write(data, runs: dict, table: list, seed_runs: dict | None = None, seeds=N
         "seeds_eps4": seeds or {},
     }
     OUT.mkdir(exist_ok=True)
-    (OUT / "dome_tradeoff.json").write_text(json.dumps(payload, indent=1))
+    provenance.write_json(OUT / "dome_tradeoff.json", payload)
 
 
 def main() -> None:

@@ -11,12 +11,11 @@ SCENARIOS = ("lan_er100", "wan_smallworld300", "churn_er50")
 OUT = "experiments/out"
 
 import dataclasses  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from sim import runner, scenarios  # noqa: E402
+from sim import provenance, runner, scenarios  # noqa: E402
 from sim.churn import Faults  # noqa: E402
 
 
@@ -64,7 +63,7 @@ def main() -> None:
         )
     out = Path(OUT)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "event_faults.json").write_text(json.dumps(rows, indent=1) + "\n")
+    provenance.write_json(out / "event_faults.json", {"rows": rows})
     import matplotlib
 
     matplotlib.use("Agg")

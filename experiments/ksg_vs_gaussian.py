@@ -11,7 +11,6 @@ Writes experiments/out/ksg_vs_gaussian.json and .png. Run: python experiments/ks
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import leakage
+from sim import leakage, provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 20240  # numpy Generator seed for samples and tie noise
@@ -139,7 +138,7 @@ def plot(result: dict, path: Path) -> None:
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     result = run()
-    (OUT / "ksg_vs_gaussian.json").write_text(json.dumps(result, indent=2))
+    provenance.write_json(OUT / "ksg_vs_gaussian.json", result, indent=2)
     plot(result, OUT / "ksg_vs_gaussian.png")
     print(f"wrote {OUT / 'ksg_vs_gaussian.json'} and .png")
     return 0

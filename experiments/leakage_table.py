@@ -33,7 +33,6 @@ Run: python experiments/leakage_table.py [--trials N] [--steps T]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -49,7 +48,7 @@ from edgedp.planning import cross_agent as cross_planner
 from edgedp.planning import factorization
 from edgedp.sketch import SketchSpec
 from edgedp.topology import metropolis_hastings
-from sim import adversary, datasets, leak, scenarios
+from sim import adversary, datasets, leak, provenance, scenarios
 
 OUT = Path(__file__).resolve().parent / "out"
 GRAPH = "ring:6"
@@ -191,7 +190,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean(result), indent=1) + "\n")
+    provenance.write_json(out, _clean(result))
     md = markdown(result)
     out.with_suffix(".md").write_text(md + "\n")
     plot(result, out.with_suffix(".png"))

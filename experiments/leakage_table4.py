@@ -39,7 +39,6 @@ values. Progress goes to stderr. The full run took 94 minutes on 2 shared, loade
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -48,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import adversary, leak, leakage, scenarios, sensor_fusion, zero_sum
+from sim import adversary, leak, leakage, provenance, scenarios, sensor_fusion, zero_sum
 
 SCENARIO = Path(scenarios.__file__).parent / "leakage_table4.toml"
 OUT = Path(__file__).resolve().parent / "out"
@@ -275,7 +274,7 @@ def main() -> None:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean(result), indent=1) + "\n")
+    provenance.write_json(out, _clean(result))
     plot(curves, out.with_suffix(".png"), args.trials, steps)
     print(table(result))
     print(f"wrote {out} and {out.with_suffix('.png')} ({result['total_seconds']:.0f} s)")

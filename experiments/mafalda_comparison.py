@@ -49,7 +49,6 @@ Writes experiments/out/mafalda_comparison.json and .png. Runs jobs on ``WORKERS`
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -64,7 +63,7 @@ from edgedp import factors, topology
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import factorization
-from sim import batch, datasets
+from sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 DATA_SEED = 0  # train/test split of each dataset (and the synthetic draw)
@@ -637,7 +636,7 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     stem = "mafalda_comparison_quick" if args.quick else "mafalda_comparison"
-    (OUT / f"{stem}.json").write_text(json.dumps(out, indent=1))
+    provenance.write_json(OUT / f"{stem}.json", out)
     plot(summary, steps, OUT / f"{stem}.png")
     if imps:
         print(f"\nmean MAFALDA improvement over DP-D-SGD across settings: {np.mean(imps):.1f}%")

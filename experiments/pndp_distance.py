@@ -26,7 +26,6 @@ Writes experiments/out/pndp_distance.json and .png. Run: python experiments/pndp
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import topologies
 from edgedp import topology
 from edgedp.accounting import pndp
 from edgedp.accounting.participation import Participation
+from sim import provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 0  # ER graph seed (topologies.erdos_renyi resamples until connected)
@@ -163,7 +163,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     result = run()
     json_path, png_path = OUT / "pndp_distance.json", OUT / "pndp_distance.png"
-    json_path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    provenance.write_json(json_path, result, indent=2, sort_keys=True)
     plot(result, png_path)
     print(f"PNDP rows: {pndp.MODEL} gradients (paper 000's model); LDP: {pndp.LDP_MODEL}")
     for name, entry in result["graphs"].items():

@@ -23,7 +23,6 @@ Run: python experiments/sr_gt_digits.py
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -37,7 +36,7 @@ from edgedp import models
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets
+from sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:100:0.1:0"  # graph seed 0
@@ -142,7 +141,7 @@ def main() -> None:
         "results": ordered,
     }
     OUT.mkdir(exist_ok=True)
-    (OUT / "sr_gt_digits.json").write_text(json.dumps(payload, indent=1))
+    provenance.write_json(OUT / "sr_gt_digits.json", payload)
     plot(ordered)
     for name, r in ordered.items():
         print(

@@ -35,7 +35,7 @@ import topologies
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, sensor_fusion
+from sim import batch, provenance, sensor_fusion
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:100:0.1:0"  # ER(100, 0.1), graph seed 0 (resampled until connected)
@@ -171,7 +171,7 @@ def main() -> None:
         "results": results,
     }
     OUT.mkdir(exist_ok=True)
-    (OUT / "sr_gt_sensor_fusion.json").write_text(json.dumps(payload, indent=1))
+    provenance.write_json(OUT / "sr_gt_sensor_fusion.json", payload)
     plot(results)
     for dl, e, r in ((dl, e, r) for dl, rs in results.items() for e, r in rs.items()):
         a, b = r["sr-gt"], r["dpop"]

@@ -28,6 +28,7 @@ import numpy as np
 import topologies
 from edgedp import topology
 from edgedp.planning import compact_covariance, whisper
+from sim import provenance
 
 # ---------------------------------------------------------------- constants
 GRAPH_SEEDS = range(5)  # ER graph seeds (topologies.erdos_renyi resamples until connected)
@@ -163,10 +164,9 @@ def main() -> None:
         "ridge": RIDGE,
         "sigma_mix": "lambda_min(R*)",
     }
-    (OUT / "whisper_fig1.json").write_text(
-        json.dumps(
-            {"config": config, "table": table, "summary": summary, "graphs": results}, indent=1
-        )
+    provenance.write_json(
+        OUT / "whisper_fig1.json",
+        {"config": config, "table": table, "summary": summary, "graphs": results},
     )
     plot(table)
     print(f"wrote {OUT / 'whisper_fig1.json'} and .png ({time.perf_counter() - t0:.1f}s)")

@@ -46,7 +46,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import compact_covariance, whisper
 from edgedp.planning import cross_agent as planner
-from sim import batch, datasets
+from sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 SEEDS = range(10)  # noise trials (logistic regression)
@@ -254,6 +254,7 @@ def main() -> None:
     name = "whisper_tasks_quick" if QUICK else "whisper_tasks"
     path = OUT / f"{name}.json"
     results = json.loads(path.read_text()) if path.exists() and PART != "all" else {}
+    results.pop("environment", None)  # recorded afresh below
     if PART in ("all", "quadratic"):
         results["quadratic"] = quadratic(t0)
     if PART in ("all", "logistic"):
@@ -277,7 +278,7 @@ def main() -> None:
         "quick": QUICK,
     }
     results["config"] = config
-    path.write_text(json.dumps(results, indent=1))
+    provenance.write_json(path, results)
     if "quadratic" in results and "logistic" in results:
         plot(results)
     print(f"wrote {OUT / name}.json and .png ({time.perf_counter() - t0:.0f}s)")

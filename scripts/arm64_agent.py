@@ -45,6 +45,7 @@ from edgedp.accounting.participation import Participation  # noqa: E402
 from edgedp.models import model_digest  # noqa: E402
 from edgedp.plan import NoisePlan, TaskSpec, make_plan  # noqa: E402
 from firmware_py import checkpoint, deploy  # noqa: E402
+from sim import provenance  # noqa: E402
 
 #: What ``pip install edgedp-*.whl`` may bring to a device: the four direct dependencies
 #: and PyNaCl's own (cffi; pycparser comes with cffi).
@@ -555,7 +556,7 @@ def main() -> int:
     for r in runs.values():
         r.pop("final_models", None)
     report["runs"] = runs
-    (work / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    provenance.write_json(work / "report.json", report, default=str)
     summarize(report)
     ok = all(r["all_exit_0"] for r in runs.values()) and all(
         report["comparisons"][c]["noise_equal"][0]

@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
-import platform
-import subprocess
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-__all__ = ["environment", "format_table", "json_safe", "write"]
+from sim.provenance import environment, write_json
 
-_PACKAGES = ("edgedp", "numpy", "scipy", "simpy", "pyzmq", "pynacl", "msgpack", "matplotlib")
+__all__ = ["environment", "format_table", "json_safe", "write"]
 
 
 def json_safe(x):
@@ -36,39 +31,6 @@ def json_safe(x):
     if isinstance(x, np.generic):
         return json_safe(x.item())
     return x
-
-
-def environment() -> dict[str, Any]:
-    """Python, package versions and the git revision of the source tree (if it is one)."""
-    versions = {}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        revision = rev.stdout.strip() if rev.returncode == 0 else None
-        modified = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        revision, modified = None, None
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "packages": versions,
-        "git_revision": revision,
-        "git_modified": modified,
-    }
 
 
 def _num(x, spec=".3f") -> str:
@@ -360,10 +322,10 @@ def write(out: Path, summary: dict) -> list[str]:
 
     matplotlib.use("Agg")
     out = Path(out)
-    summary["environment"] = environment()
+    summary.pop("environment", None)
+    summary["environment"] = write_json(out / "results.json", json_safe(summary))["environment"]
     loss_png, bytes_png = out / "test_loss.png", out / "bytes_per_round.png"
     _plot_loss(summary, loss_png)
     _plot_bytes(summary, bytes_png)
-    (out / "results.json").write_text(json.dumps(json_safe(summary), indent=1) + "\n")
     (out / "report.html").write_text(_html(summary, loss_png, bytes_png))
     return [str(out / n) for n in ("report.html", "results.json", loss_png.name, bytes_png.name)]

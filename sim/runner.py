@@ -14,7 +14,7 @@ import numpy as np
 
 from edgedp import _validate
 from edgedp.accounting import laplace
-from sim import batch, engine
+from sim import batch, engine, provenance
 from sim.scenarios import Scenario, ScenarioError, parse
 
 __all__ = ["run_scenario", "run_sweep", "sweep_points"]
@@ -134,9 +134,7 @@ def run_scenario(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.json").write_text(
-            json.dumps(_safe({"summary": summary, **metrics}), indent=1) + "\n"
-        )
+        provenance.write_json(out / "metrics.json", _safe({"summary": summary, **metrics}))
         _plot(metrics, out, sc.name)
         summary["files"] = [str(out / "metrics.json"), str(out / "loss.png")]
     return summary
@@ -282,7 +280,7 @@ def run_sweep(
     rows.sort(key=lambda r: r["scenario"])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps(_safe(rows), indent=1) + "\n")
+    provenance.write_json(out / "sweep.json", {"rows": _safe(rows)})
     _plot_sweep(rows, out / "sweep.png")
     return rows
 

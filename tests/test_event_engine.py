@@ -14,7 +14,7 @@ import pytest
 import topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets, engine, runner, scenarios
+from sim import batch, datasets, engine, provenance, runner, scenarios
 from sim.churn import Crash, Faults
 from sim.links import Latency, Network
 
@@ -205,5 +205,11 @@ def test_cli_run_and_sweep(tmp_path):
     assert "Traceback" not in out.stderr, out.stderr[-3000:]  # a successful sweep is quiet
     lossy = [r for r in runs if "network.loss=0.2" in r["scenario"]]
     assert all(r["lost_messages"] > 0 for r in lossy)
+    # both results files record the package versions and the git revision (sim.provenance)
+    assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["rows"]) == 4
+    for written in (tmp_path / "o" / "metrics.json", tmp_path / "s" / "sweep.json"):
+        env = json.loads(written.read_text())["environment"]
+        assert env["packages"]["numpy"] == np.__version__
+        assert env["git_revision"] == provenance.environment()["git_revision"]
     bad = subprocess.run([*cmd, "run", str(tmp_path / "nope.toml")], capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot read" in bad.stderr

@@ -343,15 +343,16 @@ def _block_sums(X: np.ndarray, part: Participation) -> tuple[np.ndarray, np.ndar
     absX = np.abs(X)
     scale = absX.reshape(nv, -1).max(axis=1, initial=0.0)[:, None, None]
     negX = (X < -_ROUND * scale).astype(np.int64)  # rounding-level negatives do not count
-    sums, negs = [], []
+    sum_parts: list[np.ndarray] = []
+    neg_parts: list[np.ndarray] = []
     for r in range(min(part.b, T)):
         kk = min(part.k, len(range(r, T, part.b)))
-        for src, out in ((absX, sums), (negX, negs)):
+        for src, out in ((absX, sum_parts), (negX, neg_parts)):
             sub = src[:, r : T : part.b, r : T : part.b]
             s0, s1, s2 = sub.strides
             w = as_strided(sub, (nv, sub.shape[1] - kk + 1, kk, kk), (s0, s1 + s2, s1, s2))
             out.append(w.sum(axis=(2, 3)))
-    sums, negs = np.concatenate(sums, axis=1), np.concatenate(negs, axis=1)
+    sums, negs = np.concatenate(sum_parts, axis=1), np.concatenate(neg_parts, axis=1)
     best = sums.max(axis=1)
     exact = np.any((sums >= best[:, None] * (1 - _ROUND)) & (negs == 0), axis=1)
     return best, exact

@@ -108,16 +108,17 @@ def _window_sums(absX, negX, part: Participation, steps: int):
     For residue r the patterns are the k'×k' diagonal blocks of X[r::b, r::b]; a strided view
     (stride = row + column stride) enumerates them.
     """
-    sums, negs = [], []
+    sums: list[np.ndarray] = []
+    negs: list[np.ndarray] = []
     for r in range(min(part.b, steps)):
         sub_abs = absX[r : steps : part.b, r : steps : part.b]
         sub_neg = negX[r : steps : part.b, r : steps : part.b]
         m = sub_abs.shape[0]
         kk = min(part.k, m)
-        for sub, out, kw in ((sub_abs, sums, {}), (sub_neg, negs, {"dtype": np.int64})):
+        for sub, out, dtype in ((sub_abs, sums, None), (sub_neg, negs, np.int64)):
             s0, s1 = sub.strides
             blocks = as_strided(sub, (m - kk + 1, kk, kk), (s0 + s1, s0, s1), writeable=False)
-            out.append(blocks.sum(axis=(1, 2), **kw))
+            out.append(blocks.sum(axis=(1, 2), dtype=dtype))
     return np.concatenate(sums), np.concatenate(negs)
 
 

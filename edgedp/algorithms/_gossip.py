@@ -129,7 +129,7 @@ def mix_gathered(weights: np.ndarray, gathered: np.ndarray | Sequence[np.ndarray
     weights = np.asarray(weights, dtype=np.float64)
     if isinstance(gathered, np.ndarray) or any(np.ndim(v) != 1 for v in gathered):
         gathered = np.asarray(gathered) if not isinstance(gathered, np.ndarray) else gathered
-        out = np.zeros(gathered.shape[:-2] + gathered.shape[-1:])
+        out: np.ndarray = np.zeros(gathered.shape[:-2] + gathered.shape[-1:])
         for j in range(gathered.shape[-2]):
             out = out + weights[..., j, None] * gathered[..., j, :]
         return out

@@ -152,8 +152,10 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
             shape = mean.shape[:-1] + (1,) * (g.ndim - mean.ndim) + mean.shape[-1:]
             return S.project(g - mean.reshape(shape))
 
+        assert ctx.sketch_gradient is not None  # every engine sets it for dome plans
         coef = ctx.sketch_gradient(theta, project)
     elif spec.clip == "sketch":
+        assert ctx.sketch_gradient is not None
         coef = ctx.sketch_gradient(theta, S.project)
     else:
         coef = S.project(ctx.gradient(theta))

@@ -65,6 +65,7 @@ def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
 
 def send(state: dict[str, np.ndarray], ctx: StepContext):
     """z = x + ξ, ξ ~ Lap(ν_k) per coordinate; z is the message."""
+    assert ctx.laplace is not None  # every engine sets it for Laplace plans
     z = state["x"] + ctx.laplace(ctx.schedule.noise_scale(ctx.round))
     return {"x": state["x"], "z": z}, z
 

@@ -196,7 +196,7 @@ def read_forward(model, *, loss: str) -> tuple[DenseSpec, np.ndarray, dict]:
             f"the output ends with {last['act']} after the last dense layer; edgedp's losses "
             "take the last layer's logits (allowed finals: Softmax, LogSoftmax, Sigmoid)."
         )
-    want = {"Softmax": "ce", "LogSoftmax": "ce", "Sigmoid": "bce"}.get(link)
+    want = {"Softmax": "ce", "LogSoftmax": "ce", "Sigmoid": "bce"}.get(link or "")
     if want is not None and loss != want:
         raise ValueError(f"the output ends with {link}, which fits --loss {want}, not {loss}.")
     sizes = (features,) + tuple(int(layer["W"].shape[0]) for layer in chain.layers)

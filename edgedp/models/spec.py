@@ -132,7 +132,8 @@ class DenseSpec:
 
     def layout(self) -> list[tuple[str, tuple[int, ...], int]]:
         """``(name, shape, offset)`` of every parameter in the flat θ, in order."""
-        out, off = [], 0
+        out: list[tuple[str, tuple[int, ...], int]] = []
+        off = 0
         for layer, (i, o) in enumerate(zip(self.sizes[:-1], self.sizes[1:], strict=True)):
             out.append((f"dense{layer}.weight", (int(o), int(i)), off))
             off += o * i

@@ -133,11 +133,11 @@ class _Toeplitz:
                 G[idx, idx + d] = suffix
                 G[idx + d, idx] = suffix
             self.G = G
-        rows = []  # (window, lag, N, multiplicity): X[s, t] = Σ_{u<N} c_u c_{u+lag}
+        parts = []  # (window, lag, N, multiplicity): X[s, t] = Σ_{u<N} c_u c_{u+lag}
         for w, p in enumerate(part.patterns(T)):
             i, j = np.triu_indices(p.size)
-            rows.append(np.stack([np.full(i.size, w), p[j] - p[i], T - p[j], 2 - (i == j)]))
-        rows = np.concatenate(rows, axis=1)
+            parts.append(np.stack([np.full(i.size, w), p[j] - p[i], T - p[j], 2 - (i == j)]))
+        rows = np.concatenate(parts, axis=1)
         self.lags, lag_index = np.unique(rows[1], return_inverse=True)
         self.windows, self.mult = rows[0], rows[3].astype(np.float64)
         self.flat = lag_index * (T + 1) + rows[2]  # index into the (lags, T + 1) prefix sums

@@ -163,6 +163,7 @@ def make_plan(
         if delta is None:
             raise ValueError("target_epsilon needs delta.")
         noise_multiplier = gdp.noise_multiplier(target_epsilon, delta=delta)
+    assert noise_multiplier is not None  # exactly one of the two was given
     if not noise_multiplier > 0:
         raise ValueError(f"Expected noise_multiplier={noise_multiplier!r} > 0.")
     if weighting not in topology.WEIGHTINGS:
@@ -304,7 +305,7 @@ def replan_alive(graph, alive, *, mechanism: str = "whisper", ridge: float = whi
     alive = np.asarray(sorted(int(a) for a in alive), dtype=np.int64)
     pos = {int(u): i for i, u in enumerate(alive)}
     edges = [(pos[u], pos[v]) for u, v in graph.edges if u in pos and v in pos]
-    W_A = topology.metropolis_hastings(topology.Graph(len(alive), edges))
+    W_A = topology.metropolis_hastings(topology.Graph(len(alive), tuple(edges)))
     if mechanism == "decor":
         pair = whisper.pair_covariance(W_A, whisper.laplacian(len(alive), edges), ridge=ridge)
         return W_A, pair.covariance

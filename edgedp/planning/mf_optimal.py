@@ -50,6 +50,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
@@ -369,10 +370,12 @@ def _blas_limit(threads: int | None):
 
 def _solve(dual: _Dual, max_iterations: int, tolerance: float, progress) -> tuple[dict, int]:
     """Projected L-BFGS ascent on g over θ >= lower; keeps the best primal and bound."""
-    state = dual.evaluate(dual.start())
+    state: dict[str, Any] | None = dual.evaluate(dual.start())
+    assert state is not None  # the starting point is positive definite
     scale = (state["h"] / state["v_total"]) ** 2  # g(tS) = 2√t·h − tΣv is largest here
     state = dual.evaluate(dual.start() * scale)
-    best = {"key": (True, np.inf), "loss": np.inf, "X": None, "bound": 0.0}
+    assert state is not None  # a positive multiple of the start
+    best: dict[str, Any] = {"key": (True, np.inf), "loss": np.inf, "X": None, "bound": 0.0}
 
     def record(st) -> None:  # a point with exact sensitivity beats any point without
         for exact, value, X in st.pop("candidates"):
@@ -394,7 +397,8 @@ def _solve(dual: _Dual, max_iterations: int, tolerance: float, progress) -> tupl
         return clipped is None or clipped[0] > (1 + 10 * tolerance) * best["bound"]
 
     record(state)
-    pairs, iteration = [], 0
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    iteration = 0
     if progress is not None:
         progress(0, best["loss"], best["bound"])
     while iteration < max_iterations and not done():

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -152,7 +153,7 @@ def tune(
     gamma_max = 2.0 / (strong_convexity + smoothness)
     if beta is not None:
         gamma_max = min(gamma_max, 1.0 / beta)
-    fixed = dict(
+    fixed: dict[str, Any] = dict(
         epsilon=epsilon,
         delta_grad=delta_grad,
         smoothness=smoothness,
@@ -183,6 +184,7 @@ def tune(
         if best is None or value < best[0]:
             best = (value, g, q1, q2)
         history.append(best[0])
+    assert best is not None  # restarts >= 1 (checked above)
     value, g, q1, q2 = best
     lg_lo = math.log10(gamma_max) - 8
     stuck = tuple(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.optimize as so
@@ -164,7 +165,7 @@ class _Dual:
         self.M = M
         self.Ms = (V * np.sqrt(m)) @ V.T
         self.Ms_inv = (V / np.sqrt(m)) @ V.T
-        self.best = {"primal": math.inf, "bound": 0.0}
+        self.best: dict[str, Any] = {"primal": math.inf, "bound": 0.0}
         self.evaluations = 0
 
     def __call__(self, theta: np.ndarray):
@@ -264,6 +265,17 @@ def optimal_covariance(
     )
 
 
+def _cvxpy():
+    """The cvxpy module, or an ImportError naming the extra that installs it."""
+    try:
+        import cvxpy
+    except ImportError:
+        raise ImportError(
+            "cvxpy is not installed (the reference solver): pip install 'edgedp[reference]'"
+        ) from None
+    return cvxpy
+
+
 def optimal_covariance_cvxpy(
     mixing_matrix,
     *,
@@ -272,14 +284,17 @@ def optimal_covariance_cvxpy(
     formulation: str = "joint",
     solver: str = "CLARABEL",
 ) -> CovarianceSolution:
-    """Eq. (10) with cvxpy (optional dependency, ``pip install edgedp[plan]``).
+    """Eq. (10) with cvxpy (optional dependency, ``pip install 'edgedp[reference]'``).
 
     ``formulation="paper"``: R = σ²I + R_cor (R_cor ⪰ 0, σ² >= 0) and one Schur LMI
     [[R, e_i], [e_iᵀ, b]] ⪰ 0 per node, as in the paper; ``"joint"``: one 2n × 2n LMI
     [[R, I], [I, X]] ⪰ 0 with diag(X) <= b (X ⪰ R⁻¹), far fewer constraints. Interior-point
     cost grows like n⁶: use it to validate, up to n ≈ 50.
+
+    Raises:
+      ImportError: cvxpy is not installed (its message names the extra to install).
     """
-    import cvxpy as cp
+    cp = _cvxpy()
 
     t0 = time.perf_counter()
     W = _mixing(mixing_matrix)
@@ -369,7 +384,7 @@ def pair_covariance_cvxpy(
     mixing_matrix, laplacian_matrix, *, bound: float = 1.0, ridge: float = DEFAULT_RIDGE
 ) -> PairSolution:
     """The DECOR calibration with cvxpy (two scalar variables, one 2n × 2n LMI)."""
-    import cvxpy as cp
+    cp = _cvxpy()
 
     W = _mixing(mixing_matrix)
     L = np.asarray(laplacian_matrix, dtype=np.float64)
@@ -383,10 +398,11 @@ def pair_covariance_cvxpy(
         cp.Minimize(cp.trace(M @ R)), [cp.bmat([[R, eye], [eye, X]]) >> 0, cp.diag(X) <= bound]
     )
     problem.solve(solver=cp.CLARABEL)
-    Rv = float(sp.value) * eye + float(sc.value) * L
-    return PairSolution(
-        float(sp.value), float(sc.value), Rv, float(np.trace(W @ Rv @ W.T)), float(bound)
-    )
+    if sp.value is None or sc.value is None:
+        raise RuntimeError(f"cvxpy/CLARABEL did not calibrate DECOR: status {problem.status}.")
+    sigma_private, sigma_pair = float(sp.value), float(sc.value)
+    Rv = sigma_private * eye + sigma_pair * L
+    return PairSolution(sigma_private, sigma_pair, Rv, float(np.trace(W @ Rv @ W.T)), float(bound))
 
 
 def calibrate(
