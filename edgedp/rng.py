@@ -181,7 +181,7 @@ _PHILOX_W = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBB67AE8584CAA73B))
 _LOW32, _32 = np.uint64(0xFFFFFFFF), np.uint64(32)
 
 
-def _mulhilo(m: np.uint64, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _mulhilo(m: np.uint64, a: np.ndarray | np.uint64) -> tuple[Any, Any]:
     """(high, low) 64-bit words of the 128-bit products m·a, from 32-bit halves."""
     m_lo, m_hi = m & _LOW32, m >> _32
     a_lo, a_hi = a & _LOW32, a >> _32
@@ -242,7 +242,7 @@ def laplace_stacked(
         raise ValueError(f"Expected scale={scale!r} >= 0.")
     keys = np.asarray(keys)
     if keys.dtype == object and keys.ndim == 0:  # one node (a device): its own generator
-        return laplace(keys[()], step, tuple(shape), scale=scale)
+        return laplace(keys.item(), step, tuple(shape), scale=scale)
     if keys.dtype == np.uint64:
         if keys.shape[-1:] != (2,):
             raise ValueError(f"Expected key words shaped (..., 2), got {keys.shape}.")
