@@ -15,7 +15,7 @@ import numpy as np
 
 from edgedp import rng
 
-__all__ = ["Crash", "Faults"]
+__all__ = ["Crash", "CrashRounds", "Faults", "crash_round", "crash_rounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +72,59 @@ class Faults:
             if not 0 <= c.node < n:
                 raise ValueError(f"faults: crash of node {c.node} but the topology has {n} nodes")
         return sorted(out, key=lambda c: (c.at_s, c.node))
+
+
+@dataclass(frozen=True, slots=True)
+class CrashRounds:
+    """Crashes in round terms: ``down[u, r]`` node u is down in round r; ``restore[u, r]``
+    node u comes back at the start of round r from the checkpoint of its crash round."""
+
+    down: np.ndarray  # (n, rounds) bool
+    restarts: tuple[tuple[int, int, int], ...]  # (node, crash round, restart round)
+    count: int  # crashes that hit a running node
+
+
+def crash_round(at_s: float, compute_s: float) -> int:
+    """The round a crash at ``at_s`` hits on the zero-latency clock.
+
+    With zero latency and infinite bandwidth a node that never waits spends ``compute_s``
+    on each round and sends at its end, so round r's computation occupies
+    (r·compute_s, (r+1)·compute_s]; a crash at t hits round ⌈t/compute_s⌉ − 1 (round 0 for
+    t ≤ compute_s: a crash at the instant a round's computation ends comes before its send,
+    as the event engine orders the crash's timer, made first, before the node's).
+
+    >>> [crash_round(t, 0.5) for t in (0.0, 0.5, 0.75, 1.0, 1.01)]
+    [0, 0, 1, 1, 2]
+    """
+    if not compute_s > 0:
+        raise ValueError(
+            "crashes in round terms need network.compute_s > 0: with zero latency and zero "
+            "compute time the event engine's clock does not advance between rounds"
+        )
+    return max(0, math.ceil(at_s / compute_s) - 1)
+
+
+def crash_rounds(crashes: list[Crash], compute_s: float, *, n: int, rounds: int) -> CrashRounds:
+    """Map ``crashes`` (from :meth:`Faults.crash_schedule`) to rounds (:func:`crash_round`).
+
+    A node down from round k (its crash round) is restored from its checkpoint at the start
+    of round k — the state it had when it crashed, as nothing changes while it is down —
+    and runs again from round k' = ``crash_round(at_s + down_s)`` (never, for a departure);
+    the rounds k … k' − 1 are skipped (noise drawn and discarded). A crash of a node that
+    is down or done changes nothing.
+    """
+    down = np.zeros((n, rounds), dtype=bool)
+    restarts, count = [], 0
+    back = [0] * n  # the round each node runs again from
+    for c in crashes:
+        k = crash_round(c.at_s, compute_s)
+        if k >= rounds or k < back[c.node] or down[c.node, k]:
+            continue
+        end = rounds if math.isinf(c.down_s) else crash_round(c.at_s + c.down_s, compute_s)
+        end = min(end, rounds)
+        count += 1
+        down[c.node, k:end] = True
+        back[c.node] = end
+        if end < rounds:
+            restarts.append((c.node, k, end))
+    return CrashRounds(down, tuple(restarts), count)
