@@ -51,7 +51,19 @@ class RoundFaults:
         self.inactive = faults.dropout_table(n, T, secret)  # (n, T): sits out or is down
         self.dropped_rounds = int(self.inactive.sum())
         crashes = faults.crash_schedule(n, secret)
-        self.crash = crash_rounds(crashes, network.compute_s, n=n, rounds=T) if crashes else None
+        self.crash = (
+            crash_rounds(
+                crashes,
+                network.compute_s,
+                n=n,
+                rounds=T,
+                round_timeout_s=network.round_timeout_s,
+                startup_timeout_s=network.startup_timeout_s,
+            )
+            if crashes
+            else None
+        )
+        self.deaf = np.zeros((n, T), dtype=bool) if self.crash is None else self.crash.deaf
         if self.crash is not None:
             self.inactive |= self.crash.down
         self.crashes = 0 if self.crash is None else self.crash.count
@@ -88,7 +100,8 @@ class RoundFaults:
     def received(self, r: int) -> np.ndarray:
         """(n, slots): the neighbour's round-r message reached this node in time."""
         act = self.active(r)
-        return self.real & act[self.index] & act[:, None] & ~self.lost(r)
+        hear = act & ~self.deaf[:, r]
+        return self.real & act[self.index] & hear[:, None] & ~self.lost(r)
 
     def fill(self, result, trials: int) -> None:
         """Put the fault counts (and the messages actually sent) into a BatchResult."""
@@ -109,7 +122,7 @@ def receive(rf: RoundFaults, algo, r: int, before: dict, sent: dict, gathered, c
     """
     act = rf.active(r)
     lost = rf.lost(r)
-    got = rf.real & act[rf.index] & act[:, None] & ~lost
+    got = rf.real & act[rf.index] & (act & ~rf.deaf[:, r])[:, None] & ~lost
     missing = rf.real & ~got & act[:, None]
     sender = rf.real & act[rf.index]  # messages put on a link
     rf.sent += int(sender.sum())

@@ -92,14 +92,18 @@ def _agents_round_by_round(plan, data, faults, network, seed):
                 agents[v].restore(snaps[v])
                 for _ in range(k, r):
                     agents[v].skip_round()
-        act, lost = rf.active(r), rf.lost(r)
+        act, lost, deaf = rf.active(r), rf.lost(r), rf.deaf[:, r]
+        for u in np.flatnonzero(deaf):  # restarted inside round r: checkpoint, empty inbox
+            snap = copy.deepcopy(agents[u].snapshot())
+            agents[u] = new(u)
+            agents[u].restore(snap)
         outs = {u: agents[u].begin_round() for u in range(plan.n) if act[u]}
         for u in range(plan.n):
             if not act[u] and not rf.crash_down(u, r):
                 agents[u].skip_round()
         for u, out in outs.items():
             for v in out.recipients:
-                if act[v] and not lost[v, slot[(v, u)]]:
+                if act[v] and not deaf[v] and not lost[v, slot[(v, u)]]:
                     frames = [bytes(f) for f in out.frames_for(v)]
                     assert agents[v].receive(frames, authenticated_sender=u)
         for u in outs:
@@ -111,8 +115,14 @@ def _agents_round_by_round(plan, data, faults, network, seed):
     return np.stack([a.theta for a in agents])
 
 
-FAULTS = Faults(dropout=0.15, crashes=(Crash(2, 0.3, 0.5), Crash(5, 0.55)))
-NET = Network(loss=0.1, compute_s=0.125)
+# rounds compute for c = 0.125 s; deadline 0.25 s: node 6 restarts in time to redo round 0
+# (its inbox lost), node 1 within round 4's computation (no change), node 2 misses rounds
+# 2-5 and resumes at 6, node 5 leaves in round 4 (sim.churn.crash_rounds)
+FAULTS = Faults(
+    dropout=0.15,
+    crashes=(Crash(2, 0.3, 0.5), Crash(5, 0.55), Crash(6, 0.1, 0.2), Crash(1, 0.6, 0.01)),
+)
+NET = Network(loss=0.1, compute_s=0.125, round_timeout_s=0.25)
 
 
 @pytest.mark.parametrize("mechanism", sorted(algorithms.BY_MECHANISM))
@@ -127,7 +137,7 @@ def test_batch_under_faults_equals_agents_round_by_round(mechanism, rule):
     b = batch.run(p, DATA, faults=f, network=NET, seed=7)
     want = _agents_round_by_round(p, DATA, f, NET, seed=7)
     assert b.digests[0] == models.model_digest(want)
-    assert b.lost_messages > 0 and b.missing > 0 and b.crashes == 2
+    assert b.lost_messages > 0 and b.missing > 0 and b.crashes == 4
     assert b.digests[0] != batch.run(p, DATA).digests[0]  # the faults changed the run
 
 
@@ -148,10 +158,17 @@ def test_masks_are_the_event_engines_draws():
 def test_crash_round_and_restart_rule():
     # zero-latency clock: round r computes over (r·c, (r+1)·c]
     assert [crash_round(t, 0.25) for t in (0.0, 0.25, 0.26, 0.5, 2.0)] == [0, 0, 1, 1, 7]
-    cr = crash_rounds([Crash(1, 0.3, 0.5), Crash(0, 0.6)], 0.25, n=3, rounds=6)
+    crashes = [Crash(1, 0.3, 0.5), Crash(0, 0.6), Crash(2, 0.3, 0.1), Crash(2, 0.8, 0.3)]
+    cr = crash_rounds(crashes, 0.25, n=3, rounds=6, round_timeout_s=0.25)
     assert cr.down[1].tolist() == [False, True, True, False, False, False]  # rounds 1, 2
     assert cr.down[0].tolist() == [False, False, True, True, True, True]  # leaves in round 2
-    assert cr.restarts == ((1, 1, 3),) and cr.count == 2
+    # node 2: back at 0.4 <= 0.5 (round 1 not yet sent): nothing; back at 1.1, its redone
+    # round-3 message (sent at 1.35) misses the deadline 1.0 + 0.25: down in round 3
+    assert not cr.deaf[2].any() and cr.down[2].tolist() == [False] * 3 + [True] + [False] * 2
+    assert cr.count == 4 and (1, 1, 3) in cr.restarts
+    deaf = crash_rounds([Crash(2, 0.8, 0.3)], 0.25, n=3, rounds=6, round_timeout_s=0.5)
+    assert deaf.deaf[2].tolist() == [False] * 3 + [True] + [False] * 2  # 1.35 <= 1.0 + 0.5
+    assert not deaf.down.any()
     with pytest.raises(ValueError, match="compute_s > 0"):
         crash_round(1.0, 0.0)
 
@@ -181,3 +198,23 @@ def test_ideal_run_unchanged_by_the_fault_path():
         batch.run(p, DATA, faults=Faults(), network=Network()).digests == batch.run(p, DATA).digests
     )
     assert math.isfinite(batch.run(p, DATA, faults=Faults(dropout=0.2)).models.sum())
+
+
+# Zero latency, infinite bandwidth, 0.125 s of computation per round, 1 s deadlines; node 3
+# crashes at 0.2 s (computing round 1) and is back at 0.5 s: it redoes round 1 from its
+# checkpoint, its neighbours mix its message, its own inbox of round 1 is lost. Seed 11:
+# 13 messages lost, 9 rounds sat out, and no deadline cut a message that was still to come
+# (the event engine rejected none), which is when the engines agree (sim.round_faults).
+ZERO_LATENCY = Network(loss=0.05, compute_s=0.125, round_timeout_s=1.0, startup_timeout_s=1.0)
+WITH_CRASH = Faults(dropout=0.1, crashes=(Crash(3, 0.2, 0.3),))
+
+
+@pytest.mark.parametrize("mechanism", sorted(algorithms.BY_MECHANISM))
+def test_batch_equals_event_engine_under_faults_at_zero_latency(mechanism):
+    p = _plan(mechanism)
+    ev = engine.run(p, DATA, network=ZERO_LATENCY, faults=WITH_CRASH, seed=11)
+    b = batch.run(p, DATA, faults=WITH_CRASH, network=ZERO_LATENCY, seed=11)
+    assert ev.rejected == 0  # the condition (a deadline never cut a message still to come)
+    assert ev.lost_messages == b.lost_messages == 13 and ev.crashes == b.crashes == 1
+    assert ev.skipped_rounds == b.skipped_rounds and ev.missing == b.missing
+    assert ev.model_digest == b.digests[0]

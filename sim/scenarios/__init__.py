@@ -7,6 +7,7 @@ seed = 1                 # network and fault draws; the plan seed drives noise a
 steps = 60
 eval_every = 5
 initial_state = "model"  # or "normal[:STD]": x_i(0) ~ N(0, STD² I) per node and trial
+engine = "auto"          # batch unless timing matters (latency, bandwidth); or batch | event
 
 [topology]               # or: plan = "run.plan" instead of [topology], [task], [privacy]
 spec = "er:100:0.05:1"
@@ -70,7 +71,7 @@ from sim import datasets, initial
 from sim.churn import Crash, Faults
 from sim.links import Latency, Network
 
-__all__ = ["Scenario", "ScenarioError", "from_plan", "load", "parse"]
+__all__ = ["ENGINES", "Scenario", "ScenarioError", "choose_engine", "from_plan", "load", "parse"]
 
 # The keys each table may hold (a key added to the parser is added here too).
 _TOP = (
@@ -86,7 +87,9 @@ _TOP = (
     "faults",
     "leakage",
     "initial_state",
+    "engine",
 )
+ENGINES = ("auto", "batch", "event")
 _LAPLACE_KEYS = ("gamma", "beta", "q1", "q2", "delta_grad", "adjacency")
 _TOPOLOGY_KEYS = ("spec", "weighting")
 _TASK_KEYS = ("model", "dataset", "partition", "batch_size", "loss")
@@ -137,6 +140,7 @@ class Scenario:
     eval_every: int = 10
     leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
     initial_state: str = "model"  # or "normal[:STD]": x_i(0) per node and trial (sim.initial)
+    engine: str = "auto"  # or "batch" / "event": overrides :func:`choose_engine`
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
@@ -200,6 +204,30 @@ def _number(section: dict, name: str, key: str, default: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ScenarioError(f"{name}.{key} = {value!r} must be a number")
     return value
+
+
+def choose_engine(sc: Scenario) -> tuple[str, str]:
+    """(engine, why): the event engine only when timing matters — a latency that is not
+    zero, a finite bandwidth, or crashes/churn without a round clock (``compute_s = 0``);
+    the batch engine otherwise, faults included (:mod:`sim.round_faults`). An explicit
+    ``engine`` key wins."""
+    if sc.engine != "auto":
+        return sc.engine, "engine key of the scenario"
+    net, f = sc.network, sc.faults
+    lat = net.latency
+    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
+    zero |= lat.kind == "table" and not any(lat.table.values())
+    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
+    if not zero:
+        return "event", f"latency ({lat.kind}) makes timing matter"
+    if math.isfinite(net.bandwidth_mbps):
+        return "event", f"bandwidth_mbps = {net.bandwidth_mbps:g} makes timing matter"
+    if (f.crashes or f.churn_rate_per_s) and not net.compute_s > 0:
+        return "event", "crashes need a round clock (network.compute_s > 0) in the batch engine"
+    faulty = f.dropout or f.crashes or f.churn_rate_per_s or net.loss
+    return "batch", "zero latency and infinite bandwidth" + (
+        " (faults as round masks)" if faulty else ""
+    )
 
 
 def from_plan(
@@ -371,6 +399,9 @@ def parse(
         initial.parse(initial_state)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    engine = raw.get("engine", "auto")
+    if engine not in ENGINES:
+        raise ScenarioError(f"engine = {engine!r}; choose one of {list(ENGINES)}")
     eval_every = raw.get("eval_every", max(1, plan.steps // 20))
     if not isinstance(eval_every, int) or eval_every < 1:
         raise ScenarioError(f"eval_every = {eval_every!r} must be a positive integer")
@@ -383,6 +414,7 @@ def parse(
         eval_every=eval_every,
         leakage=leakage,
         initial_state=str(initial_state),
+        engine=engine,
     )
 
 
