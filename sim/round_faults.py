@@ -89,6 +89,11 @@ class RoundFaults:
         size = self.shape[0] * self.shape[1]
         return np.unpackbits(self._lost[r], count=size).reshape(self.shape).astype(bool)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the masks (dropouts/downtime, redone rounds, packed losses)."""
+        return self.inactive.nbytes + self.deaf.nbytes + self._lost.nbytes
+
     def crash_down(self, u: int, r: int) -> bool:
         """Node u is down (crashed, not yet restarted) in round r."""
         return self.crash is not None and bool(self.crash.down[u, r])
