@@ -13,7 +13,16 @@ event engine reads:
 A message u→v of round r is mixed by v iff u and v are both active in round r (neither
 sitting out nor down) and the link did not lose it; a node that is not active in a round
 keeps its state (its noise is drawn and discarded, as ``Agent.skip_round`` does). The masks
-are bits: dropouts and downtime ``(n, T)``, losses ``(T, n·slots)`` packed 8 per byte.
+are ``(n, T)`` booleans (sitting out or down; redoing a round with its inbox lost) and the
+losses ``(T, n·slots)`` packed 8 per byte.
+
+The event engine at zero latency follows this round model as long as no deadline expires
+before a message of its round that is still on its way (``EventResult.rejected == 0``) and
+every crash finds the node and its neighbours on the clock of :func:`sim.churn.crash_round`
+(no earlier wait delayed them). It departs from it otherwise: a node waiting for a message
+that never comes (lost, or sent by a neighbour that sat the round out and whose next
+message did not reach it) waits for its deadline, and a neighbour whose own deadline comes
+first mixes without the waiting node's next message.
 """
 
 from __future__ import annotations
