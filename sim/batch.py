@@ -7,6 +7,7 @@ on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, tr
 Like an Agent, the engine never lets a non-finite message through: non-finite per-example
 gradients add zero (counted in ``BatchResult.nonfinite``) and a message with NaN/inf
 raises :class:`~edgedp.errors.NonFiniteMessageError` naming the node, trial and round.
+Dropouts, message loss, crashes and churn run as the round masks of :mod:`sim.round_faults`.
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ def run(
         raise ValueError(
             "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
             "churn and message loss are not supported with it (use a block or gaussian basis)."
+        )
+    if faulty and observers:
+        raise ValueError(
+            "observers see every node's message; with faults the batch engine computes "
+            "messages that are never sent: run observers under faults in the event engine"
         )
     rf = (
         round_faults.RoundFaults(plan, faults or Faults(), network or Network(), seed)
@@ -251,7 +257,7 @@ def run(
         before = alg_state
         drawn.clear()
         alg_state, message = algo.send(alg_state, ctx)
-        _check_messages(message if rf is None else message[:, rf.active(t)], t, first_trial)
+        _check_messages(message, t, first_trial, None if rf is None else rf.active(t))
         if message.ndim == theta.ndim:
             gathered = message[..., plan.mixing_index, :]
         else:  # one message per padded-row slot (Zip-DL): slot of the recipient in its row
@@ -298,11 +304,14 @@ def _faulty(faults: Faults | None, network: Network | None) -> bool:
     return bool(f.dropout or f.crashes or f.churn_rate_per_s or (network and network.loss))
 
 
-def _check_messages(message: np.ndarray, step: int, first_trial: int) -> None:
-    """Raise NonFiniteMessageError naming the first (trial, node) whose message has NaN/inf."""
-    if message.size == 0:
-        return
+def _check_messages(
+    message: np.ndarray, step: int, first_trial: int, active: np.ndarray | None = None
+) -> None:
+    """Raise NonFiniteMessageError naming the first (trial, node) whose message has NaN/inf
+    (among the ``active`` nodes: the others send nothing this round)."""
     ok = np.isfinite(message).reshape(message.shape[0], message.shape[1], -1).all(axis=-1)
+    if active is not None:
+        ok |= ~active[None, :]
     if ok.all():
         return
     i, u = (int(v) for v in np.argwhere(~ok)[0])

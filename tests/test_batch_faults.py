@@ -279,3 +279,8 @@ def test_engine_key_wins_and_is_checked(tmp_path):
     )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "engine = 'fast'; choose one of ['auto', 'batch', 'event']" in proc.stderr
+
+
+def test_observers_under_faults_are_refused():
+    with pytest.raises(ValueError, match="observers"):
+        batch.run(_plan("dp-dsgd"), DATA, faults=Faults(dropout=0.1), observers=[object()])
