@@ -16,9 +16,9 @@ import numpy as np
 from edgedp import _validate
 from edgedp.accounting import laplace
 from sim import batch, engine
-from sim.scenarios import Scenario, ScenarioError, choose_engine, parse
+from sim.scenarios import Scenario, ScenarioError, parse
 
-__all__ = ["run_scenario", "run_sweep", "sweep_points"]
+__all__ = ["choose_engine", "run_scenario", "run_sweep", "sweep_points"]
 
 #: The keys a sweep file may hold (each ``[grid]`` key is a dotted scenario key, checked by
 #: parsing every grid point).
@@ -38,6 +38,30 @@ def _progress(label: str, total: int, enabled: bool):
         bar.refresh()
 
     return update, bar.close
+
+
+def choose_engine(sc: Scenario) -> tuple[str, str]:
+    """(engine, why): the event engine only when timing matters — a latency that is not
+    zero, a finite bandwidth, or crashes/churn without a round clock (``compute_s = 0``);
+    the batch engine otherwise, faults included (:mod:`sim.round_faults`). An explicit
+    ``engine`` key wins."""
+    if sc.engine != "auto":
+        return sc.engine, "engine key of the scenario"
+    net, f = sc.network, sc.faults
+    lat = net.latency
+    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
+    zero |= lat.kind == "table" and not any(lat.table.values())
+    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
+    if not zero:
+        return "event", f"latency ({lat.kind}) makes timing matter"
+    if math.isfinite(net.bandwidth_mbps):
+        return "event", f"bandwidth_mbps = {net.bandwidth_mbps:g} makes timing matter"
+    if (f.crashes or f.churn_rate_per_s) and not net.compute_s > 0:
+        return "event", "crashes need a round clock (network.compute_s > 0) in the batch engine"
+    faulty = f.dropout or f.crashes or f.churn_rate_per_s or net.loss
+    return "batch", "zero latency and infinite bandwidth" + (
+        " (faults as round masks)" if faulty else ""
+    )
 
 
 def run_scenario(

@@ -71,7 +71,7 @@ from sim import datasets, initial
 from sim.churn import Crash, Faults
 from sim.links import Latency, Network
 
-__all__ = ["ENGINES", "Scenario", "ScenarioError", "choose_engine", "from_plan", "load", "parse"]
+__all__ = ["ENGINES", "Scenario", "ScenarioError", "from_plan", "load", "parse"]
 
 # The keys each table may hold (a key added to the parser is added here too).
 _TOP = (
@@ -140,7 +140,7 @@ class Scenario:
     eval_every: int = 10
     leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
     initial_state: str = "model"  # or "normal[:STD]": x_i(0) per node and trial (sim.initial)
-    engine: str = "auto"  # or "batch" / "event": overrides :func:`choose_engine`
+    engine: str = "auto"  # or "batch" / "event": overrides :func:`sim.runner.choose_engine`
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
@@ -204,30 +204,6 @@ def _number(section: dict, name: str, key: str, default: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ScenarioError(f"{name}.{key} = {value!r} must be a number")
     return value
-
-
-def choose_engine(sc: Scenario) -> tuple[str, str]:
-    """(engine, why): the event engine only when timing matters — a latency that is not
-    zero, a finite bandwidth, or crashes/churn without a round clock (``compute_s = 0``);
-    the batch engine otherwise, faults included (:mod:`sim.round_faults`). An explicit
-    ``engine`` key wins."""
-    if sc.engine != "auto":
-        return sc.engine, "engine key of the scenario"
-    net, f = sc.network, sc.faults
-    lat = net.latency
-    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
-    zero |= lat.kind == "table" and not any(lat.table.values())
-    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
-    if not zero:
-        return "event", f"latency ({lat.kind}) makes timing matter"
-    if math.isfinite(net.bandwidth_mbps):
-        return "event", f"bandwidth_mbps = {net.bandwidth_mbps:g} makes timing matter"
-    if (f.crashes or f.churn_rate_per_s) and not net.compute_s > 0:
-        return "event", "crashes need a round clock (network.compute_s > 0) in the batch engine"
-    faulty = f.dropout or f.crashes or f.churn_rate_per_s or net.loss
-    return "batch", "zero latency and infinite bandwidth" + (
-        " (faults as round masks)" if faulty else ""
-    )
 
 
 def from_plan(
