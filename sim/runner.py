@@ -74,7 +74,7 @@ def run_scenario(
     """Run one scenario; returns the summary (and writes files into ``out`` if given).
 
     ``engine_name``: ``"auto"`` (the scenario's ``engine`` key, else
-    :func:`sim.scenarios.choose_engine`), ``"batch"`` or ``"event"``; the summary says
+    :func:`choose_engine`), ``"batch"`` or ``"event"``; the summary says
     which engine ran and why.
     """
     if engine_name == "auto":
