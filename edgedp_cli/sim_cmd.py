@@ -73,7 +73,12 @@ def register(sub, add) -> None:
     p = simsub.add_parser("run", help="run a scenario file, or a bare plan on an ideal network")
     p.add_argument("scenario", nargs="?", help="scenario.toml")
     p.add_argument("--plan", help="a plan file instead of a scenario")
-    p.add_argument("--engine", default="event", choices=["event", "batch"])
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "event", "batch"],
+        help="auto: the scenario's engine key, else batch unless latency or bandwidth matter",
+    )
     p.add_argument("--out", help="folder for metrics.json and loss.png")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sim_run)

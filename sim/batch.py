@@ -7,6 +7,7 @@ on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, tr
 Like an Agent, the engine never lets a non-finite message through: non-finite per-example
 gradients add zero (counted in ``BatchResult.nonfinite``) and a message with NaN/inf
 raises :class:`~edgedp.errors.NonFiniteMessageError` naming the node, trial and round.
+Dropouts, message loss, crashes and churn run as the round masks of :mod:`sim.round_faults`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource, laplace_draw
 from edgedp.plan import NoisePlan, batch_schedule
-from sim import evaluation, initial
+from sim import evaluation, initial, round_faults
+from sim.churn import Faults
 from sim.datasets import FederatedData
+from sim.links import Network
 from sim.observers import RoundObserver, RoundView
 
 __all__ = ["BatchResult", "model_digest", "run"]
@@ -44,6 +47,12 @@ class BatchResult:
     bytes_sent: int = 0
     aggregate_bytes: int = 0  # adaptive DOME: the spanning tree's k-float frames (in bytes_sent)
     bases: list = field(default_factory=list)  # adaptive DOME: each trial's last basis
+    # faults (sim.round_faults; the same in every trial, counted once)
+    lost_messages: int = 0
+    offline_drops: int = 0  # not lost, but the recipient sat the round out or was down
+    missing: int = 0  # (node, round, neighbour) triples mixed by the dropout rule
+    skipped_rounds: int = 0
+    crashes: int = 0
 
     @property
     def digests(self) -> list[str]:
@@ -62,6 +71,9 @@ def run(
     keys: streams.RunKeys | None = None,
     initial_state: str = "model",
     gradient_transform: Callable | None = None,
+    faults: Faults | None = None,
+    network: Network | None = None,
+    seed: int = 0,
 ) -> BatchResult:
     """Run ``plan`` on ``data`` for ``trials`` independent noise draws.
 
@@ -84,6 +96,12 @@ def run(
     clipping: ``point`` ``(trials, nodes, d)`` where they were taken, ``sel`` ``(trials,
     nodes, B)`` the examples of each node's batch (indices into its local data), ``rows``
     ``(trials, nodes, B, d)``. Without it the run is the same bit for bit.
+
+    ``faults`` and ``network`` (only its loss and ``compute_s`` are read: the batch engine
+    has no latency) with the scenario ``seed`` add dropouts, message loss, crashes and
+    churn as the keyed masks of :mod:`sim.round_faults` — the event engine's draws, so with
+    zero latency both engines give the same models (the conditions are in that module).
+    The masks are the same in every trial.
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
@@ -91,6 +109,23 @@ def run(
     if per_trial and data.x.shape[0] < first_trial + trials:
         raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
     algo = algorithms.for_mechanism(plan.mechanism)
+    faulty = _faulty(faults, network)
+    adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
+    if faulty and adaptive:
+        raise ValueError(
+            "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
+            "churn and message loss are not supported with it (use a block or gaussian basis)."
+        )
+    if faulty and observers:
+        raise ValueError(
+            "observers see every node's message; with faults the batch engine computes "
+            "messages that are never sent: run observers under faults in the event engine"
+        )
+    rf = (
+        round_faults.RoundFaults(plan, faults or Faults(), network or Network(), seed)
+        if faulty
+        else None
+    )
     model = models.for_task(plan.task, data.features)
     d = model.dim
     batch, per_epoch = batch_schedule(plan, data.local_size, dim=d)
@@ -108,7 +143,6 @@ def run(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
     )
     state = source.init()
-    adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
     if adaptive:  # one view per trial; the network sum emulated in the tree's order
         tree = sketch_adaptive.spanning_tree(algo._graph(plan))
         trackers = [
@@ -239,12 +273,15 @@ def run(
         before = alg_state
         drawn.clear()
         alg_state, message = algo.send(alg_state, ctx)
-        _check_messages(message, t, first_trial)
+        _check_messages(message, t, first_trial, None if rf is None else rf.active(t))
         if message.ndim == theta.ndim:
             gathered = message[..., plan.mixing_index, :]
         else:  # one message per padded-row slot (Zip-DL): slot of the recipient in its row
             gathered = message[..., plan.mixing_index, back, :]
-        alg_state = algo.receive(alg_state, plan.mixing_weight, gathered, ctx)
+        if rf is None:
+            alg_state = algo.receive(alg_state, plan.mixing_weight, gathered, ctx)
+        else:
+            alg_state = round_faults.receive(rf, algo, t, before, alg_state, gathered, ctx)
         if observers:
             view = RoundView(t, message, drawn.get("gradient"), drawn.get("noise"), before, batch)
             for obs in observers:
@@ -268,6 +305,8 @@ def run(
     result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
     result.nonfinite = nonfinite
     result.messages = degree_sum * plan.steps * trials
+    if rf is not None:
+        rf.fill(result, trials)
     result.bytes_sent = result.messages * msg_dim * 8
     if adaptive:  # a k-float frame up and one down each tree edge per round
         result.aggregate_bytes = 2 * (plan.n - 1) * msg_dim * 8 * plan.steps * trials
@@ -275,9 +314,20 @@ def run(
     return result
 
 
-def _check_messages(message: np.ndarray, step: int, first_trial: int) -> None:
-    """Raise NonFiniteMessageError naming the first (trial, node) whose message has NaN/inf."""
+def _faulty(faults: Faults | None, network: Network | None) -> bool:
+    """Whether the run has any fault (dropout, crash, churn or loss) to draw."""
+    f = faults or Faults()
+    return bool(f.dropout or f.crashes or f.churn_rate_per_s or (network and network.loss))
+
+
+def _check_messages(
+    message: np.ndarray, step: int, first_trial: int, active: np.ndarray | None = None
+) -> None:
+    """Raise NonFiniteMessageError naming the first (trial, node) whose message has NaN/inf
+    (among the ``active`` nodes: the others send nothing this round)."""
     ok = np.isfinite(message).reshape(message.shape[0], message.shape[1], -1).all(axis=-1)
+    if active is not None:
+        ok |= ~active[None, :]
     if ok.all():
         return
     i, u = (int(v) for v in np.argwhere(~ok)[0])

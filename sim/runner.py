@@ -7,6 +7,7 @@ import json
 import math
 import time
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,12 @@ from edgedp.accounting import laplace
 from sim import batch, engine, provenance
 from sim.scenarios import Scenario, ScenarioError, parse
 
-__all__ = ["run_scenario", "run_sweep", "sweep_points"]
+__all__ = ["choose_engine", "run_scenario", "run_sweep", "sweep_points"]
 
 #: The keys a sweep file may hold (each ``[grid]`` key is a dotted scenario key, checked by
 #: parsing every grid point).
 SWEEP_KEYS = ("scenario", "seeds", "grid", "engine")
-ENGINES = ("event", "batch")
+ENGINES = ("auto", "event", "batch")
 
 
 def _progress(label: str, total: int, enabled: bool):
@@ -39,26 +40,67 @@ def _progress(label: str, total: int, enabled: bool):
     return update, bar.close
 
 
+def choose_engine(sc: Scenario) -> tuple[str, str]:
+    """(engine, why): the event engine only when timing matters — a latency that is not
+    zero, a finite bandwidth, or crashes/churn without a round clock (``compute_s = 0``);
+    the batch engine otherwise, faults included (:mod:`sim.round_faults`). An explicit
+    ``engine`` key wins."""
+    if sc.engine != "auto":
+        return sc.engine, "engine key of the scenario"
+    net, f = sc.network, sc.faults
+    lat = net.latency
+    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
+    zero |= lat.kind == "table" and not any(lat.table.values())
+    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
+    if not zero:
+        return "event", f"latency ({lat.kind}) makes timing matter"
+    if math.isfinite(net.bandwidth_mbps):
+        return "event", f"bandwidth_mbps = {net.bandwidth_mbps:g} makes timing matter"
+    if (f.crashes or f.churn_rate_per_s) and not net.compute_s > 0:
+        return "event", "crashes need a round clock (network.compute_s > 0) in the batch engine"
+    faulty = f.dropout or f.crashes or f.churn_rate_per_s or net.loss
+    return "batch", "zero latency and infinite bandwidth" + (
+        " (faults as round masks)" if faulty else ""
+    )
+
+
 def run_scenario(
     sc: Scenario,
     *,
-    engine_name: str = "event",
+    engine_name: str = "auto",
     out: Path | None = None,
     show_progress: bool = False,
 ) -> dict[str, Any]:
-    """Run one scenario; returns the summary (and writes files into ``out`` if given)."""
+    """Run one scenario; returns the summary (and writes files into ``out`` if given).
+
+    ``engine_name``: ``"auto"`` (the scenario's ``engine`` key, else
+    :func:`choose_engine`), ``"batch"`` or ``"event"``; the summary says
+    which engine ran and why.
+    """
+    if engine_name == "auto":
+        engine_name, why = choose_engine(sc)
+    elif engine_name in ENGINES:
+        why = "chosen by the caller"
+    else:
+        raise ScenarioError(f"unknown engine {engine_name!r}; use auto, event or batch")
+    net, f = sc.network, sc.faults
+    if engine_name == "batch" and (net.loss or f.dropout or f.crashes or f.churn_rate_per_s):
+        auto, reason = choose_engine(replace(sc, engine="auto"))
+        if auto == "event":  # faults in round terms need zero latency and a round clock
+            raise ScenarioError(f"the batch engine cannot run these faults: {reason}; use event")
     data = sc.data()
     update, close = _progress(sc.name, sc.plan.steps, show_progress)
     started = time.perf_counter()
     if engine_name == "batch":
-        if sc.network.loss or sc.faults.dropout or sc.faults.crashes or sc.faults.churn_rate_per_s:
-            raise ScenarioError("the batch engine has no network or faults; use --engine event")
         res = batch.run(
             sc.plan,
             data,
             eval_every=sc.eval_every,
             progress=update,
             initial_state=sc.initial_state,
+            faults=sc.faults,
+            network=net,
+            seed=sc.seed,
         )
         metrics = {
             "rounds": res.eval_steps,
@@ -69,7 +111,12 @@ def run_scenario(
         summary = {
             "messages": res.messages,
             "bytes": res.bytes_sent,
-            "dropped_messages": 0,
+            "dropped_messages": res.lost_messages + res.offline_drops,
+            "lost_messages": res.lost_messages,
+            "offline_drops": res.offline_drops,
+            "missing": res.missing,
+            "skipped_rounds": res.skipped_rounds,
+            "crashes": res.crashes,
             "nonfinite_examples": res.nonfinite,
             "model_digest": res.digests[0],
             "simulated_seconds": None,
@@ -107,13 +154,12 @@ def run_scenario(
             "simulated_seconds": res.simulated_seconds,
             "model_digest": res.model_digest,
         }
-    else:
-        raise ScenarioError(f"unknown engine {engine_name!r}; use event or batch")
     close()
     g = sc.plan.guarantee() if sc.plan.noise_multiplier > 0 else None
     summary = {
         "scenario": sc.name,
         "engine": engine_name,
+        "engine_reason": why,
         "seed": sc.seed,
         "rounds": sc.plan.steps,
         "nodes": sc.plan.n,
@@ -185,7 +231,7 @@ def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str,
     _validate.known_keys(sweep, SWEEP_KEYS, error=ScenarioError)
     if "scenario" not in sweep:
         raise ScenarioError("sweep.scenario (the base scenario file) is required")
-    if sweep.get("engine", "event") not in ENGINES:
+    if sweep.get("engine", "auto") not in ENGINES:
         raise ScenarioError(f"engine = {sweep['engine']!r}; choose one of {list(ENGINES)}")
     path = Path(sweep["scenario"])
     path = path if path.is_absolute() else base / path
@@ -247,7 +293,7 @@ def run_sweep(
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ScenarioError(f"{sweep_file}: {exc}") from None
     points = sweep_points(sweep, sweep_file.parent)
-    engine_name = sweep.get("engine", "event")
+    engine_name = sweep.get("engine", "auto")
     cluster = None
     if scheduler is None:
         cluster = LocalCluster(

@@ -140,7 +140,7 @@ def test_example_scenarios_run(name):
         ({"faults": {"crashes": [{"node": 1}]}}, "faults.crashes[0]"),
         ({"privacy": ("replace", {"mechanism": "dp-dsgd"})}, "target_epsilon"),
         ({"topology": {"spec": "moon:3"}}, "topology.spec"),
-        ({"colour": "blue"}, "unknown key colour (expected one of eval_every, faults"),
+        ({"colour": "blue"}, "unknown key colour (expected one of engine, eval_every, faults"),
         (
             {"privacy": {"clip_nrom": 0.1}},
             "unknown key privacy.clip_nrom (did you mean privacy.clip_norm?)",

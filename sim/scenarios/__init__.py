@@ -7,6 +7,7 @@ seed = 1                 # network and fault draws; the plan seed drives noise a
 steps = 60
 eval_every = 5
 initial_state = "model"  # or "normal[:STD]": x_i(0) ~ N(0, STD² I) per node and trial
+engine = "auto"          # batch unless timing matters (latency, bandwidth); or batch | event
 
 [topology]               # or: plan = "run.plan" instead of [topology], [task], [privacy]
 spec = "er:100:0.05:1"
@@ -70,7 +71,7 @@ from sim import datasets, initial
 from sim.churn import Crash, Faults
 from sim.links import Latency, Network
 
-__all__ = ["Scenario", "ScenarioError", "from_plan", "load", "parse"]
+__all__ = ["ENGINES", "Scenario", "ScenarioError", "from_plan", "load", "parse"]
 
 # The keys each table may hold (a key added to the parser is added here too).
 _TOP = (
@@ -86,7 +87,9 @@ _TOP = (
     "faults",
     "leakage",
     "initial_state",
+    "engine",
 )
+ENGINES = ("auto", "batch", "event")
 _LAPLACE_KEYS = ("gamma", "beta", "q1", "q2", "delta_grad", "adjacency")
 _TOPOLOGY_KEYS = ("spec", "weighting")
 _TASK_KEYS = ("model", "dataset", "partition", "batch_size", "loss")
@@ -137,6 +140,7 @@ class Scenario:
     eval_every: int = 10
     leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
     initial_state: str = "model"  # or "normal[:STD]": x_i(0) per node and trial (sim.initial)
+    engine: str = "auto"  # or "batch" / "event": overrides :func:`sim.runner.choose_engine`
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
@@ -371,6 +375,9 @@ def parse(
         initial.parse(initial_state)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    engine = raw.get("engine", "auto")
+    if engine not in ENGINES:
+        raise ScenarioError(f"engine = {engine!r}; choose one of {list(ENGINES)}")
     eval_every = raw.get("eval_every", max(1, plan.steps // 20))
     if not isinstance(eval_every, int) or eval_every < 1:
         raise ScenarioError(f"eval_every = {eval_every!r} must be a positive integer")
@@ -383,6 +390,7 @@ def parse(
         eval_every=eval_every,
         leakage=leakage,
         initial_state=str(initial_state),
+        engine=engine,
     )
 
 
