@@ -364,9 +364,10 @@ def simulate(
     Args:
       plan: a NoisePlan.
       scenario: where it runs (:func:`scenario_for`): None = an ideal network.
-      engine: ``"batch"`` (vectorized; no network effects), ``"event"`` (SimPy: latency,
-        loss, dropouts, crashes, churn) or ``"auto"``: the event engine iff the scenario
-        has network effects.
+      engine: ``"batch"`` (vectorized; dropouts, loss, crashes and churn as round masks at
+        zero latency), ``"event"`` (SimPy: latency, bandwidth, deadlines and every fault)
+        or ``"auto"``: the event engine only when timing matters
+        (:func:`sim.runner.choose_engine`; the scenario's ``engine`` key wins).
       trials: independent noise draws. Batch: the plan's noise streams of trials 0..N-1
         (trial 0 is the event engine's on an ideal network). Event: trial i runs the plan
         with seed + i (the data stays the plan's).
@@ -386,12 +387,15 @@ def simulate(
     every = sc.eval_every if eval_every is None else eval_every
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"Expected eval_every={every!r} to be an integer >= 1.")
+    runner = _need("sim.runner")
     if engine == "auto":
-        engine = "event" if _need("sim.leak").has_network_effects(sc) else "batch"
+        engine, _ = runner.choose_engine(sc)
+    elif engine == "batch":
+        auto, why = runner.choose_engine(dataclasses.replace(sc, engine="auto"))
+        if auto == "event":
+            raise ValueError(f"the batch engine cannot run this scenario: {why}; use 'event'")
     data = sc.data()
     if engine == "batch":
-        if sc.network.loss or sc.faults.dropout or sc.faults.crashes or sc.faults.churn_rate_per_s:
-            raise ValueError("the batch engine has no network or faults; use engine='event'")
         batch = _need("sim.batch")
         res = batch.run(
             plan,
@@ -400,12 +404,17 @@ def simulate(
             eval_every=every,
             progress=progress,
             initial_state=sc.initial_state,
+            faults=sc.faults,
+            network=sc.network,
+            seed=sc.seed,
         )
         loss = np.array(res.test_loss).T
         acc = np.array(res.test_accuracy).T
         cons = np.array(res.consensus_distance).T
         rounds, digests = res.eval_steps, res.digests
         metrics = {"nonfinite_examples": res.nonfinite, "clipped_fraction": res.clipped_fraction}
+        for key in ("lost_messages", "offline_drops", "missing", "skipped_rounds", "crashes"):
+            metrics[key] = getattr(res, key)
         bytes_sent, messages, sim_s = res.bytes_sent // trials, res.messages // trials, None
     else:
         eng = _need("sim.engine")
