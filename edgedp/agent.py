@@ -574,6 +574,15 @@ class Agent:
         """Take a message; returns False (and counts why) if it is rejected."""
         try:
             msg = wire.decode(frames, max_bytes=self.context.max_bytes)
+        except wire.WireError as exc:
+            self.metrics.rejected[type(exc).__name__] += 1
+            return False
+        return self.accept(msg, authenticated_sender=authenticated_sender)
+
+    def accept(self, msg: wire.Message, *, authenticated_sender: int | None = None) -> bool:
+        """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
+        every check against this node's plan, round window and bounds, then the inbox."""
+        try:
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
                 # model + tree frame

@@ -18,6 +18,7 @@ False
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 _DOMAIN = b"edgedp.rng.v1"
+_ZERO_KEY = np.zeros(2, dtype=np.uint64)
+#: One Philox generator per thread that :func:`stacked` re-keys instead of building one per
+#: call (a speed cache: each use sets key, counter and buffer, so no draw depends on it).
+_SPARE = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +129,10 @@ def stacked(
         raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
     keys = np.asarray(keys, dtype=object)
     out = np.empty((*keys.shape, *shape))
-    bit_gen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
-    gen = np.random.Generator(bit_gen)
+    spare = getattr(_SPARE, "gen", None)  # building a Philox costs ~10x re-keying one
+    _SPARE.gen = None  # taken: a nested call (from ``sample``) builds its own
+    gen = spare if spare is not None else np.random.Generator(np.random.Philox(key=_ZERO_KEY))
+    bit_gen = gen.bit_generator
     inner = {"counter": np.array([0, 0, int(step), 0], dtype=np.uint64), "key": None}
     state = {
         "bit_generator": "Philox",
@@ -139,6 +146,7 @@ def stacked(
         inner["key"] = np.array(keys[index].words, dtype=np.uint64)
         bit_gen.state = state
         out[index] = sample(gen)
+    _SPARE.gen = gen  # every call re-keys it fully: no random state carries over
     return out
 
 

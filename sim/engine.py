@@ -1,14 +1,23 @@
-"""The event engine: SimPy processes driving the same :class:`edgedp.agent.Agent` as devices.
+"""The event engine: a SimPy event queue driving the same :class:`edgedp.agent.Agent` as devices.
 
-Every node is a process ``node(u)``: begin its round, hand the frames to its uplink, wait
-for its neighbours' messages (or the round deadline, or until every missing neighbour is
-known to have moved on), end the round. Messages are real wire frames; a transmission is
-a process that holds the sender's uplink for the serialization delay (size / bandwidth) and
-then waits the link's latency before ``receive``. Loss, per-round dropouts, crashes with
-restart from the last round-boundary snapshot and departures come from keyed draws of the
-scenario seed (sim/links.py, sim/churn.py). A node restarted more than the receive window
-behind rejoins as a device does (:meth:`edgedp.agent.Agent.rejoin`). The number of events
-is linear in the number of messages: there is no polling.
+Every node is a small state machine moved by callbacks on timed events: begin its round,
+hand the messages to its uplink, take its neighbours' messages as they arrive, and end the
+round once every neighbour's message is in, every missing neighbour is known to have moved
+on, or the round deadline passes. The uplink sends one message at a time (size / bandwidth
+each; rounds in flight at once take turns, first come first served); a message then travels
+the link's latency. Loss, per-round dropouts, crashes with restart from the last
+round-boundary snapshot and departures come from keyed draws of the scenario seed
+(sim/links.py, sim/churn.py). A node restarted more than the receive window behind rejoins
+as a device does (:meth:`edgedp.agent.Agent.rejoin`). A message costs one event, its
+delivery (two with link observers and a finite bandwidth: they see it leave); a round about
+one more, its deadline. There is no polling and no process per message: a callback per
+event costs a fraction of a SimPy process switch.
+
+Each message is encoded by the sender's Agent and decoded once by the real codec
+(:func:`edgedp.wire.decode`); every recipient runs the receiver's checks on it
+(:meth:`edgedp.agent.Agent.accept`: plan, sender, round window, shape, finite values within
+the plan's bound). These frames come from the engine itself, never from a peer: hostile
+frames are handled by ``Agent.receive`` and the device transports.
 
 With zero latency, no loss and no faults, the models equal the batch engine's bit for bit.
 A node whose message would be non-finite raises the Agent's
@@ -18,13 +27,15 @@ A node whose message would be non-finite raises the Agent's
 from __future__ import annotations
 
 import copy
+import heapq
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
-from edgedp import models, rng, streams
+from edgedp import models, rng, streams, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from sim import evaluation, initial
@@ -33,7 +44,7 @@ from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
 from sim.observers import LinkObserver
 
-__all__ = ["EventResult", "run"]
+__all__ = ["EventResult", "run", "uplink_schedule"]
 
 
 @dataclass(slots=True)
@@ -65,6 +76,86 @@ class EventResult:
         return self.lost_messages + self.offline_drops + self.rejected
 
 
+class _Clock(simpy.Environment):
+    """A SimPy environment that also runs plain callbacks at absolute times.
+
+    ``at(time, fn, *args)`` schedules one event whose only callback is ``fn(*args)``. The
+    time is absolute, so a delivery lands at exactly ``emitted + latency`` whatever the
+    moment it was planned (``now + (t - now)`` can differ from ``t`` in the last bit).
+    """
+
+    def at(self, time: float, fn: Callable, *args) -> simpy.Event:
+        event = simpy.Event(self)
+        event._ok, event._value = True, None
+        event.callbacks.append(lambda _event: fn(*args))
+        heapq.heappush(self._queue, (time, simpy.core.NORMAL, next(self._eid), event))
+        return event
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    """One round's messages of one node waiting for (or on) its uplink."""
+
+    sender: int
+    arrival: float
+    round: int
+    recipients: tuple[int, ...]
+    frames: list  # per recipient: the frames
+    decoded: list  # per recipient: the decoded message (None: decode refused it)
+    sizes: list[int]
+    delays: list[float]
+
+
+@dataclass(slots=True, eq=False)
+class _Send:
+    """One message planned on an uplink: its slot, and what was done for it (undone if the
+    plan changes before it starts)."""
+
+    job: _Job
+    index: int
+    start: float
+    end: float
+    emitted: bool = False
+    lost: bool = False
+    live: bool = True
+
+
+def uplink_schedule(jobs: Sequence[tuple[float, Sequence[float]]]) -> list[tuple]:
+    """Start and end of every message of ``jobs`` on one first-come-first-served uplink.
+
+    ``jobs`` are ``(arrival, delays)`` in arrival order; a job asks for its next message's
+    slot when the previous one ends (SimPy ``Resource(capacity=1)``: concurrent jobs take
+    turns). Returns ``[(job, index, start, end)]`` in service order. A job arriving at the
+    instant a slot ends queues before the job that held it.
+
+    >>> uplink_schedule([(0.0, [1.0, 1.0]), (0.5, [1.0])])
+    [(0, 0, 0.0, 1.0), (1, 0, 1.0, 2.0), (0, 1, 2.0, 3.0)]
+    """
+    out: list[tuple] = []
+    queue: deque[tuple[int, int]] = deque()
+    k, held = 0, None  # held: the (job, index) on the uplink; out[-1] is its slot
+
+    def grant(job: int, index: int, now: float) -> tuple[int, int]:
+        out.append((job, index, now, now + jobs[job][1][index]))
+        return job, index
+
+    while k < len(jobs) or held is not None:
+        if held is not None and (k == len(jobs) or jobs[k][0] > out[-1][3]):
+            (j, i), now = held, out[-1][3]  # its slot ends: the queue's head goes next
+            held = grant(*queue.popleft(), now) if queue else None
+            if i + 1 < len(jobs[j][1]):  # then it asks for its next slot
+                if held is None:
+                    held = grant(j, i + 1, now)
+                else:
+                    queue.append((j, i + 1))
+        elif held is None:
+            held, k = grant(k, 0, jobs[k][0]), k + 1
+        else:
+            queue.append((k, 0))
+            k += 1
+    return out
+
+
 class _Sim:
     def __init__(
         self,
@@ -93,7 +184,7 @@ class _Sim:
                 "churn and message loss are not supported with it (use a block or gaussian "
                 "basis)."
             )
-        self.env = simpy.Environment()
+        self.env = _Clock()
         self.model = models.for_task(plan.task, data.features)
         self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
@@ -109,9 +200,12 @@ class _Sim:
         self.crashes: list[Crash] = faults.crash_schedule(n, net_secret)
         self.up = [True] * n
         self.incarnation = [0] * n
-        self.arrival = [self.env.event() for _ in range(n)]
-        self.uplink = [simpy.Resource(self.env, 1) for _ in range(n)]
-        self.snapshots = [a.snapshot() for a in self.agents]
+        # per node while it waits inside a round: [incarnation, start, limit, deadline event]
+        self.waiting: list[list | None] = [None] * n
+        self.uplink: list[list[_Send]] = [[] for _ in range(n)]  # the current busy period
+        # snapshots are read only by restarts: kept for the nodes that crash and come back
+        self.restarts = {c.node for c in self.crashes if c.down_s != float("inf")}
+        self.snapshots = {u: self.agents[u].snapshot() for u in self.restarts}
         self.round_end = np.full((n, T), np.nan)
         self.eval_every = eval_every
         self.evals: dict[int, dict[int, np.ndarray]] = {}
@@ -144,118 +238,193 @@ class _Sim:
         if self.progress is not None and self.done_pairs % self.plan.n == 0:
             self.progress(self.done_pairs // self.plan.n)
 
-    # ---------------------------------------------------------------- processes
-    def node(self, u: int, incarnation: int, first: bool):
+    def _snapshot(self, u: int) -> None:
+        if u in self.restarts:
+            self.snapshots[u] = copy.deepcopy(self.agents[u].snapshot())
+
+    # ------------------------------------------------------------------ a node
+    def _rounds(self, u: int, incarnation: int, first: bool) -> None:
+        """Run node ``u`` from the start of its current round until it must wait."""
+        if self.incarnation[u] != incarnation:
+            return
         env, agent = self.env, self.agents[u]
-        while not agent.done:
-            target = agent.rejoin_target()
-            if target is not None:  # fell past the receive window: skip to the neighbours
-                behind = agent.round
-                self.result.skipped_rounds += agent.rejoin(target)
-                for r in range(behind, target):
-                    self._finish_round(u, r)
-                self.snapshots[u] = copy.deepcopy(agent.snapshot())
-            r = agent.round
-            if self.dropped[u, r]:
-                agent.skip_round()
-                self.result.skipped_rounds += 1
+        if agent.done:
+            return
+        target = agent.rejoin_target()
+        if target is not None:  # fell past the receive window: skip to the neighbours
+            behind = agent.round
+            self.result.skipped_rounds += agent.rejoin(target)
+            for r in range(behind, target):
                 self._finish_round(u, r)
-                yield env.timeout(0)
-                continue
-            out = agent.begin_round()
-            if self.network.compute_s:
-                yield env.timeout(self.network.compute_s)
-                if self.incarnation[u] != incarnation:
-                    return
-            env.process(self.transmit(u, out))
-            start = env.now
-            limit = self.network.startup_timeout_s if first else self.network.round_timeout_s
-            while not agent.ready():
-                missing = agent.missing()
-                if missing and set(agent.hopeless()) == set(missing):
-                    break
-                remaining = start + limit - env.now
-                if remaining <= 0:
-                    break
-                self.arrival[u] = env.event()
-                yield self.arrival[u] | env.timeout(remaining)
-                if self.incarnation[u] != incarnation:
-                    return  # crashed while waiting: this process dies with the node
-            report = agent.end_round()
-            self.result.missing += len(report.missing)
-            for obs in self.round_observers:  # the round's private gradient
-                obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
-            self.snapshots[u] = copy.deepcopy(agent.snapshot())
+            self._snapshot(u)
+        r = agent.round
+        if self.dropped[u, r]:
+            agent.skip_round()
+            self.result.skipped_rounds += 1
             self._finish_round(u, r)
-            first = False
+            env.at(env.now, self._rounds, u, incarnation, first)
+            return
+        out = agent.begin_round()
+        if self.network.compute_s:
+            env.at(env.now + self.network.compute_s, self._computed, u, incarnation, first, out)
+        else:
+            self._computed(u, incarnation, first, out)
 
-    def transmit(self, u: int, out):
-        # one copy for all recipients; per recipient only where frames differ (Zip-DL, DOME)
+    def _computed(self, u: int, incarnation: int, first: bool, out) -> None:
+        if self.incarnation[u] != incarnation:
+            return
+        self._transmit(u, out)
+        limit = self.network.startup_timeout_s if first else self.network.round_timeout_s
+        self.waiting[u] = [incarnation, self.env.now, limit, None]
+        self._wake(u)
+
+    def _wake(self, u: int) -> None:
+        """Node ``u`` waits in its round: end it if it can, else (re)arm the deadline."""
+        wait, agent, now = self.waiting[u], self.agents[u], self.env.now
+        if not agent.ready():
+            missing = agent.missing()
+            remaining = wait[1] + wait[2] - now
+            if not (missing and set(agent.hopeless()) == set(missing)) and remaining > 0:
+                deadline = now + remaining
+                if wait[3] != deadline:  # the deadline float moved: one more event
+                    wait[3] = deadline
+                    self.env.at(deadline, self._deadline, u, wait, deadline)
+                return
+        self.waiting[u] = None
+        r = agent.round
+        report = agent.end_round()
+        self.result.missing += len(report.missing)
+        for obs in self.round_observers:  # the round's private gradient
+            obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
+        self._snapshot(u)
+        self._finish_round(u, r)
+        self._rounds(u, wait[0], False)
+
+    def _deadline(self, u: int, wait: list, deadline: float) -> None:
+        if self.waiting[u] is wait and wait[3] == deadline:
+            self._wake(u)
+
+    # ------------------------------------------------------------------ links
+    def _transmit(self, u: int, out) -> None:
+        """Hand one round's messages to ``u``'s uplink."""
         per_recipient = out.per_recipient is not None
-        frames = None if per_recipient else [bytes(f) for f in out.frames]
+        frames = decoded = None
+        job = _Job(u, self.env.now, out.round, out.recipients, [], [], [], [])
         for v in out.recipients:
-            if per_recipient:
+            if per_recipient or frames is None:
                 frames = [bytes(f) for f in out.frames_for(v)]
+                try:  # the real codec, once per distinct message
+                    decoded = wire.decode(frames, max_bytes=self.agents[v].context.max_bytes)
+                except wire.WireError:
+                    decoded = None  # the recipient's receive() counts the rejection
             size = sum(len(f) for f in frames)
-            delay = self.network.serialization_s(size)
-            if delay:
-                with self.uplink[u].request() as req:
-                    yield req
-                    yield self.env.timeout(delay)
-            self.result.messages += 1
-            self.result.bytes_sent += size
-            for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
-                obs.on_message(
-                    sender=u, recipient=v, round=out.round, frames=frames, time=self.env.now
-                )
-            if self.links.lost[(u, v)][out.round]:
-                self.result.lost_messages += 1
-                continue
-            self.env.process(
-                self.deliver(u, v, frames, out.round, float(self.links.latency[(u, v)][out.round]))
-            )
-        if False:  # pragma: no cover  (makes this a generator even with no recipients)
-            yield
+            job.frames.append(frames)
+            job.decoded.append(decoded)
+            job.sizes.append(size)
+            job.delays.append(self.network.serialization_s(size))
+        if not job.recipients:
+            return
+        if not job.delays[0]:  # no serialization delay: every message leaves now
+            for i in range(len(job.recipients)):
+                self._emit(_Send(job, i, job.arrival, job.arrival))
+            return
+        self._plan_uplink(u, job)
 
-    def deliver(self, u: int, v: int, frames, round_: int, latency: float):
-        if latency:
-            yield self.env.timeout(latency)
-        if not self.up[v] or self.dropped[v, round_]:
+    def _plan_uplink(self, u: int, job: _Job) -> None:
+        """Add ``job`` to ``u``'s uplink; re-plan the slots that have not started yet."""
+        now, sends = self.env.now, self.uplink[u]
+        if not sends or sends[-1].end <= now:
+            sends = self.uplink[u] = []  # idle: a new busy period
+        jobs = list(dict.fromkeys(s.job for s in sends)) + [job]
+        plan = uplink_schedule([(j.arrival, j.delays) for j in jobs])
+        kept = {(s.job, s.index): s for s in sends}
+        self.uplink[u] = []
+        for j, i, start, end in plan:
+            old = kept.get((jobs[j], i))
+            if old is not None and old.start == start and old.end == end:
+                self.uplink[u].append(old)
+                continue
+            if old is not None:  # it had not started: take back what was done for it
+                self._retract(old)
+            send = _Send(jobs[j], i, start, end)
+            self.uplink[u].append(send)
+            if self.observers:  # observers see it at the moment it leaves
+                self.env.at(end, self._emit, send)
+            else:  # its fate is known now; taken back if the slot moves
+                self._emit(send)
+
+    def _emit(self, send: _Send) -> None:
+        """Message ``send`` leaves its uplink at ``send.end``: count it, draw its fate."""
+        if not send.live:
+            return
+        job, i = send.job, send.index
+        u, v = job.sender, job.recipients[i]
+        send.emitted = True
+        self.result.messages += 1
+        self.result.bytes_sent += job.sizes[i]
+        for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
+            obs.on_message(
+                sender=u, recipient=v, round=job.round, frames=job.frames[i], time=send.end
+            )
+        if self.links.lost[(u, v)][job.round]:
+            self.result.lost_messages += 1
+            send.lost = True
+            return
+        arrival = send.end + float(self.links.latency[(u, v)][job.round])
+        self.env.at(arrival, self._deliver, send, u)
+
+    def _retract(self, send: _Send) -> None:
+        """Take back a planned message whose slot moved (a pending delivery is dropped)."""
+        send.live = False
+        if send.emitted:
+            self.result.messages -= 1
+            self.result.bytes_sent -= send.job.sizes[send.index]
+            self.result.lost_messages -= send.lost
+
+    def _deliver(self, send: _Send, u: int) -> None:
+        if not send.live:
+            return
+        job, i = send.job, send.index
+        v = job.recipients[i]
+        if not self.up[v] or self.dropped[v, job.round]:
             self.result.offline_drops += 1
             return
-        if not self.agents[v].receive(frames, authenticated_sender=u):
-            self.result.rejected += 1
-        if not self.arrival[v].triggered:
-            self.arrival[v].succeed()
+        agent = self.agents[v]
+        if job.decoded[i] is None:
+            agent.receive(job.frames[i], authenticated_sender=u)
+        else:
+            agent.accept(job.decoded[i], authenticated_sender=u)
+        if self.waiting[v] is not None:
+            self._wake(v)
 
-    def crash(self, c: Crash):
-        yield self.env.timeout(c.at_s)
+    def _crash(self, c: Crash) -> None:
         u = c.node
         if not self.up[u] or self.agents[u].done:
             return
         self.up[u] = False
         self.incarnation[u] += 1
+        self.waiting[u] = None  # what it was doing dies with it
         self.result.crashes += 1
-        if not self.arrival[u].triggered:
-            self.arrival[u].succeed()  # wake the process so it notices and ends
-        if c.down_s == float("inf"):
-            return
-        yield self.env.timeout(c.down_s)
+        if c.down_s != float("inf"):
+            self.env.at(self.env.now + c.down_s, self._restart, u)
+
+    def _restart(self, u: int) -> None:
         agent = self._new_agent(u)
         agent.restore(copy.deepcopy(self.snapshots[u]))
         self.agents[u] = agent
         self.up[u] = True
-        self.env.process(self.node(u, self.incarnation[u], first=False))
+        self._rounds(u, self.incarnation[u], False)
 
     def run(self) -> EventResult:
+        env = self.env
         for u in range(self.plan.n):
-            self.env.process(self.node(u, 0, first=True))
+            env.at(0.0, self._rounds, u, 0, True)
         for c in self.crashes:
-            self.env.process(self.crash(c))
+            env.at(c.at_s, self._crash, c)
         events = 0
         while True:
             try:
-                self.env.step()
+                env.step()
             except simpy.core.EmptySchedule:
                 break
             events += 1
