@@ -389,7 +389,9 @@ class Agent:
                 chunks = [sel[lo : lo + self.chunk] for lo in range(0, len(sel), self.chunk)]
             gsum = None
             for part in chunks:
-                grads = self.model.per_example_gradients(point, self.x[part], self.y[part])
+                # one example: a view of its row instead of a copy
+                rows = slice(int(part[0]), int(part[0]) + 1) if len(part) == 1 else part
+                grads = self.model.per_example_gradients(point, self.x[rows], self.y[rows])
                 if self.gradient_transform is not None:
                     grads = self.gradient_transform(self.round, point, part, grads)
                 if project is not None:
@@ -444,7 +446,6 @@ class Agent:
             mean=None if self.aggregator is None else self.aggregator.sketch.mean(self.round),
             release=None if self.aggregator is None else self._release,
         )
-        noise_state = self.noise_state
         try:  # nothing below changes the agent until every outgoing array is checked
             state, message = self.algo.send(self.state, self._ctx)
             tree = {}
@@ -452,7 +453,11 @@ class Agent:
                 tree = self.aggregator.frames_out(self.round)
             self._check_finite(message, *tree.values())
         except BaseException:
-            self.noise_state, self._ctx = noise_state, None
+            # the stream goes back to the round's start, regenerated from the key (the
+            # factor's state is not kept twice for this rare path)
+            self._ctx = None
+            if self.noise_state.step != self.round:
+                self.noise_state = self.noise.state_at(self.round)
             raise
         self.state, self.message = state, message
         self.metrics.sent += len(self.neighbours)
@@ -674,8 +679,9 @@ class Agent:
         before = self.theta
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
             state = self.algo.receive(
-                self.state, np.asarray(weights, dtype=np.float64), np.stack(vectors), self._ctx
+                self.state, np.asarray(weights, dtype=np.float64), vectors, self._ctx
             )
+        del vectors  # the round's messages are not needed past the mixing
         bad = sum(int(a.size - np.count_nonzero(np.isfinite(a))) for a in state.values())
         if bad:  # checked before any change: the agent never adopts a non-finite state
             self.metrics.rejected["NonFiniteStateError"] += 1
@@ -685,13 +691,15 @@ class Agent:
             )
         self.inbox.pop(self.round, None)
         self.state = state
-        with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
-            step = np.subtract(self.theta, before)
-            update_norm = float(np.sqrt(np.sum(np.multiply(step, step, out=step))))
-            del step
         if self.dropout_rule == "reuse-last":  # the only rule that reads them again
             for v, vec in got.items():
                 self.last_seen[v] = vec
+        del got
+        self.message = None  # released before the diagnostic's temporary is allocated
+        with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
+            step = np.subtract(self.theta, before)
+            update_norm = float(np.sqrt(np.sum(np.multiply(step, step, out=step))))
+            del step, before
         if self.aggregator is not None:
             self.aggregator.end_round(self.round)
         report = RoundReport(self.round, missing, self._clipped, update_norm, self._nonfinite)
@@ -700,7 +708,6 @@ class Agent:
         self.metrics.clipped += self._clipped
         self.metrics.nonfinite += self._nonfinite
         self.round += 1
-        self.message = None
         self._ctx = None
         self.inbox = {k: v for k, v in self.inbox.items() if k >= self.round}
         return report

@@ -217,10 +217,15 @@ class Banded:
         t = state.step
         if t >= self.steps:
             raise ValueError(f"Expected step < {self.steps} (the factor's horizon), got {t}.")
-        acc = draw(t)
+        # acc − b·y and acc / c in place once acc is ours (a draw may be a read-only memo):
+        # the same bits as the plain expressions, one d-sized temporary
+        acc, owned = draw(t), False
         for j, y in enumerate(state.buffers, start=1):  # buffers[j-1] = y_{t-j}
-            acc = acc - self.bands[t, j] * y
-        y_t = acc / self.bands[t, 0]
+            term = np.multiply(self.bands[t, j], y)
+            acc = np.subtract(acc, term, out=acc if owned else term)
+            owned = True
+            del term
+        y_t = np.divide(acc, self.bands[t, 0], out=acc if owned else None)
         buffers = ((y_t,) + state.buffers[:-1]) if state.buffers else ()
         return y_t, StreamState(t + 1, buffers)
 
@@ -305,8 +310,8 @@ class Dense:
         row = self.inverse[t]
         acc = row[0] * draw(0)
         for tau in range(1, t + 1):
-            if row[tau] != 0.0:
-                acc = acc + row[tau] * draw(tau)
+            if row[tau] != 0.0:  # acc + c·z in place: the same bits, no second accumulator
+                np.add(acc, np.multiply(row[tau], draw(tau)), out=acc)
         return acc, StreamState(t + 1)
 
     def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
@@ -412,10 +417,20 @@ class BLT:
         return StreamState(0, tuple(np.zeros(shape) for _ in range(self.buffers)))
 
     def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]:
-        y = draw(state.step)
+        # the plain expressions' bits, computed in place once an array is ours (a draw may
+        # be a read-only memo): no temporaries beyond one term and the new buffers
+        y, owned = draw(state.step), False
         for omega, s in zip(self.weights, state.buffers, strict=True):
-            y = y - omega * s
-        buffers = tuple(theta * s + y for theta, s in zip(self.decays, state.buffers, strict=True))
+            term = np.multiply(omega, s)
+            y = np.subtract(y, term, out=y if owned else term)
+            owned = True
+            del term
+        buffers = tuple(
+            np.add(new, y, out=new)
+            for new in (
+                np.multiply(theta, s) for theta, s in zip(self.decays, state.buffers, strict=True)
+            )
+        )
         return y, StreamState(state.step + 1, buffers)
 
     def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:

@@ -23,7 +23,8 @@ __all__ = ["NoiseSource", "laplace_draw", "noise_digest"]
 
 def noise_digest(noise: np.ndarray) -> str:
     """A short fingerprint of one step's noise (for logs: compares runs without revealing it)."""
-    return hashlib.sha256(np.ascontiguousarray(noise, dtype="<f8").tobytes()).hexdigest()[:16]
+    # hashed through the buffer protocol: no copy of the noise
+    return hashlib.sha256(np.ascontiguousarray(noise, dtype="<f8").data).hexdigest()[:16]
 
 
 def laplace_draw(keys: np.ndarray, step: int, dim: int, scale: float) -> np.ndarray:
@@ -96,7 +97,11 @@ class NoiseSource:
         if self.std == 0.0:
             return np.zeros(self.shape), StreamState(state.step + 1, state.buffers)
         correlated, state = self.factor.next(self.draw, state)
-        return self.std * correlated, state
+        # scaled in place when the factor handed over a fresh array (not one of its state
+        # buffers, not a read-only memoized draw): the same bits, one d-sized array less
+        fresh = correlated.flags.writeable and correlated.base is None
+        fresh = fresh and all(correlated is not b for b in state.buffers)
+        return np.multiply(self.std, correlated, out=correlated if fresh else None), state
 
     def state_at(self, step: int) -> StreamState:
         """The streaming state at ``step``, regenerated from the key alone (resume).

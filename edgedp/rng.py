@@ -128,7 +128,7 @@ def stacked(
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
     keys = np.asarray(keys, dtype=object)
-    out = np.empty((*keys.shape, *shape))
+    out = np.empty((*keys.shape, *shape)) if keys.ndim else None
     spare = getattr(_SPARE, "gen", None)  # building a Philox costs ~10x re-keying one
     _SPARE.gen = None  # taken: a nested call (from ``sample``) builds its own
     gen = spare if spare is not None else np.random.Generator(np.random.Philox(key=_ZERO_KEY))
@@ -142,6 +142,12 @@ def stacked(
         "has_uint32": 0,
         "uinteger": 0,
     }
+    if keys.ndim == 0:  # one node (a device): the sample itself, not a copy of it
+        inner["key"] = np.array(keys[()].words, dtype=np.uint64)
+        bit_gen.state = state
+        one = np.asarray(sample(gen), dtype=np.float64).reshape(shape)
+        _SPARE.gen = gen
+        return one
     for index in np.ndindex(keys.shape):
         inner["key"] = np.array(keys[index].words, dtype=np.uint64)
         bit_gen.state = state

@@ -9,7 +9,9 @@ An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
   every neighbour receives;
 * ``receive(state, weights, gathered, ctx) -> state`` — ``gathered[..., j, :]`` is the message
   of the j-th entry of the node's padded mixing row (its own message at its own position and
-  at padding, whose weight is 0), ``weights[..., j]`` its weight;
+  at padding, whose weight is 0), ``weights[..., j]`` its weight; a device passes the m
+  messages as a sequence of vectors instead of stacking them (:func:`mix_gathered` takes
+  both);
 * ``model(state) -> theta`` — the parameters the node would deploy;
 * ``message_bound(share, *, dim, theta0) -> (B, ...)`` — for each array a message carries,
   a bound no honest sender's entries exceed except with probability 10⁻¹² over the run's
@@ -104,16 +106,47 @@ def local_step(
     adding or removing one example is the clip norm Δ; dividing by the public batch size B
     afterwards is post-processing.
     """
-    total = gradient_sum if noise is None else gradient_sum + noise
-    return theta - learning_rate * (total / batch_size)
+    # θ − η·((g + n)/B), each operation in place on one new array: the same bits as the
+    # expression, with one model-sized temporary instead of four
+    total = np.divide(gradient_sum, batch_size) if noise is None else gradient_sum + noise
+    if noise is not None:
+        np.divide(total, batch_size, out=total)
+    np.multiply(learning_rate, total, out=total)
+    return np.subtract(theta, total, out=total)
 
 
-def mix_gathered(weights: np.ndarray, gathered: np.ndarray) -> np.ndarray:
-    """Σ_j weights[..., j] · gathered[..., j, :], accumulated in j order (one multiply-add each)."""
+#: Elements per block when :func:`mix_gathered` mixes a node's separate vectors.
+MIX_BLOCK = 1 << 15
+
+
+def mix_gathered(weights: np.ndarray, gathered: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """Σ_j weights[..., j] · gathered[..., j, :], accumulated in j order (one multiply-add each).
+
+    ``gathered`` is an ``(..., m, d)`` array, or (one node, as on a device) a sequence of m
+    vectors of shape ``(d,)``: these are mixed block by block, so the only model-sized
+    array allocated is the result — the same bits, since every element is computed alone.
+    """
     weights = np.asarray(weights, dtype=np.float64)
-    out = np.zeros(gathered.shape[:-2] + gathered.shape[-1:])
-    for j in range(gathered.shape[-2]):
-        out = out + weights[..., j, None] * gathered[..., j, :]
+    if isinstance(gathered, np.ndarray) or any(np.ndim(v) != 1 for v in gathered):
+        gathered = np.asarray(gathered) if not isinstance(gathered, np.ndarray) else gathered
+        out = np.zeros(gathered.shape[:-2] + gathered.shape[-1:])
+        for j in range(gathered.shape[-2]):
+            out = out + weights[..., j, None] * gathered[..., j, :]
+        return out
+    if weights.shape != (len(gathered),) or not gathered:
+        raise ValueError(
+            f"Expected one weight per vector, got weights {weights.shape} for {len(gathered)}."
+        )
+    dim = gathered[0].shape[-1]
+    out = np.empty(dim)
+    term = np.empty(min(MIX_BLOCK, dim))
+    for lo in range(0, dim, MIX_BLOCK):
+        hi = min(lo + MIX_BLOCK, dim)
+        acc, tmp = out[lo:hi], term[: hi - lo]
+        acc[...] = 0.0
+        for w, vec in zip(weights, gathered, strict=True):
+            np.multiply(w, vec[lo:hi], out=tmp)
+            np.add(acc, tmp, out=acc)
     return out
 
 
@@ -128,7 +161,7 @@ def mix_node(weights: Sequence[float], vectors: Sequence[np.ndarray]) -> np.ndar
         raise ValueError(
             f"Expected as many vectors as weights, got {len(vectors)} and {len(weights)}."
         )
-    return mix_gathered(np.asarray(weights, dtype=np.float64), np.stack(vectors))
+    return mix_gathered(np.asarray(weights, dtype=np.float64), list(vectors))
 
 
 # ---------------------------------------------------------------- the D-SGD family

@@ -69,10 +69,20 @@ class LinearModel:
         return np.mean(self.per_example_losses(theta, x, y), axis=-1)
 
     def per_example_gradients(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Gradients of each example's loss, shape ``(..., batch, d)``."""
-        m = _margin(theta, x)
+        """Gradients of each example's loss, shape ``(..., batch, d)``.
+
+        One ``(..., batch, d)`` array is allocated: it holds the products x·w whose sums
+        are the margins, then the gradients (the same bits as computing both apart).
+        """
+        w = theta[..., None, :-1]
+        shape = np.broadcast_shapes(x.shape, w.shape)
+        out = np.empty(shape[:-1] + (shape[-1] + 1,))
+        products = np.multiply(x, w, out=out[..., :-1])
+        m = np.sum(products, axis=-1) + theta[..., None, -1]
         r = (_sigmoid(m) - y) if self.kind == "logistic" else (m - y)
-        return np.concatenate([x * r[..., None], r[..., None]], axis=-1)
+        np.multiply(x, r[..., None], out=out[..., :-1])
+        out[..., -1] = r
+        return out
 
     def accuracy(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Classification accuracy (logistic only)."""
