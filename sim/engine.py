@@ -1,17 +1,23 @@
 """The event engine: a SimPy event queue driving the same :class:`edgedp.agent.Agent` as devices.
 
-Every node is a small state machine moved by callbacks on timed events: begin its round,
-hand the messages to its uplink, take its neighbours' messages as they arrive, and end the
-round once every neighbour's message is in, every missing neighbour is known to have moved
-on, or the round deadline passes. The uplink sends one message at a time (size / bandwidth
-each; rounds in flight at once take turns, first come first served); a message then travels
-the link's latency. Loss, per-round dropouts, crashes with restart from the last
-round-boundary snapshot and departures come from keyed draws of the scenario seed
+Every node runs the device's round loop: begin its round, hand the messages to its uplink,
+wait for its neighbours' messages (or the round deadline, or until every missing neighbour
+is known to have moved on), end the round. The uplink sends one message at a time (size /
+bandwidth each; rounds in flight at once take turns, first come first served); a message
+then travels the link's latency. Loss, per-round dropouts, crashes with restart from the
+last round-boundary snapshot and departures come from keyed draws of the scenario seed
 (sim/links.py, sim/churn.py). A node restarted more than the receive window behind rejoins
-as a device does (:meth:`edgedp.agent.Agent.rejoin`). A message costs one event, its
-delivery (two with link observers and a finite bandwidth: they see it leave); a round about
-one more, its deadline. There is no polling and no process per message: a callback per
-event costs a fraction of a SimPy process switch.
+as a device does (:meth:`edgedp.agent.Agent.rejoin`). There is no polling.
+
+Order of simultaneous events. The loop is written as callbacks on a :class:`sim.clock.Clock`
+rather than as SimPy processes, with one callback wherever a model with a SimPy process per
+node, per transmission and per delivery (a ``Resource`` per uplink, a deadline timeout
+armed at every wake-up) has an event that does something, in SimPy's (time, priority, id)
+order. With zero or constant latency, where deliveries, deadlines, uplink turns and
+crashes share instants, that order decides which messages a node mixes; tests pin it.
+A message costs one heap event (its delivery), two with a finite bandwidth (and the end
+of its uplink slot); a node's deadline stays one heap entry while it is re-armed at later
+ids or times; the wake-ups in between run at their instant without the heap.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
 (:func:`edgedp.wire.decode`); every recipient runs the receiver's checks on it
@@ -27,8 +33,6 @@ A node whose message would be non-finite raises the Agent's
 from __future__ import annotations
 
 import copy
-import heapq
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,11 +44,12 @@ from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from sim import evaluation, initial
 from sim.churn import Crash, Faults
+from sim.clock import Clock, Uplink
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
 from sim.observers import LinkObserver
 
-__all__ = ["EventResult", "run", "uplink_schedule"]
+__all__ = ["EventResult", "run"]
 
 
 @dataclass(slots=True)
@@ -64,7 +69,8 @@ class EventResult:
     skipped_rounds: int = 0
     nonfinite: int = 0  # examples whose non-finite gradient was left out of a clipped sum
     crashes: int = 0
-    events: int = 0
+    events: int = 0  # callbacks taken from the event queue (heap)
+    instants: int = 0  # callbacks run at their instant without the heap (sim/clock.py)
     simulated_seconds: float = 0.0
 
     @property
@@ -76,84 +82,35 @@ class EventResult:
         return self.lost_messages + self.offline_drops + self.rejected
 
 
-class _Clock(simpy.Environment):
-    """A SimPy environment that also runs plain callbacks at absolute times.
+class _Wait:
+    """A node waiting in its round for a message or the deadline (one SimPy ``Condition``
+    of a process-per-node model; ``done`` once it has fired)."""
 
-    ``at(time, fn, *args)`` schedules one event whose only callback is ``fn(*args)``. The
-    time is absolute, so a delivery lands at exactly ``emitted + latency`` whatever the
-    moment it was planned (``now + (t - now)`` can differ from ``t`` in the last bit).
-    """
+    __slots__ = ("u", "incarnation", "agent", "start", "limit", "done")
 
-    def at(self, time: float, fn: Callable, *args) -> simpy.Event:
-        event = simpy.Event(self)
-        event._ok, event._value = True, None
-        event.callbacks.append(lambda _event: fn(*args))
-        heapq.heappush(self._queue, (time, simpy.core.NORMAL, next(self._eid), event))
-        return event
+    def __init__(self, u: int, incarnation: int, agent: Agent, start: float, limit: float):
+        self.u, self.incarnation, self.agent = u, incarnation, agent
+        self.start, self.limit, self.done = start, limit, False
+
+
+class _Arrival:
+    """A node's "a message came" event: triggered once; wakes the wait it was made for."""
+
+    __slots__ = ("triggered", "wait")
+
+    def __init__(self, wait: _Wait | None) -> None:
+        self.triggered, self.wait = False, wait
 
 
 @dataclass(slots=True, eq=False)
 class _Job:
-    """One round's messages of one node waiting for (or on) its uplink."""
+    """One round's messages of one node, sent one after another."""
 
     sender: int
-    arrival: float
     round: int
     recipients: tuple[int, ...]
-    frames: list  # per recipient: the frames
-    decoded: list  # per recipient: the decoded message (None: decode refused it)
-    sizes: list[int]
-    delays: list[float]
-
-
-@dataclass(slots=True, eq=False)
-class _Send:
-    """One message planned on an uplink: its slot, and what was done for it (undone if the
-    plan changes before it starts)."""
-
-    job: _Job
-    index: int
-    start: float
-    end: float
-    emitted: bool = False
-    lost: bool = False
-    live: bool = True
-
-
-def uplink_schedule(jobs: Sequence[tuple[float, Sequence[float]]]) -> list[tuple]:
-    """Start and end of every message of ``jobs`` on one first-come-first-served uplink.
-
-    ``jobs`` are ``(arrival, delays)`` in arrival order; a job asks for its next message's
-    slot when the previous one ends (SimPy ``Resource(capacity=1)``: concurrent jobs take
-    turns). Returns ``[(job, index, start, end)]`` in service order. A job arriving at the
-    instant a slot ends queues before the job that held it.
-
-    >>> uplink_schedule([(0.0, [1.0, 1.0]), (0.5, [1.0])])
-    [(0, 0, 0.0, 1.0), (1, 0, 1.0, 2.0), (0, 1, 2.0, 3.0)]
-    """
-    out: list[tuple] = []
-    queue: deque[tuple[int, int]] = deque()
-    k, held = 0, None  # held: the (job, index) on the uplink; out[-1] is its slot
-
-    def grant(job: int, index: int, now: float) -> tuple[int, int]:
-        out.append((job, index, now, now + jobs[job][1][index]))
-        return job, index
-
-    while k < len(jobs) or held is not None:
-        if held is not None and (k == len(jobs) or jobs[k][0] > out[-1][3]):
-            (j, i), now = held, out[-1][3]  # its slot ends: the queue's head goes next
-            held = grant(*queue.popleft(), now) if queue else None
-            if i + 1 < len(jobs[j][1]):  # then it asks for its next slot
-                if held is None:
-                    held = grant(j, i + 1, now)
-                else:
-                    queue.append((j, i + 1))
-        elif held is None:
-            held, k = grant(k, 0, jobs[k][0]), k + 1
-        else:
-            queue.append((k, 0))
-            k += 1
-    return out
+    out: object  # the Agent's outgoing round
+    message: tuple | None = None  # the last (frames, decoded, max_bytes)
 
 
 class _Sim:
@@ -184,7 +141,7 @@ class _Sim:
                 "churn and message loss are not supported with it (use a block or gaussian "
                 "basis)."
             )
-        self.env = _Clock()
+        self.env = Clock()
         self.model = models.for_task(plan.task, data.features)
         self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
@@ -200,9 +157,11 @@ class _Sim:
         self.crashes: list[Crash] = faults.crash_schedule(n, net_secret)
         self.up = [True] * n
         self.incarnation = [0] * n
-        # per node while it waits inside a round: [incarnation, start, limit, deadline event]
-        self.waiting: list[list | None] = [None] * n
-        self.uplink: list[list[_Send]] = [[] for _ in range(n)]  # the current busy period
+        self.arrival = [_Arrival(None) for _ in range(n)]
+        self.uplinks = [Uplink(self.env) for _ in range(n)]
+        # a node's deadline: the one armed last (time, id, wait) and its entry in the heap
+        self.armed: list[tuple | None] = [None] * n
+        self.live: list[tuple | None] = [None] * n
         # snapshots are read only by restarts: kept for the nodes that crash and come back
         self.restarts = {c.node for c in self.crashes if c.down_s != float("inf")}
         self.snapshots = {u: self.agents[u].snapshot() for u in self.restarts}
@@ -238,164 +197,189 @@ class _Sim:
         if self.progress is not None and self.done_pairs % self.plan.n == 0:
             self.progress(self.done_pairs // self.plan.n)
 
-    def _snapshot(self, u: int) -> None:
+    def _snapshot(self, u: int, agent: Agent) -> None:
         if u in self.restarts:
-            self.snapshots[u] = copy.deepcopy(self.agents[u].snapshot())
+            self.snapshots[u] = copy.deepcopy(agent.snapshot())
 
     # ------------------------------------------------------------------ a node
-    def _rounds(self, u: int, incarnation: int, first: bool) -> None:
-        """Run node ``u`` from the start of its current round until it must wait."""
-        if self.incarnation[u] != incarnation:
-            return
-        env, agent = self.env, self.agents[u]
-        if agent.done:
-            return
-        target = agent.rejoin_target()
-        if target is not None:  # fell past the receive window: skip to the neighbours
-            behind = agent.round
-            self.result.skipped_rounds += agent.rejoin(target)
-            for r in range(behind, target):
+    def _node(self, u: int, incarnation: int, first: bool, agent: Agent) -> None:
+        """Node ``u``'s round loop from the start of a round until it has to wait.
+
+        ``agent`` is the Agent this incarnation started with: a node that crashed in the
+        instant of a skipped round still finishes its skips (and may begin one more round)
+        on it, as a process that only checks for a crash when it wakes up."""
+        env = self.env
+        while not agent.done:
+            target = agent.rejoin_target()
+            if target is not None:  # fell past the receive window: skip to the neighbours
+                behind = agent.round
+                self.result.skipped_rounds += agent.rejoin(target)
+                for r in range(behind, target):
+                    self._finish_round(u, r)
+                self._snapshot(u, agent)
+            r = agent.round
+            if self.dropped[u, r]:
+                agent.skip_round()
+                self.result.skipped_rounds += 1
                 self._finish_round(u, r)
-            self._snapshot(u)
-        r = agent.round
-        if self.dropped[u, r]:
-            agent.skip_round()
-            self.result.skipped_rounds += 1
-            self._finish_round(u, r)
-            env.at(env.now, self._rounds, u, incarnation, first)
-            return
-        out = agent.begin_round()
-        if self.network.compute_s:
-            env.at(env.now + self.network.compute_s, self._computed, u, incarnation, first, out)
-        else:
-            self._computed(u, incarnation, first, out)
+                env.soon(self._node, u, incarnation, first, agent)  # timeout(0)
+                return
+            out = agent.begin_round()
+            if self.network.compute_s:
+                t = env.now + self.network.compute_s
+                env.at(t, self._computed, u, incarnation, first, agent, out)
+                return
+            if not self._begin_wait(u, incarnation, first, agent, out):
+                return
+            first = False
 
-    def _computed(self, u: int, incarnation: int, first: bool, out) -> None:
-        if self.incarnation[u] != incarnation:
-            return
-        self._transmit(u, out)
+    def _computed(self, u: int, incarnation: int, first: bool, agent: Agent, out) -> None:
+        if self.incarnation[u] == incarnation and self._begin_wait(
+            u, incarnation, first, agent, out
+        ):
+            self._node(u, incarnation, False, agent)
+
+    def _begin_wait(self, u: int, incarnation: int, first: bool, agent: Agent, out) -> bool:
+        self.env.start(self._transmit, u, out)
         limit = self.network.startup_timeout_s if first else self.network.round_timeout_s
-        self.waiting[u] = [incarnation, self.env.now, limit, None]
-        self._wake(u)
+        return self._wait(_Wait(u, incarnation, agent, self.env.now, limit))
 
-    def _wake(self, u: int) -> None:
-        """Node ``u`` waits in its round: end it if it can, else (re)arm the deadline."""
-        wait, agent, now = self.waiting[u], self.agents[u], self.env.now
+    def _wait(self, wait: _Wait) -> bool:
+        """Wait for a message or the deadline; True when the round has ended."""
+        agent, now = wait.agent, self.env.now
         if not agent.ready():
             missing = agent.missing()
-            remaining = wait[1] + wait[2] - now
+            remaining = wait.start + wait.limit - now
             if not (missing and set(agent.hopeless()) == set(missing)) and remaining > 0:
-                deadline = now + remaining
-                if wait[3] != deadline:  # the deadline float moved: one more event
-                    wait[3] = deadline
-                    self.env.at(deadline, self._deadline, u, wait, deadline)
-                return
-        self.waiting[u] = None
-        r = agent.round
+                wait = _Wait(wait.u, wait.incarnation, agent, wait.start, wait.limit)
+                self.arrival[wait.u] = _Arrival(wait)
+                self._arm(wait.u, now + remaining, wait)
+                return False
+        u, r = wait.u, agent.round
         report = agent.end_round()
         self.result.missing += len(report.missing)
         for obs in self.round_observers:  # the round's private gradient
             obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
-        self._snapshot(u)
+        self._snapshot(u, agent)
         self._finish_round(u, r)
-        self._rounds(u, wait[0], False)
+        return True
 
-    def _deadline(self, u: int, wait: list, deadline: float) -> None:
-        if self.waiting[u] is wait and wait[3] == deadline:
-            self._wake(u)
+    def _wake(self, wait: _Wait) -> None:
+        if self.incarnation[wait.u] == wait.incarnation and self._wait(wait):
+            self._node(wait.u, wait.incarnation, False, wait.agent)
+
+    def _fire(self, wait: _Wait) -> None:
+        if not wait.done:
+            wait.done = True
+            self.env.soon(self._wake, wait)
+
+    def _arm(self, u: int, time: float, wait: _Wait) -> None:
+        """(Re)arm ``u``'s deadline. A timeout armed later at the same time has a later id:
+        the heap entry already there is moved to that id when it comes up."""
+        eid = self.env.next_id()
+        self.armed[u] = (time, eid, wait)
+        live = self.live[u]
+        if live is None or live[0] > time:
+            self.live[u] = (time, eid)
+            self.env.at_id(time, eid, self._deadline, u, time, eid)
+
+    def _deadline(self, u: int, time: float, eid: int) -> None:
+        if self.live[u] != (time, eid):
+            return  # replaced by an earlier deadline
+        self.live[u] = None
+        at, armed_id, wait = self.armed[u]
+        if wait.done:
+            return
+        if armed_id == eid:
+            self._fire(wait)
+        else:  # re-armed since: at its own time and id (never earlier than this one)
+            self.live[u] = (at, armed_id)
+            self.env.at_id(at, armed_id, self._deadline, u, at, armed_id)
+
+    def _arrived(self, arrival: _Arrival) -> None:
+        if arrival.wait is not None:
+            self._fire(arrival.wait)
+
+    def _notify(self, v: int) -> None:
+        """Trigger ``v``'s arrival event (processed as an event of this instant)."""
+        arrival = self.arrival[v]
+        if not arrival.triggered:
+            arrival.triggered = True
+            if arrival.wait is not None and not arrival.wait.done:
+                self.env.soon(self._arrived, arrival)
 
     # ------------------------------------------------------------------ links
     def _transmit(self, u: int, out) -> None:
-        """Hand one round's messages to ``u``'s uplink."""
-        per_recipient = out.per_recipient is not None
-        frames = decoded = None
-        job = _Job(u, self.env.now, out.round, out.recipients, [], [], [], [])
-        for v in out.recipients:
-            if per_recipient or frames is None:
-                frames = [bytes(f) for f in out.frames_for(v)]
-                try:  # the real codec, once per distinct message
-                    decoded = wire.decode(frames, max_bytes=self.agents[v].context.max_bytes)
-                except wire.WireError:
-                    decoded = None  # the recipient's receive() counts the rejection
-            size = sum(len(f) for f in frames)
-            job.frames.append(frames)
-            job.decoded.append(decoded)
-            job.sizes.append(size)
-            job.delays.append(self.network.serialization_s(size))
-        if not job.recipients:
-            return
-        if not job.delays[0]:  # no serialization delay: every message leaves now
-            for i in range(len(job.recipients)):
-                self._emit(_Send(job, i, job.arrival, job.arrival))
-            return
-        self._plan_uplink(u, job)
+        """A round's messages leave ``u`` one recipient after another."""
+        self._send(_Job(u, out.round, out.recipients, out), 0)
 
-    def _plan_uplink(self, u: int, job: _Job) -> None:
-        """Add ``job`` to ``u``'s uplink; re-plan the slots that have not started yet."""
-        now, sends = self.env.now, self.uplink[u]
-        if not sends or sends[-1].end <= now:
-            sends = self.uplink[u] = []  # idle: a new busy period
-        jobs = list(dict.fromkeys(s.job for s in sends)) + [job]
-        plan = uplink_schedule([(j.arrival, j.delays) for j in jobs])
-        kept = {(s.job, s.index): s for s in sends}
-        self.uplink[u] = []
-        for j, i, start, end in plan:
-            old = kept.get((jobs[j], i))
-            if old is not None and old.start == start and old.end == end:
-                self.uplink[u].append(old)
-                continue
-            if old is not None:  # it had not started: take back what was done for it
-                self._retract(old)
-            send = _Send(jobs[j], i, start, end)
-            self.uplink[u].append(send)
-            if self.observers:  # observers see it at the moment it leaves
-                self.env.at(end, self._emit, send)
-            else:  # its fate is known now; taken back if the slot moves
-                self._emit(send)
+    def _message(self, job: _Job, i: int) -> tuple:
+        """``(frames, decoded, max_bytes)`` of message ``i``: one copy and one decode for
+        all recipients; per recipient only where frames differ (Zip-DL, DOME)."""
+        out = job.out
+        if out.per_recipient is None and job.message is not None:
+            return job.message
+        frames = [bytes(f) for f in out.frames_for(job.recipients[i])]
+        max_bytes = self.agents[job.recipients[i]].context.max_bytes
+        try:  # the real codec
+            decoded = wire.decode(frames, max_bytes=max_bytes)
+        except wire.WireError:
+            decoded = None  # the recipient's receive() counts the rejection
+        job.message = (frames, decoded, max_bytes)
+        return job.message
 
-    def _emit(self, send: _Send) -> None:
-        """Message ``send`` leaves its uplink at ``send.end``: count it, draw its fate."""
-        if not send.live:
-            return
-        job, i = send.job, send.index
-        u, v = job.sender, job.recipients[i]
-        send.emitted = True
+    def _send(self, job: _Job, first: int) -> None:
+        for i in range(first, len(job.recipients)):
+            message = self._message(job, i)
+            size = sum(len(f) for f in message[0])
+            delay = self.network.serialization_s(size)
+            if delay:
+                self.uplinks[job.sender].request(self._slot, job, i, message, size, delay)
+                return
+            self._emit(job, i, message, size)
+
+    def _slot(self, job: _Job, i: int, message: tuple, size: int, delay: float) -> None:
+        self.env.at(self.env.now + delay, self._sent, job, i, message, size)
+
+    def _sent(self, job: _Job, i: int, message: tuple, size: int) -> None:
+        self.uplinks[job.sender].release()
+        self._emit(job, i, message, size)
+        self._send(job, i + 1)
+
+    def _emit(self, job: _Job, i: int, message: tuple, size: int) -> None:
+        """Message ``i`` of ``job`` is on the link: count it, draw its fate."""
+        u, v, r = job.sender, job.recipients[i], job.round
         self.result.messages += 1
-        self.result.bytes_sent += job.sizes[i]
+        self.result.bytes_sent += size
         for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
-            obs.on_message(
-                sender=u, recipient=v, round=job.round, frames=job.frames[i], time=send.end
-            )
-        if self.links.lost[(u, v)][job.round]:
+            obs.on_message(sender=u, recipient=v, round=r, frames=message[0], time=self.env.now)
+        if self.links.lost[(u, v)][r]:
             self.result.lost_messages += 1
-            send.lost = True
             return
-        arrival = send.end + float(self.links.latency[(u, v)][job.round])
-        self.env.at(arrival, self._deliver, send, u)
+        self.env.start(self._travel, u, v, r, message)
 
-    def _retract(self, send: _Send) -> None:
-        """Take back a planned message whose slot moved (a pending delivery is dropped)."""
-        send.live = False
-        if send.emitted:
-            self.result.messages -= 1
-            self.result.bytes_sent -= send.job.sizes[send.index]
-            self.result.lost_messages -= send.lost
+    def _travel(self, u: int, v: int, r: int, message: tuple) -> None:
+        latency = float(self.links.latency[(u, v)][r])
+        if latency:
+            self.env.at(self.env.now + latency, self._deliver, u, v, r, message)
+        else:
+            self._deliver(u, v, r, message)
 
-    def _deliver(self, send: _Send, u: int) -> None:
-        if not send.live:
-            return
-        job, i = send.job, send.index
-        v = job.recipients[i]
-        if not self.up[v] or self.dropped[v, job.round]:
+    def _deliver(self, u: int, v: int, r: int, message: tuple) -> None:
+        if not self.up[v] or self.dropped[v, r]:
             self.result.offline_drops += 1
             return
         agent = self.agents[v]
-        if job.decoded[i] is None:
-            agent.receive(job.frames[i], authenticated_sender=u)
+        frames, decoded, max_bytes = message
+        if decoded is None or agent.context.max_bytes != max_bytes:
+            agent.receive(frames, authenticated_sender=u)
         else:
-            agent.accept(job.decoded[i], authenticated_sender=u)
-        if self.waiting[v] is not None:
-            self._wake(v)
+            agent.accept(decoded, authenticated_sender=u)
+        self._notify(v)
+
+    # ------------------------------------------------------------------ faults
+    def _crash_start(self, c: Crash) -> None:
+        self.env.at(self.env.now + c.at_s, self._crash, c)
 
     def _crash(self, c: Crash) -> None:
         u = c.node
@@ -403,8 +387,8 @@ class _Sim:
             return
         self.up[u] = False
         self.incarnation[u] += 1
-        self.waiting[u] = None  # what it was doing dies with it
         self.result.crashes += 1
+        self._notify(u)  # wakes the node's wait so it notices and ends
         if c.down_s != float("inf"):
             self.env.at(self.env.now + c.down_s, self._restart, u)
 
@@ -413,23 +397,21 @@ class _Sim:
         agent.restore(copy.deepcopy(self.snapshots[u]))
         self.agents[u] = agent
         self.up[u] = True
-        self._rounds(u, self.incarnation[u], False)
+        self.env.start(self._node, u, self.incarnation[u], False, agent)
 
     def run(self) -> EventResult:
         env = self.env
         for u in range(self.plan.n):
-            env.at(0.0, self._rounds, u, 0, True)
+            env.start(self._node, u, 0, True, self.agents[u])
         for c in self.crashes:
-            env.at(c.at_s, self._crash, c)
-        events = 0
+            env.start(self._crash_start, c)
         while True:
             try:
                 env.step()
             except simpy.core.EmptySchedule:
                 break
-            events += 1
         res = self.result
-        res.events = events
+        res.events, res.instants = env.events, env.instants
         res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
         res.models = np.stack([a.theta for a in self.agents])
         res.rejected = sum(sum(a.metrics.rejected.values()) for a in self.agents)

@@ -9,13 +9,16 @@ counter and the simulated end time.
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
+import simpy
 
 import topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from sim import datasets, engine
 from sim.churn import Crash, Faults
+from sim.clock import Clock, Uplink
 from sim.links import Latency, Network
 
 
@@ -114,14 +117,49 @@ def test_same_results_as_the_process_per_message_engine(name):
         r.simulated_seconds.hex(),
     )
     assert got == case.want
-    # one delivery per message; per node and round at most a deadline, a compute step, a skip
-    assert r.events <= r.messages + 3 * plan.n * plan.steps
+    # per message a delivery and an uplink slot; per node and round at most a deadline,
+    # a compute step, a skip
+    assert r.events <= 2 * r.messages + 3 * plan.n * plan.steps
+
+
+def _uplink_trace(jobs, links=1):
+    """Serve ``jobs`` = [(arrival, [durations])] on Uplinks (job j on link j % links), each
+    job asking for its next slot when the previous one ends (a process holding a
+    simpy.Resource(1)). Logs every slot's start and end in the order they happen."""
+    clock = Clock()
+    uplinks = [Uplink(clock) for _ in range(links)]
+    log = []
+
+    def ask(j, i):
+        if i < len(jobs[j][1]):
+            uplinks[j % links].request(hold, j, i)
+
+    def hold(j, i):
+        log.append((j, i, "start", clock.now))
+        clock.at(clock.now + jobs[j][1][i], done, j, i)
+
+    def done(j, i):
+        log.append((j, i, "end", clock.now))
+        uplinks[j % links].release()
+        ask(j, i + 1)
+
+    for j, (arrival, _) in enumerate(jobs):
+        clock.at(arrival, ask, j, 0)
+    while clock.peek() != float("inf"):
+        clock.step()
+    return log
+
+
+def _slots(log):
+    start = {(j, i): t for j, i, what, t in log if what == "start"}
+    return [(j, i, start[j, i], t) for j, i, what, t in log if what == "end"]
 
 
 def test_uplink_takes_turns_between_rounds_in_flight():
     # hand-derived: job 0 holds [0, 1); job 1 arrives at 0.5 and queues; at 1 it goes
-    # first, job 0 asks again behind it; job 2 arriving exactly at 2 queues before job 0
-    got = engine.uplink_schedule([(0.0, [1.0, 1.0, 1.0]), (0.5, [1.0]), (2.0, [0.5])])
+    # first and job 0 asks again behind it; job 2 arrives exactly at 2 and queues behind
+    # job 0; at 3 job 0 asks for its last slot behind job 2
+    got = _slots(_uplink_trace([(0.0, [1.0, 1.0, 1.0]), (0.5, [1.0]), (2.0, [0.5])]))
     assert got == [
         (0, 0, 0.0, 1.0),
         (1, 0, 1.0, 2.0),
@@ -129,7 +167,58 @@ def test_uplink_takes_turns_between_rounds_in_flight():
         (2, 0, 3.0, 3.5),
         (0, 2, 3.5, 4.5),
     ]
-    assert engine.uplink_schedule([(0.0, [1.0]), (3.0, [2.0])]) == [
+    assert _slots(_uplink_trace([(0.0, [1.0]), (3.0, [2.0])])) == [
         (0, 0, 0.0, 1.0),
         (1, 0, 3.0, 5.0),
     ]
+
+
+def test_clock_keeps_simpys_order_at_one_instant():
+    # SimPy's rule: (time, priority, id); a process start is URGENT, before any NORMAL event
+    # of its instant; events scheduled now come after the timeouts that end now
+    clock, log = Clock(), []
+    clock.at(1.0, log.append, "timeout a")
+    clock.at(
+        1.0,
+        lambda: (
+            log.append("timeout b"),
+            clock.soon(log.append, "soon"),
+            clock.start(log.append, "start"),
+        ),
+    )
+    clock.at(1.0, log.append, "timeout c")
+    while clock.peek() != float("inf"):
+        clock.step()
+    assert log == ["timeout a", "timeout b", "start", "timeout c", "soon"]
+
+
+def _simpy_uplink_trace(jobs, links=1):
+    env, log = simpy.Environment(), []
+    uplinks = [simpy.Resource(env, 1) for _ in range(links)]
+
+    def job(j):
+        yield env.timeout(jobs[j][0])
+        for i, duration in enumerate(jobs[j][1]):
+            with uplinks[j % links].request() as req:
+                yield req
+                log.append((j, i, "start", env.now))
+                yield env.timeout(duration)
+                log.append((j, i, "end", env.now))
+
+    for j in range(len(jobs)):
+        env.process(job(j))
+    env.run()
+    return log
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_uplinks_equal_simpy_resources_on_tied_times(seed):
+    # integer arrivals and durations: jobs arrive exactly as slots end, on 1-3 uplinks;
+    # the log also fixes the order of starts and ends within one instant
+    gen = np.random.default_rng(seed)
+    jobs = [
+        (float(gen.integers(0, 6)), [float(x) for x in gen.integers(1, 3, gen.integers(1, 4))])
+        for _ in range(gen.integers(2, 9))
+    ]
+    links = 1 + seed % 3
+    assert _uplink_trace(jobs, links) == _simpy_uplink_trace(jobs, links)
