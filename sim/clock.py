@@ -60,6 +60,12 @@ class Clock(simpy.Environment):
     def start(self, fn: Callable, *args) -> None:
         self._urgent.append((fn, args))
 
+    def alone(self) -> bool:
+        """Nothing else is due at this instant: an event scheduled now would be next."""
+        return not (self._urgent or self._normal) and (
+            not self._queue or self._queue[0][0] > self._now
+        )
+
     def peek(self) -> float:
         if self._urgent or self._normal:
             return self._now
@@ -103,7 +109,9 @@ class Uplink:
     The callbacks of ``simpy.Resource(capacity=1)``: ``request`` queues and, if the uplink
     is free, grants the head at once; the holder resumes when the grant is processed
     (``soon``); ``release`` frees the uplink, and the head of the queue is granted when
-    the release is processed — or at once, if the releasing sender asks again first.
+    the release is processed — or at once, if the releasing sender asks again first. (A
+    release with nobody waiting schedules nothing: a request made before it would be
+    processed finds the uplink free.)
     """
 
     __slots__ = ("clock", "busy", "queue")
@@ -119,7 +127,8 @@ class Uplink:
 
     def release(self) -> None:
         self.busy = False
-        self.clock.soon(self._grant)
+        if self.queue:  # with nobody waiting the release event grants nothing
+            self.clock.soon(self._grant)
 
     def _grant(self) -> None:
         if not self.busy and self.queue:

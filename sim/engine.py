@@ -356,14 +356,11 @@ class _Sim:
         if self.links.lost[(u, v)][r]:
             self.result.lost_messages += 1
             return
-        self.env.start(self._travel, u, v, r, message)
-
-    def _travel(self, u: int, v: int, r: int, message: tuple) -> None:
         latency = float(self.links.latency[(u, v)][r])
-        if latency:
+        if latency:  # the delivery process would only set its timeout: the same id order
             self.env.at(self.env.now + latency, self._deliver, u, v, r, message)
-        else:
-            self._deliver(u, v, r, message)
+        else:  # a delivery process starting now
+            self.env.start(self._deliver, u, v, r, message)
 
     def _deliver(self, u: int, v: int, r: int, message: tuple) -> None:
         if not self.up[v] or self.dropped[v, r]:
@@ -375,7 +372,16 @@ class _Sim:
             agent.receive(frames, authenticated_sender=u)
         else:
             agent.accept(decoded, authenticated_sender=u)
-        self._notify(v)
+        if self.env.alone():  # nothing can come between: its two hops are the next events
+            arrival = self.arrival[v]
+            if not arrival.triggered:
+                arrival.triggered = True
+                wait = arrival.wait
+                if wait is not None and not wait.done:
+                    wait.done = True
+                    self._wake(wait)
+        else:
+            self._notify(v)
 
     # ------------------------------------------------------------------ faults
     def _crash_start(self, c: Crash) -> None:
