@@ -655,6 +655,16 @@ class Agent:
     def ready(self) -> bool:
         return self.message is not None and not self.missing()
 
+    def waits(self) -> bool:
+        """Whether waiting can still help: ``not ready()``, unless every missing neighbour
+        is :meth:`hopeless` (one pass over the neighbours; the simulator asks at every
+        message)."""
+        got, r = self.inbox.get(self.round, {}), self.round
+        missing = [v for v in self.neighbours if v not in got]
+        if not missing:
+            return self.message is None
+        return any(self.ahead.get(v, -1) <= r for v in missing)
+
     def end_round(self) -> RoundReport:
         """Mix (fixed order; dropout rule for missing neighbours) and advance the round.
 

@@ -247,10 +247,9 @@ class _Sim:
     def _wait(self, wait: _Wait) -> bool:
         """Wait for a message or the deadline; True when the round has ended."""
         agent, now = wait.agent, self.env.now
-        if not agent.ready():
-            missing = agent.missing()
+        if agent.waits():  # not ready, and not every missing neighbour has moved on
             remaining = wait.start + wait.limit - now
-            if not (missing and set(agent.hopeless()) == set(missing)) and remaining > 0:
+            if remaining > 0:
                 wait = _Wait(wait.u, wait.incarnation, agent, wait.start, wait.limit)
                 self.arrival[wait.u] = _Arrival(wait)
                 self._arm(wait.u, now + remaining, wait)
@@ -314,8 +313,9 @@ class _Sim:
         self._send(_Job(u, out.round, out.recipients, out), 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
-        """``(frames, decoded, max_bytes)`` of message ``i``: one copy and one decode for
-        all recipients; per recipient only where frames differ (Zip-DL, DOME)."""
+        """``(frames, decoded, max_bytes, size, serialization s)`` of message ``i``: one
+        copy and one decode for all recipients; per recipient only where frames differ
+        (Zip-DL, DOME)."""
         out = job.out
         if out.per_recipient is None and job.message is not None:
             return job.message
@@ -325,14 +325,14 @@ class _Sim:
             decoded = wire.decode(frames, max_bytes=max_bytes)
         except wire.WireError:
             decoded = None  # the recipient's receive() counts the rejection
-        job.message = (frames, decoded, max_bytes)
+        size = sum(len(f) for f in frames)
+        job.message = (frames, decoded, max_bytes, size, self.network.serialization_s(size))
         return job.message
 
     def _send(self, job: _Job, first: int) -> None:
         for i in range(first, len(job.recipients)):
             message = self._message(job, i)
-            size = sum(len(f) for f in message[0])
-            delay = self.network.serialization_s(size)
+            size, delay = message[3], message[4]
             if delay:
                 self.uplinks[job.sender].request(self._slot, job, i, message, size, delay)
                 return
@@ -367,7 +367,7 @@ class _Sim:
             self.result.offline_drops += 1
             return
         agent = self.agents[v]
-        frames, decoded, max_bytes = message
+        frames, decoded, max_bytes = message[:3]
         if decoded is None or agent.context.max_bytes != max_bytes:
             agent.receive(frames, authenticated_sender=u)
         else:

@@ -16,6 +16,7 @@ import pytest
 
 import topologies
 from edgedp.accounting.participation import Participation
+from edgedp.agent import Agent
 from edgedp.plan import TaskSpec, make_plan
 from sim import datasets, engine
 from sim.churn import Crash, Faults
@@ -211,3 +212,23 @@ def _summary(r):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_simultaneous_events_keep_the_process_engines_order(name):
     assert _summary(_run(CASES[name])) == CASES[name].want
+
+
+def test_agent_waits_is_not_ready_unless_every_missing_neighbour_moved_on(monkeypatch):
+    # Agent.waits (one pass) against its definition, at every wake-up of a faulty run
+    calls = []
+    original = Agent.waits
+
+    def checked(agent):
+        got = original(agent)
+        missing = agent.missing()
+        assert got == (
+            not agent.ready() and not (missing and set(agent.hopeless()) == set(missing))
+        )
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(Agent, "waits", checked)
+    _run(CASES["zero-latency-loss-dropouts-crash"])
+    _run(CASES["rejoin"])
+    assert True in calls and False in calls
