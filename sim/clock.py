@@ -80,6 +80,34 @@ class Clock(simpy.Environment):
         self._urgent.clear()
         self._normal.clear()
 
+    def drain(self) -> None:
+        """:meth:`step` until nothing is scheduled (the same order, in one loop)."""
+        queue, urgent, normal = self._queue, self._urgent, self._normal
+        events = instants = 0
+        try:
+            while True:
+                if urgent or normal:
+                    head = queue[0] if queue and queue[0][0] == self._now else None
+                    if urgent and (head is None or head[1] != URGENT):
+                        fn, args = urgent.popleft()
+                        instants += 1
+                        fn(*args)
+                        continue
+                    if not urgent and head is None:
+                        fn, args = normal.popleft()
+                        instants += 1
+                        fn(*args)
+                        continue
+                    self._to_heap()
+                if not queue:
+                    return
+                self._now, _, _, fn, args = heappop(queue)
+                events += 1
+                fn(*args)
+        finally:
+            self.events += events
+            self.instants += instants
+
     def step(self) -> None:
         queue = self._queue
         if self._urgent or self._normal:

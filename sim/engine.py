@@ -37,7 +37,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import simpy
 
 from edgedp import models, rng, streams, wire
 from edgedp.agent import Agent
@@ -411,11 +410,7 @@ class _Sim:
             env.start(self._node, u, 0, True, self.agents[u])
         for c in self.crashes:
             env.start(self._crash_start, c)
-        while True:
-            try:
-                env.step()
-            except simpy.core.EmptySchedule:
-                break
+        env.drain()
         res = self.result
         res.events, res.instants = env.events, env.instants
         res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
