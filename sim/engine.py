@@ -17,7 +17,8 @@ order. With zero or constant latency, where deliveries, deadlines, uplink turns 
 crashes share instants, that order decides which messages a node mixes; tests pin it.
 A message costs one heap event (its delivery), two with a finite bandwidth (and the end
 of its uplink slot); a node's deadline stays one heap entry while it is re-armed at later
-ids or times; the wake-ups in between run at their instant without the heap.
+ids or times; wake-ups and uplink grants skip the heap when nothing else is due at their
+instant.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
 (:func:`edgedp.wire.decode`); every recipient runs the receiver's checks on it

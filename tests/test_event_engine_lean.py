@@ -2,9 +2,9 @@
 
 Pinned numbers: results of the process-per-message engine (a SimPy process per node, per
 transmission and per delivery, a SimPy Resource per uplink) on the same scenarios, recorded
-before it was replaced. Continuous latencies make simultaneous events improbable, so the
-two designs order every event alike and must agree bit for bit: model digest, every
-counter and the simulated end time.
+before it was replaced, with continuous latencies (simultaneous events:
+tests/test_event_engine_ties.py): model digest, every counter and the simulated end time.
+The clock and the uplink are also checked against SimPy itself.
 """
 
 from dataclasses import dataclass
