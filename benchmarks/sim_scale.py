@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -41,7 +42,10 @@ SIZES = (100, 300, 1000, 3000, 10000)
 
 
 def _setup(n: int, T: int, d: int):  # noqa: N803
-    graph = topologies.parse(f"er:{n}:{6 / n}:1")
+    # mean degree 6; ER graphs are connected only for p > ln(n)/n, so above 1,000 agents
+    # p = 1.25 ln(n)/n (mean degree printed with each size)
+    p = 6 / n if n <= 1000 else 1.25 * math.log(n) / n
+    graph = topologies.parse(f"er:{n}:{p}:1")
     task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 10}")
     plan = make_plan(
         "dp-dsgd",
@@ -161,7 +165,8 @@ def _curve(args) -> None:
         row = json.loads(done.stdout.splitlines()[-1])
         rows.append(row)
         print(
-            f"{n:>6} agents {row['rounds']:>4} rounds: {row['cpu_s']:8.1f} s CPU "
+            f"{n:>6} agents (mean degree {row['degree']:4.1f}) {row['rounds']:>4} rounds: "
+            f"{row['cpu_s']:8.1f} s CPU "
             f"({row['wall_s']:8.1f} s wall, "
             f"{row['cpu_s'] / (n * row['rounds']) * 1e6:6.0f} us CPU per node-round), "
             f"{row['events'] / row['cpu_s']:9,.0f} events/CPU s, peak {row['peak_mb']:7.0f} MB",
