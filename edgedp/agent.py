@@ -592,6 +592,15 @@ class Agent:
         """Take a message; returns False (and counts why) if it is rejected."""
         try:
             msg = wire.decode(frames, max_bytes=self.context.max_bytes)
+        except wire.WireError as exc:
+            self.metrics.rejected[type(exc).__name__] += 1
+            return False
+        return self.accept(msg, authenticated_sender=authenticated_sender)
+
+    def accept(self, msg: wire.Message, *, authenticated_sender: int | None = None) -> bool:
+        """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
+        every check against this node's plan, round window and bounds, then the inbox."""
+        try:
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
                 # model + tree frame
@@ -659,6 +668,16 @@ class Agent:
 
     def ready(self) -> bool:
         return self.message is not None and not self.missing()
+
+    def waits(self) -> bool:
+        """Whether waiting can still help: ``not ready()``, unless every missing neighbour
+        is :meth:`hopeless` (one pass over the neighbours; the simulator asks at every
+        message)."""
+        got, r = self.inbox.get(self.round, {}), self.round
+        missing = [v for v in self.neighbours if v not in got]
+        if not missing:
+            return self.message is None
+        return any(self.ahead.get(v, -1) <= r for v in missing)
 
     def end_round(self) -> RoundReport:
         """Mix (fixed order; dropout rule for missing neighbours) and advance the round.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ __all__ = [
 ]
 
 _DOMAIN = b"edgedp.rng.v1"
+_ZERO_KEY = np.zeros(2, dtype=np.uint64)
+#: One Philox generator per thread that :func:`stacked` re-keys instead of building one per
+#: call (a speed cache: each use sets key, counter and buffer, so no draw depends on it).
+_SPARE = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +133,10 @@ def stacked(
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
     keys = np.asarray(keys, dtype=object)
-    bit_gen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
-    gen = np.random.Generator(bit_gen)
+    spare = getattr(_SPARE, "gen", None)  # building a Philox costs ~10x re-keying one
+    _SPARE.gen = None  # taken: a nested call (from ``sample``) builds its own
+    gen = spare if spare is not None else np.random.Generator(np.random.Philox(key=_ZERO_KEY))
+    bit_gen = gen.bit_generator
     # numpy's Philox state dict (a TypedDict in numpy's stubs, built here as a plain dict)
     counter = np.array([0, 0, int(step), 0], dtype=np.uint64)
     inner: dict[str, Any] = {"counter": counter, "key": None}
@@ -144,12 +151,15 @@ def stacked(
     if keys.ndim == 0:  # one node (a device): the sample itself, not a copy of it
         inner["key"] = np.array(keys.item().words, dtype=np.uint64)
         bit_gen.state = state
-        return np.asarray(sample(gen), dtype=np.float64).reshape(shape)
+        one = np.asarray(sample(gen), dtype=np.float64).reshape(shape)
+        _SPARE.gen = gen
+        return one
     out = np.empty((*keys.shape, *shape))
     for index in np.ndindex(keys.shape):
         inner["key"] = np.array(keys.item(index).words, dtype=np.uint64)
         bit_gen.state = state
         out[index] = sample(gen)
+    _SPARE.gen = gen  # every call re-keys it fully: no random state carries over
     return out
 
 

@@ -1,14 +1,30 @@
-"""The event engine: SimPy processes driving the same :class:`edgedp.agent.Agent` as devices.
+"""The event engine: a SimPy event queue driving the same :class:`edgedp.agent.Agent` as devices.
 
-Every node is a process ``node(u)``: begin its round, hand the frames to its uplink, wait
-for its neighbours' messages (or the round deadline, or until every missing neighbour is
-known to have moved on), end the round. Messages are real wire frames; a transmission is
-a process that holds the sender's uplink for the serialization delay (size / bandwidth) and
-then waits the link's latency before ``receive``. Loss, per-round dropouts, crashes with
-restart from the last round-boundary snapshot and departures come from keyed draws of the
-scenario seed (sim/links.py, sim/churn.py). A node restarted more than the receive window
-behind rejoins as a device does (:meth:`edgedp.agent.Agent.rejoin`). The number of events
-is linear in the number of messages: there is no polling.
+Every node runs the device's round loop: begin its round, hand the messages to its uplink,
+wait for its neighbours' messages (or the round deadline, or until every missing neighbour
+is known to have moved on), end the round. The uplink sends one message at a time (size /
+bandwidth each; rounds in flight at once take turns, first come first served); a message
+then travels the link's latency. Loss, per-round dropouts, crashes with restart from the
+last round-boundary snapshot and departures come from keyed draws of the scenario seed
+(sim/links.py, sim/churn.py). A node restarted more than the receive window behind rejoins
+as a device does (:meth:`edgedp.agent.Agent.rejoin`). There is no polling.
+
+Order of simultaneous events. The loop is written as callbacks on a :class:`sim.clock.Clock`
+rather than as SimPy processes, with one callback wherever a model with a SimPy process per
+node, per transmission and per delivery (a ``Resource`` per uplink, a deadline timeout
+armed at every wake-up) has an event that does something, in SimPy's (time, priority, id)
+order. With zero or constant latency, where deliveries, deadlines, uplink turns and
+crashes share instants, that order decides which messages a node mixes; tests pin it.
+A message costs one heap event (its delivery), two with a finite bandwidth (and the end
+of its uplink slot); a node's deadline stays one heap entry while it is re-armed at later
+ids or times; wake-ups and uplink grants skip the heap when nothing else is due at their
+instant.
+
+Each message is encoded by the sender's Agent and decoded once by the real codec
+(:func:`edgedp.wire.decode`); every recipient runs the receiver's checks on it
+(:meth:`edgedp.agent.Agent.accept`: plan, sender, round window, shape, finite values within
+the plan's bound). These frames come from the engine itself, never from a peer: hostile
+frames are handled by ``Agent.receive`` and the device transports.
 
 With zero latency, no loss and no faults, the models equal the batch engine's bit for bit.
 A node whose message would be non-finite raises the Agent's
@@ -22,13 +38,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import simpy
 
-from edgedp import models, rng, streams
+from edgedp import models, rng, streams, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from sim import evaluation, initial
 from sim.churn import Crash, Faults
+from sim.clock import Clock, Uplink
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
 from sim.observers import LinkObserver
@@ -53,7 +69,8 @@ class EventResult:
     skipped_rounds: int = 0
     nonfinite: int = 0  # examples whose non-finite gradient was left out of a clipped sum
     crashes: int = 0
-    events: int = 0
+    events: int = 0  # callbacks taken from the event queue (heap)
+    instants: int = 0  # callbacks run at their instant without the heap (sim/clock.py)
     simulated_seconds: float = 0.0
 
     @property
@@ -63,6 +80,37 @@ class EventResult:
     @property
     def dropped_messages(self) -> int:
         return self.lost_messages + self.offline_drops + self.rejected
+
+
+class _Wait:
+    """A node waiting in its round for a message or the deadline (one SimPy ``Condition``
+    of a process-per-node model; ``done`` once it has fired)."""
+
+    __slots__ = ("u", "incarnation", "agent", "start", "limit", "done")
+
+    def __init__(self, u: int, incarnation: int, agent: Agent, start: float, limit: float):
+        self.u, self.incarnation, self.agent = u, incarnation, agent
+        self.start, self.limit, self.done = start, limit, False
+
+
+class _Arrival:
+    """A node's "a message came" event: triggered once; wakes the wait it was made for."""
+
+    __slots__ = ("triggered", "wait")
+
+    def __init__(self, wait: _Wait | None) -> None:
+        self.triggered, self.wait = False, wait
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    """One round's messages of one node, sent one after another."""
+
+    sender: int
+    round: int
+    recipients: tuple[int, ...]
+    out: object  # the Agent's outgoing round
+    message: tuple | None = None  # the last (frames, decoded, max_bytes)
 
 
 class _Sim:
@@ -93,7 +141,7 @@ class _Sim:
                 "churn and message loss are not supported with it (use a block or gaussian "
                 "basis)."
             )
-        self.env = simpy.Environment()
+        self.env = Clock()
         self.model = models.for_task(plan.task, data.features)
         self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
@@ -109,9 +157,14 @@ class _Sim:
         self.crashes: list[Crash] = faults.crash_schedule(n, net_secret)
         self.up = [True] * n
         self.incarnation = [0] * n
-        self.arrival = [self.env.event() for _ in range(n)]
-        self.uplink = [simpy.Resource(self.env, 1) for _ in range(n)]
-        self.snapshots = [a.snapshot() for a in self.agents]
+        self.arrival = [_Arrival(None) for _ in range(n)]
+        self.uplinks = [Uplink(self.env) for _ in range(n)]
+        # a node's deadline: the one armed last (time, id, wait) and its entry in the heap
+        self.armed: list[tuple | None] = [None] * n
+        self.live: list[tuple | None] = [None] * n
+        # snapshots are read only by restarts: kept for the nodes that crash and come back
+        self.restarts = {c.node for c in self.crashes if c.down_s != float("inf")}
+        self.snapshots = {u: self.agents[u].snapshot() for u in self.restarts}
         self.round_end = np.full((n, T), np.nan)
         self.eval_every = eval_every
         self.evals: dict[int, dict[int, np.ndarray]] = {}
@@ -144,9 +197,18 @@ class _Sim:
         if self.progress is not None and self.done_pairs % self.plan.n == 0:
             self.progress(self.done_pairs // self.plan.n)
 
-    # ---------------------------------------------------------------- processes
-    def node(self, u: int, incarnation: int, first: bool):
-        env, agent = self.env, self.agents[u]
+    def _snapshot(self, u: int, agent: Agent) -> None:
+        if u in self.restarts:
+            self.snapshots[u] = copy.deepcopy(agent.snapshot())
+
+    # ------------------------------------------------------------------ a node
+    def _node(self, u: int, incarnation: int, first: bool, agent: Agent) -> None:
+        """Node ``u``'s round loop from the start of a round until it has to wait.
+
+        ``agent`` is the Agent this incarnation started with: a node that crashed in the
+        instant of a skipped round still finishes its skips (and may begin one more round)
+        on it, as a process that only checks for a crash when it wakes up."""
+        env = self.env
         while not agent.done:
             target = agent.rejoin_target()
             if target is not None:  # fell past the receive window: skip to the neighbours
@@ -154,113 +216,204 @@ class _Sim:
                 self.result.skipped_rounds += agent.rejoin(target)
                 for r in range(behind, target):
                     self._finish_round(u, r)
-                self.snapshots[u] = copy.deepcopy(agent.snapshot())
+                self._snapshot(u, agent)
             r = agent.round
             if self.dropped[u, r]:
                 agent.skip_round()
                 self.result.skipped_rounds += 1
                 self._finish_round(u, r)
-                yield env.timeout(0)
-                continue
+                env.soon(self._node, u, incarnation, first, agent)  # timeout(0)
+                return
             out = agent.begin_round()
             if self.network.compute_s:
-                yield env.timeout(self.network.compute_s)
-                if self.incarnation[u] != incarnation:
-                    return
-            env.process(self.transmit(u, out))
-            start = env.now
-            limit = self.network.startup_timeout_s if first else self.network.round_timeout_s
-            while not agent.ready():
-                missing = agent.missing()
-                if missing and set(agent.hopeless()) == set(missing):
-                    break
-                remaining = start + limit - env.now
-                if remaining <= 0:
-                    break
-                self.arrival[u] = env.event()
-                yield self.arrival[u] | env.timeout(remaining)
-                if self.incarnation[u] != incarnation:
-                    return  # crashed while waiting: this process dies with the node
-            report = agent.end_round()
-            self.result.missing += len(report.missing)
-            for obs in self.round_observers:  # the round's private gradient
-                obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
-            self.snapshots[u] = copy.deepcopy(agent.snapshot())
-            self._finish_round(u, r)
+                t = env.now + self.network.compute_s
+                env.at(t, self._computed, u, incarnation, first, agent, out)
+                return
+            if not self._begin_wait(u, incarnation, first, agent, out):
+                return
             first = False
 
-    def transmit(self, u: int, out):
-        # one copy for all recipients; per recipient only where frames differ (Zip-DL, DOME)
-        per_recipient = out.per_recipient is not None
-        frames = None if per_recipient else [bytes(f) for f in out.frames]
-        for v in out.recipients:
-            if per_recipient:
-                frames = [bytes(f) for f in out.frames_for(v)]
-            size = sum(len(f) for f in frames)
-            delay = self.network.serialization_s(size)
-            if delay:
-                with self.uplink[u].request() as req:
-                    yield req
-                    yield self.env.timeout(delay)
-            self.result.messages += 1
-            self.result.bytes_sent += size
-            for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
-                obs.on_message(
-                    sender=u, recipient=v, round=out.round, frames=frames, time=self.env.now
-                )
-            if self.links.lost[(u, v)][out.round]:
-                self.result.lost_messages += 1
-                continue
-            self.env.process(
-                self.deliver(u, v, frames, out.round, float(self.links.latency[(u, v)][out.round]))
-            )
-        if False:  # pragma: no cover  (makes this a generator even with no recipients)
-            yield
+    def _computed(self, u: int, incarnation: int, first: bool, agent: Agent, out) -> None:
+        if self.incarnation[u] == incarnation and self._begin_wait(
+            u, incarnation, first, agent, out
+        ):
+            self._node(u, incarnation, False, agent)
 
-    def deliver(self, u: int, v: int, frames, round_: int, latency: float):
-        if latency:
-            yield self.env.timeout(latency)
-        if not self.up[v] or self.dropped[v, round_]:
+    def _begin_wait(self, u: int, incarnation: int, first: bool, agent: Agent, out) -> bool:
+        self.env.start(self._transmit, u, out)
+        limit = self.network.startup_timeout_s if first else self.network.round_timeout_s
+        return self._wait(_Wait(u, incarnation, agent, self.env.now, limit))
+
+    def _wait(self, wait: _Wait) -> bool:
+        """Wait for a message or the deadline; True when the round has ended."""
+        agent, now = wait.agent, self.env.now
+        if agent.waits():  # not ready, and not every missing neighbour has moved on
+            remaining = wait.start + wait.limit - now
+            if remaining > 0:
+                wait = _Wait(wait.u, wait.incarnation, agent, wait.start, wait.limit)
+                self.arrival[wait.u] = _Arrival(wait)
+                self._arm(wait.u, now + remaining, wait)
+                return False
+        u, r = wait.u, agent.round
+        report = agent.end_round()
+        self.result.missing += len(report.missing)
+        for obs in self.round_observers:  # the round's private gradient
+            obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
+        self._snapshot(u, agent)
+        self._finish_round(u, r)
+        return True
+
+    def _wake(self, wait: _Wait) -> None:
+        if self.incarnation[wait.u] == wait.incarnation and self._wait(wait):
+            self._node(wait.u, wait.incarnation, False, wait.agent)
+
+    def _fire(self, wait: _Wait) -> None:
+        if not wait.done:
+            wait.done = True
+            self.env.soon(self._wake, wait)
+
+    def _arm(self, u: int, time: float, wait: _Wait) -> None:
+        """(Re)arm ``u``'s deadline. A timeout armed later at the same time has a later id:
+        the heap entry already there is moved to that id when it comes up."""
+        eid = self.env.next_id()
+        self.armed[u] = (time, eid, wait)
+        live = self.live[u]
+        if live is None or live[0] > time:
+            self.live[u] = (time, eid)
+            self.env.at_id(time, eid, self._deadline, u, time, eid)
+
+    def _deadline(self, u: int, time: float, eid: int) -> None:
+        if self.live[u] != (time, eid):
+            return  # replaced by an earlier deadline
+        self.live[u] = None
+        at, armed_id, wait = self.armed[u]
+        if wait.done:
+            return
+        if armed_id == eid:
+            self._fire(wait)
+        else:  # re-armed since: at its own time and id (never earlier than this one)
+            self.live[u] = (at, armed_id)
+            self.env.at_id(at, armed_id, self._deadline, u, at, armed_id)
+
+    def _arrived(self, arrival: _Arrival) -> None:
+        if arrival.wait is not None:
+            self._fire(arrival.wait)
+
+    def _notify(self, v: int) -> None:
+        """Trigger ``v``'s arrival event (processed as an event of this instant)."""
+        arrival = self.arrival[v]
+        if not arrival.triggered:
+            arrival.triggered = True
+            if arrival.wait is not None and not arrival.wait.done:
+                self.env.soon(self._arrived, arrival)
+
+    # ------------------------------------------------------------------ links
+    def _transmit(self, u: int, out) -> None:
+        """A round's messages leave ``u`` one recipient after another."""
+        self._send(_Job(u, out.round, out.recipients, out), 0)
+
+    def _message(self, job: _Job, i: int) -> tuple:
+        """``(frames, decoded, max_bytes, size, serialization s)`` of message ``i``: one
+        copy and one decode for all recipients; per recipient only where frames differ
+        (Zip-DL, DOME)."""
+        out = job.out
+        if out.per_recipient is None and job.message is not None:
+            return job.message
+        frames = [bytes(f) for f in out.frames_for(job.recipients[i])]
+        max_bytes = self.agents[job.recipients[i]].context.max_bytes
+        try:  # the real codec
+            decoded = wire.decode(frames, max_bytes=max_bytes)
+        except wire.WireError:
+            decoded = None  # the recipient's receive() counts the rejection
+        size = sum(len(f) for f in frames)
+        job.message = (frames, decoded, max_bytes, size, self.network.serialization_s(size))
+        return job.message
+
+    def _send(self, job: _Job, first: int) -> None:
+        for i in range(first, len(job.recipients)):
+            message = self._message(job, i)
+            size, delay = message[3], message[4]
+            if delay:
+                self.uplinks[job.sender].request(self._slot, job, i, message, size, delay)
+                return
+            self._emit(job, i, message, size)
+
+    def _slot(self, job: _Job, i: int, message: tuple, size: int, delay: float) -> None:
+        self.env.at(self.env.now + delay, self._sent, job, i, message, size)
+
+    def _sent(self, job: _Job, i: int, message: tuple, size: int) -> None:
+        self.uplinks[job.sender].release()
+        self._emit(job, i, message, size)
+        self._send(job, i + 1)
+
+    def _emit(self, job: _Job, i: int, message: tuple, size: int) -> None:
+        """Message ``i`` of ``job`` is on the link: count it, draw its fate."""
+        u, v, r = job.sender, job.recipients[i], job.round
+        self.result.messages += 1
+        self.result.bytes_sent += size
+        for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
+            obs.on_message(sender=u, recipient=v, round=r, frames=message[0], time=self.env.now)
+        if self.links.lost[(u, v)][r]:
+            self.result.lost_messages += 1
+            return
+        latency = float(self.links.latency[(u, v)][r])
+        if latency:  # the delivery process would only set its timeout: the same id order
+            self.env.at(self.env.now + latency, self._deliver, u, v, r, message)
+        else:  # a delivery process starting now
+            self.env.start(self._deliver, u, v, r, message)
+
+    def _deliver(self, u: int, v: int, r: int, message: tuple) -> None:
+        if not self.up[v] or self.dropped[v, r]:
             self.result.offline_drops += 1
             return
-        if not self.agents[v].receive(frames, authenticated_sender=u):
-            self.result.rejected += 1
-        if not self.arrival[v].triggered:
-            self.arrival[v].succeed()
+        agent = self.agents[v]
+        frames, decoded, max_bytes = message[:3]
+        if decoded is None or agent.context.max_bytes != max_bytes:
+            agent.receive(frames, authenticated_sender=u)
+        else:
+            agent.accept(decoded, authenticated_sender=u)
+        if self.env.alone():  # nothing can come between: its two hops are the next events
+            arrival = self.arrival[v]
+            if not arrival.triggered:
+                arrival.triggered = True
+                wait = arrival.wait
+                if wait is not None and not wait.done:
+                    wait.done = True
+                    self._wake(wait)
+        else:
+            self._notify(v)
 
-    def crash(self, c: Crash):
-        yield self.env.timeout(c.at_s)
+    # ------------------------------------------------------------------ faults
+    def _crash_start(self, c: Crash) -> None:
+        self.env.at(self.env.now + c.at_s, self._crash, c)
+
+    def _crash(self, c: Crash) -> None:
         u = c.node
         if not self.up[u] or self.agents[u].done:
             return
         self.up[u] = False
         self.incarnation[u] += 1
         self.result.crashes += 1
-        if not self.arrival[u].triggered:
-            self.arrival[u].succeed()  # wake the process so it notices and ends
-        if c.down_s == float("inf"):
-            return
-        yield self.env.timeout(c.down_s)
+        self._notify(u)  # wakes the node's wait so it notices and ends
+        if c.down_s != float("inf"):
+            self.env.at(self.env.now + c.down_s, self._restart, u)
+
+    def _restart(self, u: int) -> None:
         agent = self._new_agent(u)
         agent.restore(copy.deepcopy(self.snapshots[u]))
         self.agents[u] = agent
         self.up[u] = True
-        self.env.process(self.node(u, self.incarnation[u], first=False))
+        self.env.start(self._node, u, self.incarnation[u], False, agent)
 
     def run(self) -> EventResult:
+        env = self.env
         for u in range(self.plan.n):
-            self.env.process(self.node(u, 0, first=True))
+            env.start(self._node, u, 0, True, self.agents[u])
         for c in self.crashes:
-            self.env.process(self.crash(c))
-        events = 0
-        while True:
-            try:
-                self.env.step()
-            except simpy.core.EmptySchedule:
-                break
-            events += 1
+            env.start(self._crash_start, c)
+        env.drain()
         res = self.result
-        res.events = events
+        res.events, res.instants = env.events, env.instants
         res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
         res.models = np.stack([a.theta for a in self.agents])
         res.rejected = sum(sum(a.metrics.rejected.values()) for a in self.agents)

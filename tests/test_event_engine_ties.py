@@ -1,0 +1,234 @@
+"""Simultaneous events: the event engine keeps the process-per-message engine's order.
+
+With zero or constant latency many events share one simulated instant (deliveries, round
+deadlines, uplink turns, crashes), and the order in which they are handled changes which
+messages a node mixes. The pinned numbers are the results of the process-per-message
+engine (a SimPy process per node, per transmission and per delivery, a SimPy Resource per
+uplink, a deadline timeout re-armed at every wake-up) on these scenarios; the callback
+engine must reproduce every one: model digest, every counter, the simulated end time and
+a hash of the per-round times and evaluations.
+"""
+
+import hashlib
+from dataclasses import dataclass
+
+import pytest
+
+import topologies
+from edgedp.accounting.participation import Participation
+from edgedp.agent import Agent
+from edgedp.plan import TaskSpec, make_plan
+from sim import datasets, engine
+from sim.churn import Crash, Faults
+from sim.links import Latency, Network
+
+
+def _constant(ms):
+    return Latency.from_dict({"kind": "constant", "ms": ms})
+
+
+@dataclass(frozen=True)
+class Case:
+    mechanism: str
+    spec: str
+    steps: int
+    network: Network
+    faults: Faults
+    seed: int
+    want: tuple  # see _summary
+
+
+CASES = {
+    "zero-latency-loss-dropouts-crash": Case(
+        "dp-dsgd",
+        "er:10:0.4:1",
+        20,
+        Network(loss=0.05, round_timeout_s=0.2, startup_timeout_s=0.2),
+        Faults(dropout=0.1, crashes=(Crash(3, 0.3, 0.5), Crash(7, 0.0, 0.2))),
+        1,
+        (
+            "7f905922cbb3e79f",
+            550,
+            138600,
+            21,
+            64,
+            57,
+            143,
+            18,
+            2,
+            "0x1.6666666666666p+0",
+            "75963c05e8d1fa8a",
+        ),
+    ),
+    "zero-latency-bandwidth": Case(
+        "antipgd",
+        "er:10:0.5:2",
+        15,
+        Network(bandwidth_mbps=1.0, loss=0.05, round_timeout_s=0.05),
+        Faults(dropout=0.1, dropout_rule="reuse-last", crashes=(Crash(4, 0.02, 0.03),)),
+        2,
+        (
+            "7c444ebaddb705f6",
+            523,
+            131796,
+            44,
+            31,
+            171,
+            266,
+            22,
+            1,
+            "0x1.54c61d8622c4ep+2",
+            "bd2e9000f977ede8",
+        ),
+    ),
+    "constant-latency-crash": Case(
+        "dp-dsgd",
+        "er:10:0.4:1",
+        20,
+        Network(latency=_constant(20), round_timeout_s=0.2),
+        Faults(crashes=(Crash(2, 0.5, 0.7), Crash(6, 0.2))),
+        0,
+        (
+            "304d9d06ef8915a1",
+            586,
+            147672,
+            0,
+            32,
+            46,
+            76,
+            0,
+            2,
+            "0x1.028f5c28f5c29p+1",
+            "a08e49001cc313ab",
+        ),
+    ),
+    "rejoin": Case(  # node 2 down for 12 s: it falls past the window and skips ahead
+        "dp-dsgd",
+        "ring:8",
+        60,
+        Network(latency=_constant(5), round_timeout_s=0.5, startup_timeout_s=1.0),
+        Faults(crashes=(Crash(2, 0.1, 12.0),)),
+        0,
+        (
+            "70adb906f7f7597d",
+            914,
+            230328,
+            0,
+            50,
+            40,
+            88,
+            24,
+            1,
+            "0x1.86147ae147ae9p+3",
+            "8498649f30daba2c",
+        ),
+    ),
+    "deadline-equals-delivery": Case(  # latency = deadline: messages land on the deadline
+        "dp-dsgd",
+        "er:10:0.4:3",
+        20,
+        Network(latency=_constant(250), round_timeout_s=0.25, startup_timeout_s=0.25),
+        Faults(dropout=0.1),
+        3,
+        (
+            "944f6cfd758c5006",
+            594,
+            149688,
+            0,
+            78,
+            139,
+            217,
+            24,
+            0,
+            "0x1.2000000000000p+2",
+            "7b4cf6f5127715bc",
+        ),
+    ),
+    "constant-latency-bandwidth-compute": Case(
+        "antipgd",
+        "er:10:0.5:4",
+        20,
+        Network(
+            latency=_constant(10),
+            bandwidth_mbps=1.0,
+            loss=0.03,
+            round_timeout_s=0.1,
+            compute_s=0.01,
+        ),
+        Faults(dropout=0.1, crashes=(Crash(5, 0.25, 0.3), Crash(1, 0.33))),
+        4,
+        (
+            "e0d876b4bfdc7d37",
+            637,
+            160524,
+            20,
+            111,
+            126,
+            257,
+            22,
+            2,
+            "0x1.0b851eb851ebap+1",
+            "a5ceffc64b0a98e2",
+        ),
+    ),
+}
+
+
+def _run(case):
+    plan = make_plan(
+        case.mechanism,
+        topologies.parse(case.spec),
+        steps=case.steps,
+        participation=Participation(case.steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.3,
+        seed=3,
+        noise_multiplier=1.0,
+        task=TaskSpec(dataset="synthetic-logistic"),
+    )
+    data = datasets.partition(datasets.load("synthetic-logistic", seed=2), plan.n, seed=2)
+    return engine.run(
+        plan, data, network=case.network, faults=case.faults, seed=case.seed, eval_every=5
+    )
+
+
+def _summary(r):
+    timing = repr((r.round_seconds, r.eval_rounds, r.test_loss, r.consensus_distance))
+    return (
+        r.model_digest[:16],
+        r.messages,
+        r.bytes_sent,
+        r.lost_messages,
+        r.offline_drops,
+        r.rejected,
+        r.missing,
+        r.skipped_rounds,
+        r.crashes,
+        r.simulated_seconds.hex(),
+        hashlib.blake2b(timing.encode(), digest_size=8).hexdigest(),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_simultaneous_events_keep_the_process_engines_order(name):
+    assert _summary(_run(CASES[name])) == CASES[name].want
+
+
+def test_agent_waits_is_not_ready_unless_every_missing_neighbour_moved_on(monkeypatch):
+    # Agent.waits (one pass) against its definition, at every wake-up of a faulty run
+    calls = []
+    original = Agent.waits
+
+    def checked(agent):
+        got = original(agent)
+        missing = agent.missing()
+        assert got == (
+            not agent.ready() and not (missing and set(agent.hopeless()) == set(missing))
+        )
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(Agent, "waits", checked)
+    _run(CASES["zero-latency-loss-dropouts-crash"])
+    _run(CASES["rejoin"])
+    assert True in calls and False in calls
