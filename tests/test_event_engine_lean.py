@@ -7,16 +7,12 @@ tests/test_event_engine_ties.py): model digest, every counter and the simulated 
 The clock and the uplink are also checked against SimPy itself.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import simpy
+from test_event_engine_ties import Case, _run
 
 import topologies
-from edgedp.accounting.participation import Participation
-from edgedp.plan import TaskSpec, make_plan
-from sim import datasets, engine
 from sim.churn import Crash, Faults
 from sim.clock import Clock, Uplink
 from sim.links import Latency, Network
@@ -26,18 +22,7 @@ def _lognormal(median_ms, sigma):
     return Latency.from_dict({"kind": "lognormal", "median_ms": median_ms, "sigma": sigma})
 
 
-@dataclass(frozen=True)
-class Case:
-    mechanism: str
-    spec: str
-    steps: int
-    network: Network
-    faults: Faults
-    seed: int
-    # digest, messages, lost, offline, rejected, missing, skipped, crashes, simulated s (hex)
-    want: tuple
-
-
+# digest, messages, lost, offline, rejected, missing, skipped, crashes, simulated s (hex)
 CASES = {
     "dropouts-loss-crash": Case(
         "antipgd",
@@ -90,21 +75,7 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_same_results_as_the_process_per_message_engine(name):
     case = CASES[name]
-    plan = make_plan(
-        case.mechanism,
-        topologies.parse(case.spec),
-        steps=case.steps,
-        participation=Participation(case.steps, 1),
-        clip_norm=1.0,
-        learning_rate=0.3,
-        seed=3,
-        noise_multiplier=1.0,
-        task=TaskSpec(dataset="synthetic-logistic"),
-    )
-    data = datasets.partition(datasets.load("synthetic-logistic", seed=2), plan.n, seed=2)
-    r = engine.run(
-        plan, data, network=case.network, faults=case.faults, seed=case.seed, eval_every=5
-    )
+    r = _run(case)
     got = (
         r.model_digest[:16],
         r.messages,
@@ -119,7 +90,8 @@ def test_same_results_as_the_process_per_message_engine(name):
     assert got == case.want
     # per message a delivery and an uplink slot; per node and round at most a deadline,
     # a compute step, a skip
-    assert r.events <= 2 * r.messages + 3 * plan.n * plan.steps
+    n, steps = topologies.parse(case.spec).n, case.steps
+    assert r.events <= 2 * r.messages + 3 * n * steps
 
 
 def _uplink_trace(jobs, links=1):
