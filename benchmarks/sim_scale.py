@@ -33,7 +33,7 @@ import simpy
 import topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets, engine
+from sim import batch, datasets, engine, provenance
 from sim.churn import Faults
 from sim.links import Latency, Network
 
@@ -173,7 +173,7 @@ def _curve(args) -> None:
             flush=True,
         )
     OUT.mkdir(exist_ok=True)
-    (OUT / "sim_scale.json").write_text(json.dumps(rows, indent=1))
+    provenance.write_json(OUT / "sim_scale.json", {"rows": rows})
     import matplotlib
 
     matplotlib.use("Agg")
