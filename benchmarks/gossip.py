@@ -166,7 +166,8 @@ def main() -> None:
     ap.add_argument(
         "--compare-tree",
         metavar="PATH",
-        help="also run the agents of another checkout (e.g. /work/main) in every repeat",
+        help="also run the agents of another checkout (e.g. a git worktree of an earlier "
+        "commit) in every repeat",
     )
     args = ap.parse_args()
     n, d, steps = args.nodes, args.dim, args.rounds

@@ -16,7 +16,8 @@ and with ``:blas`` products (one BLAS gemv per example).
 Batch engine: agent-rounds per second of DP-D-SGD with ``mlp:64-128-10`` on digits, 100
 agents (er graph, mean degree 6), each round a batch of the whole local set (14 examples),
 for the exact and the ``:blas`` model — and with ``--before TREE`` the exact model on the
-code of another checkout (e.g. ``/work/main``), each run in a fresh subprocess, the variants
+code of another checkout (e.g. a ``git worktree`` of an earlier commit), each run in a
+fresh subprocess, the variants
 interleaved ``--repeats`` times (the median is printed) so machine load hits them alike.
 Rounds 2 … T−1 are timed (no evaluation in them), in wall time and in the process's CPU
 time (less sensitive to other work on a loaded machine).
