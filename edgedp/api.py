@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -333,12 +332,7 @@ def scenario_for(plan, scenario: Any = None):
     base = Path(".")
     if isinstance(scenario, (str, os.PathLike)):
         path = Path(scenario)
-        try:
-            raw = tomllib.loads(path.read_text())
-        except OSError as exc:
-            raise ValueError(f"cannot read scenario {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        raw = scenarios.read_toml(path)  # ScenarioError is a ValueError
         for key in ("plan", "topology", "task", "privacy", "steps"):
             raw.pop(key, None)
         base = path.parent

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import sys
-import tomllib
 from pathlib import Path
 
 from edgedp_cli._common import UsageError, emit, json_value
@@ -29,11 +28,9 @@ def load_scenario(path: str, target_eps: float | None):
 
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+        raw = scenarios.read_toml(p)
+    except scenarios.ScenarioError as exc:
+        raise UsageError(str(exc)) from None
     if target_eps is not None:
         if not target_eps > 0:
             raise UsageError(f"--target-eps {target_eps} must be > 0")

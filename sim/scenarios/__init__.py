@@ -71,7 +71,7 @@ from sim import datasets, initial
 from sim.churn import Crash, Faults
 from sim.links import Latency, Network
 
-__all__ = ["ENGINES", "Scenario", "ScenarioError", "from_plan", "load", "parse"]
+__all__ = ["ENGINES", "Scenario", "ScenarioError", "from_plan", "load", "parse", "read_toml"]
 
 # The keys each table may hold (a key added to the parser is added here too).
 _TOP = (
@@ -418,15 +418,22 @@ def _faults(t: dict) -> Faults:
     )
 
 
-def load(path: str | Path) -> Scenario:
-    """Read and validate a scenario file."""
+def read_toml(path: str | Path) -> dict:
+    """The tables of a scenario file; an unreadable file or bad TOML is a one-line
+    :class:`ScenarioError`."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as exc:
         raise ScenarioError(f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    raw = read_toml(path)
     try:
         return parse(raw, base=path.parent)
     except ScenarioError as exc:
