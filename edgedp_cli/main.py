@@ -406,14 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
         "complete:N, star:N, florentine, karate, or an edge-list file",
     )
     p.add_argument(
-        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
+        "--weighting",
+        default="metropolis-hastings",
+        choices=sorted(topology.WEIGHTINGS),
+        help="gossip matrix W (default metropolis-hastings)",
     )
 
     importlib.import_module("edgedp_cli.plan_cmd").register(sub, add)
 
     p = add("account", cmd_account, "re-certify a plan and print its guarantee")
-    p.add_argument("plan")
-    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("plan", metavar="PLAN", help="the plan file")
+    p.add_argument(
+        "--delta", type=float, default=1e-6, help="delta of the epsilon printed (default 1e-6)"
+    )
     p.add_argument("--steps-done", type=int, help="privacy spent after this many steps")
     p.add_argument(
         "--trust", choices=["ldp", "pndp"], default="ldp", help="trust model (default ldp)"

@@ -262,8 +262,10 @@ def _problem_constants(spec: str):
 
 def register(sub, add) -> None:
     p = add("tune", cmd_tune, "parameter search for sr-gt on its accuracy bound (paper 004)")
-    p.add_argument("algorithm", choices=["sr-gt"])
-    p.add_argument("--target-eps", type=float, required=True)
+    p.add_argument("algorithm", choices=["sr-gt"], help="the algorithm to tune (sr-gt)")
+    p.add_argument(
+        "--target-eps", type=float, required=True, help="the pure epsilon to tune for (required)"
+    )
     p.add_argument("--delta-grad", type=float, required=True, help="δ of Definition 1")
     p.add_argument("--smoothness", type=float, help="L of every local cost")
     p.add_argument("--strong-convexity", type=float, help="μ of every local cost")
@@ -273,6 +275,10 @@ def register(sub, add) -> None:
     p.add_argument("--c1", type=float, default=1.0, help="estimate of sup E|x̄(k) - x*|²")
     p.add_argument("--c2", type=float, default=1.0, help="estimate of sup E|x(k) - 1x̄(k)|²")
     p.add_argument("--beta", type=float, help="fix β (default 1/γ)")
-    p.add_argument("--restarts", type=int, default=8)
-    p.add_argument("--sweeps", type=int, default=30)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--restarts", type=int, default=8, help="random starts of the search (default 8)"
+    )
+    p.add_argument(
+        "--sweeps", type=int, default=30, help="coordinate sweeps per start (default 30)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random starts (default 0)")
