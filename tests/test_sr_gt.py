@@ -199,7 +199,8 @@ def test_cli_plan_reports_spent_and_infinite_horizon_epsilon(tmp_path, capsys):
     common = [path, "--topology", "er:20:0.3:1", "--steps", "50", "--target-eps", "1"]
     out = _cli_json(
         capsys, "plan", "laplace", *common, "--mechanism", "sr-gt", "--gamma", "0.001",
-        "--beta", "1000", "--q1", "0.97", "--q2", "0.99", "--dataset", "digits", "--model", "softmax:10",
+        "--beta", "1000", "--q1", "0.97", "--q2", "0.99", "--dataset", "digits",
+        "--model", "softmax:10",
     )  # fmt: skip
     # 50 messages release x(1..49): ε(1 − (q1/q2)^49); the published final release one more
     assert out["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 49, rel=1e-12)
