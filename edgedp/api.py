@@ -50,7 +50,7 @@ EXTRAS = {
 #: ``make_plan`` keywords whose ``edgedp plan`` option has another name.
 _RENAMED = {"target_epsilon": "target_eps"}
 #: Namespace entries that are the CLI's business, never plan options.
-_NOT_OPTIONS = {"json", "quiet", "func", "command", "family", "out", "target_eps"}
+_NOT_OPTIONS = {"json", "quiet", "func", "command", "family", "out", "sign", "target_eps"}
 #: Namespace entries set from make_plan's own arguments.
 _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
 

@@ -14,7 +14,8 @@ cross      whisper, decor, zipdl, muffliato                 --form, --rank, --ri
 dome       dome                                             --sketch-*, --optimizer
 =========  ==============================================  ===============================
 
-The shared flags (topology, steps, task, seed, clip norm, δ, target ε, weighting) come from
+The shared flags (topology, steps, task, seed, clip norm, δ, target ε, weighting, --sign)
+come from
 one parent parser; the Gaussian families add --participation, --noise-multiplier and
 --learning-rate. :func:`complete` gives every other family's option its default, so
 :func:`edgedp_cli.main.build_plan` reads one namespace whatever the family.
@@ -114,6 +115,12 @@ def _common_parent() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the plan's noise streams (default 0)"
+    )
+    p.add_argument(
+        "--sign",
+        metavar="KEY",
+        help="sign the plan with this planning secret key file (edgedp keys planner; "
+        "default: unsigned, or sign it later with edgedp sign)",
     )
     return p
 
