@@ -6,9 +6,12 @@ import hashlib
 import io
 import json
 import math
+import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,6 +151,51 @@ def test_quiet_silences_planner_progress(tmp_path, capsys):
     assert cli.main(["-q", *argv]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and "wrote" not in captured.err and "plan_hash" in captured.out
+
+
+def _documented_commands():
+    """Whole ``edgedp ...`` lines of the README's and docs' code blocks (no ``...``, no
+    ``[optional]`` or ``a|b`` placeholders), continuation lines joined."""
+    root = Path(__file__).resolve().parent.parent
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        in_block, pending = False, ""
+        for line in path.read_text().splitlines():
+            if line.startswith("```"):
+                in_block = not in_block
+                continue
+            code = line.split("  #")[0].split(" # ")[0].rstrip()
+            if not in_block:
+                continue
+            code, pending = (pending + " " + code.strip() if pending else code), ""
+            if code.endswith("\\"):
+                pending = code[:-1].rstrip()
+            elif code.startswith("edgedp ") and not re.search(r"\.\.\.|[\[\]|<>;]", code):
+                yield f"{path.name}: {code}"
+
+
+def test_documented_command_lines_parse():
+    lines = [c for c in _documented_commands() if "--version" not in c]
+    assert any(" plan sgd " in c for c in lines) and any(" deploy " in c for c in lines)
+    parser = cli.build_parser()
+    for line in lines:
+        parser.parse_args(shlex.split(line.split(": ", 1)[1])[1:])  # exits 2 if it does not
+
+
+def test_plan_sign_writes_a_plan_signed_by_the_planning_key(tmp_path, capsys):
+    from edgedp import signing
+    from edgedp.plan import NoisePlan
+
+    assert cli.main(["keys", "planner", "--out", str(tmp_path / "ops"), "--json"]) == 0
+    public = json.loads(capsys.readouterr().out)["public_key"]
+    plan = tmp_path / "p.plan"
+    key = str(tmp_path / "ops" / "planner.key")
+    assert cli.main(["-q", "plan", "sgd", str(plan), *COMMON, *DSGD, "--sign", key]) == 0
+    trusted = signing.read_key(tmp_path / "ops" / "planner.pub")
+    p = NoisePlan.from_bytes(plan.read_bytes(), trusted_key=trusted)
+    unsigned = tmp_path / "u.plan"
+    assert cli.main(["-q", "plan", "sgd", str(unsigned), *COMMON, *DSGD]) == 0
+    assert p.plan_hash == NoisePlan.from_bytes(unsigned.read_bytes()).plan_hash
+    assert len(public) > 0 and plan.read_bytes() != unsigned.read_bytes()
 
 
 # ---------------------------------------------------------------- exit codes
