@@ -29,6 +29,7 @@ __all__ = [
     "LeakResult",
     "SimulationResult",
     "account",
+    "install_extra",
     "install_hint",
     "leak",
     "make_plan",
@@ -49,9 +50,21 @@ EXTRAS = {
 #: ``make_plan`` keywords whose ``edgedp plan`` option has another name.
 _RENAMED = {"target_epsilon": "target_eps"}
 #: Namespace entries that are the CLI's business, never plan options.
-_NOT_OPTIONS = {"json", "func", "command", "out", "sign", "target_eps"}
+_NOT_OPTIONS = {"json", "quiet", "func", "command", "family", "out", "sign", "target_eps"}
 #: Namespace entries set from make_plan's own arguments.
 _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
+
+
+def install_extra(exc: ImportError) -> tuple[str, str] | None:
+    """(missing package, extras to install) for an optional package that is missing, else None.
+
+    >>> install_extra(ModuleNotFoundError("No module named 'simpy'", name="simpy"))
+    ('simpy', 'sim,plan')
+    """
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    return name, "sim,plan" if EXTRAS[name] in ("sim", "plan") else EXTRAS[name]
 
 
 def install_hint(exc: ImportError) -> str | None:
@@ -60,10 +73,10 @@ def install_hint(exc: ImportError) -> str | None:
     >>> print(install_hint(ModuleNotFoundError("No module named 'simpy'", name="simpy")))
     simpy is not installed (not in the device install): pip install 'edgedp[sim,plan]'
     """
-    name = (getattr(exc, "name", None) or "").split(".")[0]
-    if name not in EXTRAS:
+    missing = install_extra(exc)
+    if missing is None:
         return None
-    extra = "sim,plan" if EXTRAS[name] in ("sim", "plan") else EXTRAS[name]
+    name, extra = missing
     return f"{name} is not installed (not in the device install): pip install 'edgedp[{extra}]'"
 
 
@@ -121,7 +134,7 @@ def make_plan(
         ``beta``, ``q1``, ``q2``, ``delta_grad``, ``adjacency``, ``weighting``, ``loss`` ...).
 
     Returns:
-      The NoisePlan (frozen; ``plan.to_bytes()`` is what ``edgedp plan --out`` writes).
+      The NoisePlan (frozen; ``plan.to_bytes()`` is what ``edgedp plan FAMILY OUT`` writes).
 
     Raises:
       ValueError: a bad value, with the message ``edgedp plan`` prints.
@@ -166,16 +179,13 @@ def make_plan(
 
 def _plan_namespace(cli, mechanism: str, topology: str, steps: int):
     """The ``edgedp plan`` defaults, with the three required options set."""
-    parser = cli.build_parser()
-    action = next(a for a in parser._subparsers._group_actions if a.dest == "command")
-    plan_parser = action.choices["plan"]
-    choices = next(a.choices for a in plan_parser._actions if a.dest == "mechanism")
-    if mechanism not in choices:
-        raise ValueError(f"mechanism={mechanism!r}; expected one of {sorted(choices)}")
+    del cli
+    from edgedp_cli import plan_cmd
+
+    plan_cmd.family_of(mechanism)  # ValueError naming the mechanisms
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"Expected steps={steps!r} to be an integer >= 1.")
-    argv = ["--topology", str(topology), "--steps", str(steps), "--mechanism", mechanism]
-    return plan_parser.parse_args([*argv, "--out", os.devnull])
+    return plan_cmd.namespace(mechanism, topology, steps)
 
 
 def _participation_text(args, participation) -> str | None:

@@ -1,18 +1,32 @@
-"""Helpers shared by the ``edgedp`` command modules: errors, output, argument parsing."""
+"""Helpers shared by the ``edgedp`` command modules: errors, output, argument parsing.
+
+Exit status of every command (the numbering of ``edgedp-agent``, firmware_py/daemon.py):
+0 done, 1 the run failed (:class:`RunFailedError`), 2 bad usage (:class:`UsageError`, and
+argparse's own errors), 3 refused (:class:`RefusedError`: a plan that fails its checks, or an
+optional extra this install lacks).
+"""
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 from pathlib import Path
 
+from edgedp import strict_json
+
 __all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "CommandError",
+    "RefusedError",
+    "RunFailedError",
     "UsageError",
+    "add_output_flags",
+    "chatty",
     "check_out",
     "check_task_participation",
     "emit",
-    "json_value",
     "key_value_lines",
     "load_plan",
     "parse_graph",
@@ -24,14 +38,52 @@ __all__ = [
 ]
 
 
-class UsageError(Exception):
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REFUSED = 0, 1, 2, 3
+
+
+class CommandError(Exception):
+    """A command that cannot finish; reported as one line on stderr with ``code``."""
+
+    code = EXIT_FAILED
+
+
+class RunFailedError(CommandError):
+    """The run itself failed (agents exited with errors, the model diverged): status 1."""
+
+    code = EXIT_FAILED
+
+
+class UsageError(CommandError):
     """A bad argument; reported as one line, exit status 2."""
 
+    code = EXIT_USAGE
 
-def json_value(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
+
+class RefusedError(CommandError):
+    """Valid usage the command refuses (a plan failing its checks, a missing extra): 3."""
+
+    code = EXIT_REFUSED
+
+
+def add_output_flags(p) -> None:
+    """``--json`` and ``-q`` of a command (also accepted before the command name)."""
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print exactly one strict JSON object on stdout (NaN as null, infinities as "
+        'the strings "inf" and "-inf")',
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress lines on stderr (warnings and errors are still printed)",
+    )
+
+
+def chatty(args) -> bool:
+    """Whether progress lines go to stderr (neither --json nor -q)."""
+    return not (getattr(args, "json", False) or getattr(args, "quiet", False))
 
 
 def key_value_lines(payload: dict) -> str:
@@ -41,9 +93,9 @@ def key_value_lines(payload: dict) -> str:
 
 
 def emit(args, payload: dict, text: str) -> None:
+    """Print ``payload`` as one strict JSON object (--json), else ``text``."""
     if args.json:
-        clean = {k: json_value(v) for k, v in payload.items()}
-        sys.stdout.write(json.dumps(clean, sort_keys=True) + "\n")
+        sys.stdout.write(strict_json.dumps(payload, sort_keys=True) + "\n")
     else:
         sys.stdout.write(text.rstrip() + "\n")
 
@@ -118,16 +170,13 @@ def participation_hint(args) -> str:
 
 
 def check_out(args) -> None:
-    """Refuse an ``--out`` plan file that cannot be written: a folder, or in a missing one."""
+    """Refuse a plan file OUT that cannot be written: a folder, or in a missing one."""
     out = Path(args.out)
     if args.out.endswith(("/", "\\")) or out.is_dir():
-        raise UsageError(
-            f"--out {args.out}: is a folder; give a file name, e.g. {out / 'run.plan'}"
-        )
+        raise UsageError(f"OUT {args.out}: is a folder; give a file name, e.g. {out / 'run.plan'}")
     if not out.parent.is_dir():
         raise UsageError(
-            f"--out {args.out}: folder {out.parent} does not exist (create it: mkdir -p "
-            f"{out.parent})"
+            f"OUT {args.out}: folder {out.parent} does not exist (create it: mkdir -p {out.parent})"
         )
 
 
@@ -146,7 +195,7 @@ def write_plan(args, plan) -> None:
     try:
         out.write_bytes(plan.to_bytes(signing_key=key))
     except OSError as exc:
-        raise UsageError(f"--out {args.out}: {exc.strerror}") from None
+        raise UsageError(f"OUT {args.out}: {exc.strerror}") from None
 
 
 def load_plan(path: str):
@@ -158,4 +207,4 @@ def load_plan(path: str):
     except OSError as exc:
         raise UsageError(f"cannot read plan {path!r}: {exc.strerror}") from None
     except PlanError as exc:
-        raise UsageError(f"{path}: {exc}") from None
+        raise RefusedError(f"{path}: {exc}") from None

@@ -8,7 +8,7 @@ Runs N trials, half of them with a canary in the victim's data (the plan's certi
 adjacency), lets each attacker run the strongest test its view allows and reports ε_lb
 (Clopper–Pearson, threshold chosen on held-out trials), μ̂ with its interval for Gaussian
 mechanisms, the exact μ of the view, the certified ε and μ, and ε_lb / ε (:mod:`sim.audit`).
-Progress lines go to stderr.
+Progress lines go to stderr (none with --json or -q).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, json_value, load_plan
+from edgedp_cli._common import RunFailedError, UsageError, chatty, emit, load_plan
 
 __all__ = ["register"]
 
@@ -44,14 +44,6 @@ def _attackers(texts):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     return out
-
-
-def _clean(x):
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return json_value(x)
 
 
 def _f(x, spec=".3f") -> str:
@@ -159,8 +151,9 @@ def cmd_audit(args) -> None:
         raise UsageError(f"--trials {args.trials} must be >= 8")
 
     def progress(line: str) -> None:
-        sys.stderr.write(f"edgedp audit: {line}\n")
-        sys.stderr.flush()
+        if chatty(args):
+            sys.stderr.write(f"edgedp audit: {line}\n")
+            sys.stderr.flush()
 
     try:
         report = audit.run(
@@ -177,15 +170,17 @@ def cmd_audit(args) -> None:
             progress=progress,
             keep_scores=bool(args.plot),
         )
-    except (ValueError, FloatingPointError) as exc:
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except FloatingPointError as exc:
+        raise RunFailedError(str(exc)) from None
     if args.plot:
         plot(report, Path(args.plot))
         report["plot"] = args.plot
         for e in report["attackers"]:
             e.pop("scores", None)
             e.pop("present", None)
-    emit(args, _clean(report), text_table(report))
+    emit(args, report, text_table(report))
 
 
 def register(sub, add) -> None:
@@ -211,8 +206,18 @@ def register(sub, add) -> None:
         "(default: zero for the gradient canary, data for the example canary)",
     )
     p.add_argument("--trials", type=int, default=2000, help="trials N (default 2000)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of eps_lb")
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="confidence of eps_lb (default 0.95)"
+    )
     p.add_argument("--delta", type=float, default=1e-6, help="delta of (eps, delta) (Gaussian)")
-    p.add_argument("--engine", default="auto", choices=["auto", "batch", "event"])
-    p.add_argument("--chunk", type=int, default=1000, help="trials per batch-engine call")
-    p.add_argument("--plot", help="write the attackers' ROC curves to this PNG")
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "batch", "event"],
+        help="auto (default): the scenario's engine key, else batch unless latency or "
+        "bandwidth matter",
+    )
+    p.add_argument(
+        "--chunk", type=int, default=1000, help="trials per batch-engine call (default 1000)"
+    )
+    p.add_argument("--plot", help="write the attackers' ROC curves to this PNG (default: none)")

@@ -1,4 +1,4 @@
-"""``edgedp plan --mechanism whisper|decor|zipdl|muffliato``: noise correlated across agents.
+"""``edgedp plan cross --mechanism whisper|decor|zipdl|muffliato``: noise correlated across agents.
 
 Prints the noise each agent adds (its independent part and its total variance), the
 post-mixing variance Tr(W R Wᵀ)/n per step next to DP-D-SGD's at the same guarantee, and
@@ -15,25 +15,32 @@ __all__ = ["add_plan_arguments", "build_plan_cross"]
 
 
 def add_plan_arguments(p) -> None:
-    """The ``plan`` options of cross-agent mechanisms."""
+    """The ``edgedp plan cross`` options (whisper, decor, zipdl, muffliato)."""
     p.add_argument(
         "--form",
         default="local",
         choices=["local", "lowrank", "dense"],
-        help="whisper: compact covariance (local: per-edge secrets; lowrank: shared seed)",
+        help="whisper: compact covariance (default local: per-edge secrets; lowrank: shared "
+        "seed; dense)",
     )
-    p.add_argument("--rank", type=int, default=8, help="whisper --form lowrank: r")
+    p.add_argument("--rank", type=int, default=8, help="whisper --form lowrank: rank r (default 8)")
     p.add_argument(
-        "--ridge", type=float, default=1e-6, help="whisper/decor: rho in Tr(WRW^T) + rho Tr(R)"
+        "--ridge",
+        type=float,
+        default=1e-6,
+        help="whisper/decor: rho in Tr(W R W^T) + rho Tr(R) (default 1e-6)",
     )
     p.add_argument(
         "--message-variance",
         type=float,
         default=1.0,
-        help="zipdl: message-wise variance relative to the independent part",
+        help="zipdl: message-wise variance relative to the independent part (default 1.0)",
     )
     p.add_argument(
-        "--gossip-rounds", type=int, default=1, help="muffliato: K rounds per gradient step"
+        "--gossip-rounds",
+        type=int,
+        default=1,
+        help="muffliato: gossip rounds K per gradient step (default 1)",
     )
 
 

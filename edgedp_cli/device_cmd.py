@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, load_plan
+from edgedp_cli._common import (
+    RefusedError,
+    RunFailedError,
+    UsageError,
+    add_output_flags,
+    emit,
+    load_plan,
+)
 
 __all__ = ["register"]
 
@@ -54,8 +61,10 @@ def cmd_sign(args) -> None:
         plan = NoisePlan.from_bytes(Path(args.plan).read_bytes(), gram=True)
     except OSError as exc:
         raise UsageError(f"{args.plan}: {exc.strerror}") from None
-    except (signing.SignatureError, PlanError) as exc:
+    except signing.SignatureError as exc:
         raise UsageError(str(exc)) from None
+    except PlanError as exc:
+        raise RefusedError(f"{args.plan}: {exc}") from None
     data = plan.to_bytes(signing_key=key)
     Path(args.out or args.plan).write_bytes(data)
     public = signing.verify(_envelope(data), plan.plan_hash)
@@ -101,7 +110,7 @@ def cmd_deploy(args) -> None:
         if planner is not None:  # the devices will refuse it otherwise: say so now
             p = type(p).from_bytes(plan_bytes, trusted_key=planner)
     except PlanError as exc:
-        raise UsageError(f"--planner-key: {exc}") from None
+        raise RefusedError(f"--planner-key: {exc}") from None
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
     public = _public_keys(Path(args.keys), p.n)
@@ -160,7 +169,7 @@ def cmd_local_run(args) -> None:
     codes = run.wait(timeout=args.timeout)
     elapsed = time.monotonic() - start
     if any(codes):
-        raise UsageError(f"agents exited with {codes}; logs in {run.directory}")
+        raise RunFailedError(f"agents exited with {codes}; logs in {run.directory}")
     done = [next(m for m in reversed(run.metrics(u)) if m["event"] == "done") for u in range(p.n)]
     models = run.final_models()
     payload = {
@@ -187,25 +196,25 @@ def register(sub, add) -> None:
     keys = sub.add_parser("keys", help="device keys and the operator's planning key")
     keysub = keys.add_subparsers(dest="keys_command", required=True)
     p = keysub.add_parser("gen", help="on a device: a CURVE keypair and a noise secret")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_output_flags(p)
     p.add_argument("--out", required=True, help="folder (created 0700)")
     p.add_argument("--name", default="node", help="file stem (default node)")
     p.add_argument("--force", action="store_true", help="overwrite existing keys")
     p.set_defaults(func=cmd_keys_gen)
     p = keysub.add_parser("planner", help="once, for the operator: the plan-signing key")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_output_flags(p)
     p.add_argument("--out", required=True, help="folder")
     p.add_argument("--name", default="planner", help="file stem (default planner)")
     p.add_argument("--force", action="store_true", help="overwrite an existing planning key")
     p.set_defaults(func=cmd_keys_planner)
 
     p = add("sign", cmd_sign, "sign a plan with the operator's planning key (Ed25519)")
-    p.add_argument("plan", help="plan file")
+    p.add_argument("plan", metavar="PLAN", help="the plan file to sign")
     p.add_argument("--key", required=True, help="planning secret key file (keys planner)")
     p.add_argument("--out", help="write the signed plan here (default: in place)")
 
     p = add("deploy", cmd_deploy, "write one relocatable folder per device")
-    p.add_argument("--plan", required=True, help="the plan file")
+    p.add_argument("plan", metavar="PLAN", help="the plan file")
     p.add_argument("--topology", help="optional: must equal the plan's topology")
     p.add_argument("--endpoints", required=True, help="endpoints.toml: [endpoints] ID = tcp://...")
     p.add_argument("--keys", required=True, help="folder with every device's node-U.key")
@@ -244,7 +253,7 @@ def register(sub, add) -> None:
     )
 
     p = add("local-run", cmd_local_run, "run one agent process per node on 127.0.0.1")
-    p.add_argument("--plan", required=True, help="the plan file")
+    p.add_argument("plan", metavar="PLAN", help="the plan file")
     p.add_argument("--n", type=int, help="number of agents (must equal the plan's n)")
     p.add_argument("--dir", help="working folder (default: a new temporary folder)")
     p.add_argument(
@@ -254,4 +263,9 @@ def register(sub, add) -> None:
         "with `edgedp sim run`, not private)",
     )
     p.add_argument("--round-timeout", type=float, default=10.0, help="seconds (default 10)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds for the whole run (default 600)",
+    )

@@ -8,7 +8,7 @@ faults), the attackers' estimates of the victim's gradients, M-NMI (paper 004 Eq
 its per-iteration curve, reconstruction MSE/cosine, the plan's formal guarantee and, from
 a privacy audit of the same attackers (:mod:`sim.audit`, gradient canary), the empirical
 lower bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`sim.leak`).
-Progress lines go to stderr.
+Progress lines go to stderr (none with --json or -q).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import math
 import sys
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, json_value
+from edgedp import strict_json
+from edgedp_cli._common import RunFailedError, UsageError, chatty, emit
 
 __all__ = ["register"]
 
@@ -85,15 +86,6 @@ def _flatten(report: dict) -> dict:
     return out
 
 
-def _clean(x):
-    """:func:`json_value` through nested dicts and lists."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return json_value(x)
-
-
 def _fmt(x, spec=".4g") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -148,7 +140,7 @@ def plot(report: dict, path: Path) -> None:
     count = len(report["attackers"])
     for i, e in enumerate(report["attackers"]):
         # equal curves stay visible: wider lines below, other dashes and markers staggered
-        ys = [math.nan if v is None else v for v in e["nmi_curve"]]
+        ys = [math.nan if v is None else strict_json.number(v) for v in e["nmi_curve"]]
         every = max(1, len(ys) // 12)
         ax.plot(
             range(1, len(ys) + 1),
@@ -186,8 +178,9 @@ def cmd_leak(args) -> None:
     victim = args.victim if args.victim is not None else int(sc.leakage.get("victim", 0))
 
     def progress(line: str) -> None:
-        sys.stderr.write(f"edgedp leak: {line}\n")
-        sys.stderr.flush()
+        if chatty(args):
+            sys.stderr.write(f"edgedp leak: {line}\n")
+            sys.stderr.flush()
 
     audit_trials = trials if args.audit_trials is None else args.audit_trials
     if 0 < audit_trials < 8:
@@ -207,14 +200,16 @@ def cmd_leak(args) -> None:
             audit_trials=audit_trials,
             audit_confidence=args.confidence,
         )
-    except (ValueError, FloatingPointError) as exc:
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except FloatingPointError as exc:
+        raise RunFailedError(str(exc)) from None
     if args.target_eps is not None:
         report["target_epsilon"] = args.target_eps
     if args.plot:
         plot(report, Path(args.plot))
         report["plot"] = args.plot
-    emit(args, _clean(_flatten(report)), text_table(report))
+    emit(args, _flatten(report), text_table(report))
 
 
 def register(sub, add) -> None:
@@ -237,14 +232,30 @@ def register(sub, add) -> None:
         type=int,
         help="trials of the privacy audit reported as eps_lb (default: --trials; 0: none)",
     )
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence of eps_lb")
-    p.add_argument("--target-eps", type=float, help="re-plan the mechanism for this epsilon")
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="confidence of eps_lb (default 0.95)"
+    )
+    p.add_argument(
+        "--target-eps",
+        type=float,
+        help="re-plan the mechanism for this epsilon (default: the scenario's plan)",
+    )
     p.add_argument("--victim", type=int, help="the attacked node (default: scenario, or 0)")
-    p.add_argument("--engine", default="auto", choices=["auto", "batch", "event"])
-    p.add_argument("--chunk", type=int, default=500, help="trials per batch-engine call")
-    p.add_argument("--seed", type=int, default=0, help="seed of the KSG tie-breaking noise")
-    p.add_argument("--workers", type=int, default=1, help="threads for k-NN queries")
-    p.add_argument("--plot", help="write the per-iteration NMI curves to this PNG")
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "batch", "event"],
+        help="auto (default): the event engine when the scenario has latency, loss or "
+        "faults, else batch",
+    )
+    p.add_argument(
+        "--chunk", type=int, default=500, help="trials per batch-engine call (default 500)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the KSG tie-breaking noise (default 0)"
+    )
+    p.add_argument("--workers", type=int, default=1, help="threads for k-NN queries (default 1)")
+    p.add_argument("--plot", help="write the per-iteration NMI curves to this PNG (default: none)")
     p.add_argument(
         "--standardized",
         action="store_true",

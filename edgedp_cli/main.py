@@ -1,15 +1,16 @@
 """The ``edgedp`` command line.
 
-Every command prints a human-readable report, or with ``--json`` exactly one JSON object on
-stdout (snake_case keys). Bad arguments exit with status 2 and one line on stderr that
-names the fix.
+Every command prints a human-readable report, or with ``--json`` exactly one strict JSON
+object on stdout (snake_case keys; NaN as null, infinities as the strings "inf" and "-inf").
+``--json`` and ``-q`` may come before or after the command. Exit status: 0 done, 1 the run
+failed, 2 bad usage, 3 refused (a plan failing its checks, or a missing optional extra:
+``install it with: pip install 'edgedp[EXTRA]'``); errors are one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -17,8 +18,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgedp_cli._common import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    CommandError,
     UsageError,
-    check_out,
+    add_output_flags,
+    chatty,
     check_task_participation,
     emit,
     key_value_lines,
@@ -28,7 +33,6 @@ from edgedp_cli._common import (
     participation_hint,
     task_from_args,
     task_model,
-    write_plan,
 )
 
 __all__ = ["build_parser", "build_plan", "main", "plan_report"]
@@ -68,14 +72,14 @@ def cmd_demo(args) -> None:
         raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
 
     def progress(line: str) -> None:
-        if not args.json:
+        if chatty(args):
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
     summary = demo.run_demo(args.out, config, progress=progress)
     if args.json:
         payload = {k: summary[k] for k in ("results", "leakage", "agents", "nodes", "files")}
-        sys.stdout.write(json.dumps(demo_report.json_safe(payload), sort_keys=True) + "\n")
+        emit(args, payload, "")
     else:
         report = summary["files"][0]
         sys.stdout.write(
@@ -89,7 +93,7 @@ def cmd_topology(args) -> None:
 
     g = parse_graph(args.spec)
     W = topology.WEIGHTINGS[args.weighting](g)  # noqa: N806
-    gap = spectral_gap(W, quiet=args.json)
+    gap = spectral_gap(W, quiet=not chatty(args))
     deg = g.degrees
     payload = {
         "name": g.name or args.spec,
@@ -128,16 +132,10 @@ def spectral_gap(W, *, quiet: bool = False) -> float:  # noqa: N803
     return float(1.0 - np.sort(np.abs(values))[-2])
 
 
-def cmd_plan(args) -> None:
-    check_out(args)  # a bad --out fails before any planning
-    p, payload, text = build_plan(args)
-    write_plan(args, p)
-    payload["out"] = args.out
-    emit(args, payload, text(payload))
-
-
 def build_plan(args):
-    """Everything ``edgedp plan`` does but writing the file (also :func:`edgedp.make_plan`).
+    """Everything ``edgedp plan FAMILY`` does but writing the file (also
+    :func:`edgedp.make_plan`); ``args`` holds every family's options
+    (:func:`edgedp_cli.plan_cmd.complete`).
 
     Returns ``(plan, report, text)``: the NoisePlan, the report ``plan`` prints (a dict) and
     a function turning the report (with ``out`` added) into the human-readable text.
@@ -251,7 +249,7 @@ def _planned_factor(args, graph, participation):
             raise UsageError(str(exc)) from None
 
     def progress(iteration, loss, bound):
-        if not args.json:
+        if chatty(args):
             sys.stderr.write(
                 f"\r  planning {args.mechanism}: iteration {iteration}, "
                 f"gap {(loss - bound) / bound:.2e}   "
@@ -273,7 +271,7 @@ def _planned_factor(args, graph, participation):
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not args.json:
+    if chatty(args):
         sys.stderr.write("\n")
     if not planned.converged:  # said even with --json: the factor is further from optimal
         sys.stderr.write(
@@ -355,14 +353,36 @@ def cmd_account(args) -> None:
 
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    import edgedp
     from edgedp import topology
 
-    ap = argparse.ArgumentParser(prog="edgedp", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = argparse.ArgumentParser(
+        prog="edgedp",
+        description=__doc__.splitlines()[0],
+        epilog="--json and -q may also follow the command. JSON output is strict: NaN is "
+        'null, infinities are the strings "inf" and "-inf". Exit status: 0 done, 1 the run '
+        "failed, 2 bad usage, 3 refused (a plan failing its checks, or an optional extra "
+        "this install lacks: install it with: pip install 'edgedp[EXTRA]').",
+    )
+    ap.add_argument("--version", action="version", version=f"edgedp {edgedp.__version__}")
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        dest="top_json",
+        help="as the command's --json: one strict JSON object on stdout",
+    )
+    ap.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        dest="top_quiet",
+        help="as the command's -q: no progress lines on stderr",
+    )
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name, func, help_):
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p = sub.add_parser(name, help=help_, description=help_)
+        add_output_flags(p)
         p.set_defaults(func=func)
         return p
 
@@ -386,84 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
         "complete:N, star:N, florentine, karate, or an edge-list file",
     )
     p.add_argument(
-        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
+        "--weighting",
+        default="metropolis-hastings",
+        choices=sorted(topology.WEIGHTINGS),
+        help="gossip matrix W (default metropolis-hastings)",
     )
 
-    p = add("plan", cmd_plan, "write a NoisePlan and print its guarantee")
-    p.add_argument("--topology", required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument(
-        "--participation",
-        help="k,b: each example participates at most k times, exactly b steps apart "
-        "(b = batches per epoch of the local data); must match the task (Gaussian only)",
-    )
-    p.add_argument(
-        "--mechanism",
-        required=True,
-        choices=[
-            "dsgd",
-            "dp-dsgd",
-            "antipgd",
-            "dmf",
-            "mafalda",
-            "banded",
-            "blt",
-            "sr-gt",
-            "dpop",
-            "whisper",
-            "decor",
-            "zipdl",
-            "muffliato",
-            "dome",
-        ],
-    )
-    p.add_argument("--bandwidth", type=int, help="banded: number of diagonals of C")
-    p.add_argument("--buffers", type=int, help="blt: number of buffers")
-    p.add_argument(
-        "--tolerance",
-        type=float,
-        default=1e-4,
-        help="dmf/mafalda/banded/blt: relative duality gap the planner stops at (default 1e-4)",
-    )
-    p.add_argument(
-        "--max-iterations",
-        type=int,
-        default=1000,
-        help="dmf/mafalda/banded/blt: planner iterations before it stops unconverged "
-        "(default 1000; it then says so)",
-    )
-    p.add_argument("--target-eps", type=float)
-    p.add_argument("--noise-multiplier", type=float)
-    p.add_argument("--delta", type=float)
-    p.add_argument("--clip-norm", type=float, default=1.0)
-    p.add_argument("--learning-rate", type=float, help="default 0.5 (sr-gt/dpop: gamma)")
-    p.add_argument(
-        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
-    )
-    p.add_argument(
-        "--model",
-        default="logistic",
-        help="logistic, linear, softmax:C, mlp:IN-H1-..-OUT[:relu|tanh] or onnx:PATH",
-    )
-    p.add_argument("--loss", choices=["mse", "bce", "ce"], help="default: the model's own")
-    p.add_argument("--dataset", default="digits-parity")
-    p.add_argument("--partition", default="iid", help="iid or dirichlet:ALPHA")
-    p.add_argument("--batch-size", type=int, default=0, help="0 = whole local dataset each step")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
-    from edgedp_cli import tune_cmd
-
-    tune_cmd.add_plan_arguments(p)
-    from edgedp_cli import cross_cmd
-
-    cross_cmd.add_plan_arguments(p)
-    from edgedp_cli import dome_cmd
-
-    dome_cmd.add_plan_arguments(p)
+    importlib.import_module("edgedp_cli.plan_cmd").register(sub, add)
 
     p = add("account", cmd_account, "re-certify a plan and print its guarantee")
-    p.add_argument("plan")
-    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("plan", metavar="PLAN", help="the plan file")
+    p.add_argument(
+        "--delta", type=float, default=1e-6, help="delta of the epsilon printed (default 1e-6)"
+    )
     p.add_argument("--steps-done", type=int, help="privacy spent after this many steps")
     p.add_argument(
         "--trust", choices=["ldp", "pndp"], default="ldp", help="trust model (default ldp)"
@@ -486,22 +441,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``edgedp ARGV``; returns the exit status (0, 1, 2 or 3; module docstring)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # bad usage: argparse prints it and exits 2
+    args.json = bool(getattr(args, "json", False) or args.top_json)
+    args.quiet = bool(getattr(args, "quiet", False) or args.top_quiet)
     try:
         args.func(args)
-    except UsageError as exc:
+    except CommandError as exc:
         sys.stderr.write(f"edgedp: error: {exc}\n")
-        return 2
+        return exc.code
     except ImportError as exc:  # a device-only install running an offline command
-        from edgedp.api import install_hint
+        from edgedp.api import install_extra
 
-        hint = install_hint(exc)
-        if hint is None:
+        missing = install_extra(exc)
+        if missing is None:
             raise
-        sys.stderr.write(f"edgedp {args.command}: {hint}\n")
-        return 2
-    return 0
+        name, extra = missing
+        sys.stderr.write(
+            f"edgedp {args.command}: {name} is not installed; install it with: "
+            f"pip install 'edgedp[{extra}]'\n"
+        )
+        return EXIT_REFUSED
+    return EXIT_OK
 
 
 if __name__ == "__main__":

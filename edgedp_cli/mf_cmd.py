@@ -7,9 +7,16 @@ import time
 
 import numpy as np
 
-from edgedp_cli._common import UsageError, emit, parse_graph, parse_participation
+from edgedp_cli._common import (
+    UsageError,
+    add_output_flags,
+    chatty,
+    emit,
+    parse_graph,
+    parse_participation,
+)
 
-__all__ = ["register"]
+__all__ = ["add_plan_arguments", "register"]
 
 
 def cmd_optimize(args) -> None:
@@ -32,7 +39,7 @@ def cmd_optimize(args) -> None:
     started = time.perf_counter()
 
     def progress(iteration: int, loss: float, bound: float) -> None:
-        if not args.json:
+        if chatty(args):
             per = (time.perf_counter() - started) / max(iteration, 1)
             sys.stderr.write(
                 f"\r  iteration {iteration:4d}/{args.max_iterations}  loss {loss:.6e}  dual "
@@ -51,7 +58,7 @@ def cmd_optimize(args) -> None:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not args.json:
+    if chatty(args):
         sys.stderr.write("\n")
     if not res.converged:
         sys.stderr.write(
@@ -74,20 +81,68 @@ def cmd_optimize(args) -> None:
     emit(args, payload, "\n".join(f"{k:<22}{v}" for k, v in payload.items()))
 
 
+def add_plan_arguments(p) -> None:
+    """The ``edgedp plan mf`` options of the offline planner (dmf, mafalda, banded, blt)."""
+    p.add_argument(
+        "--bandwidth",
+        type=int,
+        help="banded: number of diagonals of C (required with --mechanism banded)",
+    )
+    p.add_argument(
+        "--buffers", type=int, help="blt: number of buffers (required with --mechanism blt)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="dmf/mafalda/banded/blt: relative duality gap the planner stops at (default 1e-4)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        default=1000,
+        help="dmf/mafalda/banded/blt: planner iterations before it stops unconverged "
+        "(default 1000; it then says so)",
+    )
+
+
 def register(sub, add) -> None:
     from edgedp import topology
 
+    del add  # nested commands build their own leaves
     mf = sub.add_parser("mf", help="matrix-factorization planning")
     mfsub = mf.add_subparsers(dest="mf_command", required=True)
     p = mfsub.add_parser("optimize", help="optimal factorization of a workload under (k,b)")
-    p.add_argument("--workload", default="prefix", choices=["prefix", "mafalda"])
-    p.add_argument("--topology", help="for --workload mafalda")
     p.add_argument(
-        "--weighting", default="metropolis-hastings", choices=sorted(topology.WEIGHTINGS)
+        "--workload",
+        default="prefix",
+        choices=["prefix", "mafalda"],
+        help="prefix sums (default) or MAFALDA's workload of a gossip matrix (--topology)",
     )
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--participation", required=True, help="k,b")
-    p.add_argument("--tolerance", type=float, default=1e-4, help="relative duality gap to stop at")
-    p.add_argument("--max-iterations", type=int, default=1000)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--topology", help="the topology of --workload mafalda (e.g. er:100:0.1:1)")
+    p.add_argument(
+        "--weighting",
+        default="metropolis-hastings",
+        choices=sorted(topology.WEIGHTINGS),
+        help="gossip matrix W of --topology (default metropolis-hastings)",
+    )
+    p.add_argument("--steps", type=int, required=True, help="steps T (required)")
+    p.add_argument(
+        "--participation",
+        required=True,
+        help="k,b: at most k participations, b steps apart (required)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="relative duality gap to stop at (default 1e-4)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        default=1000,
+        help="iterations before it stops unconverged (default 1000; it then says so)",
+    )
+    add_output_flags(p)
     p.set_defaults(func=cmd_optimize)

@@ -7,7 +7,7 @@ one; ``info`` reads a training graph the way a device does (onnxruntime only).
 
 from __future__ import annotations
 
-from edgedp_cli._common import UsageError, emit
+from edgedp_cli._common import UsageError, add_output_flags, emit
 
 __all__ = ["register"]
 
@@ -112,7 +112,7 @@ def register(sub, add) -> None:
 
     def leaf(name, func, help_):
         p = leaves.add_parser(name, help=help_)
-        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        add_output_flags(p)
         p.set_defaults(func=func)
         return p
 
@@ -121,16 +121,25 @@ def register(sub, add) -> None:
     p.add_argument("--loss", choices=["mse", "bce", "ce"], help="default: the model's own")
     p.add_argument("--features", type=int, help="inputs (linear, logistic, softmax)")
     p.add_argument("--classes", type=int, help="classes for --arch softmax")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--out", required=True, help="training graph path, e.g. model.onnx")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "float64"],
+        help="parameter and input dtype (default float32)",
+    )
+    p.add_argument(
+        "--out", required=True, help="training graph path to write, e.g. model.onnx (required)"
+    )
     p.add_argument("--forward-out", help="forward graph path (default NAME.forward.onnx)")
 
     p = leaf("import", cmd_import, "turn a forward graph (e.g. torch.onnx.export) into one")
     p.add_argument("forward", help="the forward .onnx file")
-    p.add_argument("--loss", required=True, choices=["mse", "bce", "ce"])
+    p.add_argument(
+        "--loss", required=True, choices=["mse", "bce", "ce"], help="training loss (required)"
+    )
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: the input's")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="training graph path to write (required)")
     p.add_argument("--forward-out", help="forward graph path (default NAME.forward.onnx)")
 
     p = leaf("info", cmd_info, "describe a training graph as a device reads it")
-    p.add_argument("model")
+    p.add_argument("model", help="the training graph .onnx file")

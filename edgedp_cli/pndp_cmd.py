@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 
-from edgedp_cli._common import UsageError, emit, json_value
+from edgedp_cli._common import UsageError, chatty, emit
 
 __all__ = ["cmd_account_pndp"]
 
@@ -55,7 +55,7 @@ def cmd_account_pndp(p, args) -> None:
             raise UsageError(
                 f"--attacker {args.attacker!r}: expected distinct node ids in [0, {p.n - 1}]"
             )
-    show = not args.json and sys.stderr.isatty()
+    show = chatty(args) and sys.stderr.isatty()
     res = pndp.pndp_guarantees(
         p,
         attackers=attackers,
@@ -69,10 +69,10 @@ def cmd_account_pndp(p, args) -> None:
         {
             "attackers": list(res.attacker_sets[a]),
             "victim": int(v),
-            "distance": json_value(float(d)),
-            "mu": json_value(float(m)),
-            "epsilon": json_value(float(e)),
-            "rdp_alpha2": json_value(float(r)),
+            "distance": float(d),
+            "mu": float(m),
+            "epsilon": float(e),
+            "rdp_alpha2": float(r),
             "sensitivity": float(sv),
             "exact": bool(x),
         }

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, emit, key_value_lines, load_plan
+from edgedp_cli._common import (
+    RunFailedError,
+    UsageError,
+    add_output_flags,
+    chatty,
+    emit,
+    key_value_lines,
+    load_plan,
+)
 
 __all__ = ["register", "sweep_table"]
 
@@ -14,20 +20,23 @@ __all__ = ["register", "sweep_table"]
 def cmd_sim_run(args) -> None:
     from sim import runner, scenarios
 
-    if (args.scenario is None) == (args.plan is None):
-        raise UsageError("give a scenario file or --plan PLAN (not both)")
     try:
-        if args.plan is not None:
-            sc = scenarios.from_plan(load_plan(args.plan))
+        if args.target.endswith(".toml"):
+            sc = scenarios.load(args.target)
         else:
-            sc = scenarios.load(args.scenario)
+            sc = scenarios.from_plan(load_plan(args.target))
+    except (scenarios.ScenarioError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
         summary = runner.run_scenario(
             sc,
             engine_name=args.engine,
             out=Path(args.out) if args.out else None,
-            show_progress=not args.json,
+            show_progress=chatty(args),
         )
-    except (scenarios.ScenarioError, ValueError, FloatingPointError) as exc:
+    except FloatingPointError as exc:
+        raise RunFailedError(str(exc)) from None
+    except (scenarios.ScenarioError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     text = key_value_lines(summary)
     emit(args, summary, text)
@@ -42,15 +51,12 @@ def cmd_sim_sweep(args) -> None:
             out=Path(args.out),
             scheduler=args.scheduler,
             workers=args.workers,
-            progress=not args.json,
+            progress=chatty(args),
         )
     except scenarios.ScenarioError as exc:
         raise UsageError(str(exc)) from None
-    if args.json:
-        sys.stdout.write(json.dumps({"runs": runner._safe(rows), "out": args.out}) + "\n")
-        return
     lines = [sweep_table(rows), f"wrote {args.out}/sweep.json, {args.out}/sweep.png"]
-    sys.stdout.write("\n".join(lines) + "\n")
+    emit(args, {"runs": rows, "out": args.out}, "\n".join(lines))
 
 
 def sweep_table(rows: list[dict]) -> str:
@@ -68,26 +74,35 @@ def sweep_table(rows: list[dict]) -> str:
 
 
 def register(sub, add) -> None:
-    simp = sub.add_parser("sim", help="simulation engines")
+    del add  # nested commands build their own leaves
+    simp = sub.add_parser("sim", help="simulation engines: run a scenario or plan, or a sweep")
     simsub = simp.add_subparsers(dest="sim_command", required=True)
     p = simsub.add_parser("run", help="run a scenario file, or a bare plan on an ideal network")
-    p.add_argument("scenario", nargs="?", help="scenario.toml")
-    p.add_argument("--plan", help="a plan file instead of a scenario")
+    p.add_argument(
+        "target",
+        metavar="SCENARIO_OR_PLAN",
+        help="a scenario .toml, or a plan file (run on an ideal network)",
+    )
     p.add_argument(
         "--engine",
         default="auto",
         choices=["auto", "event", "batch"],
-        help="auto: the scenario's engine key, else batch unless latency or bandwidth matter",
+        help="auto (default): the scenario's engine key, else batch unless latency or "
+        "bandwidth matter",
     )
-    p.add_argument("--out", help="folder for metrics.json and loss.png")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", help="folder for metrics.json and loss.png (default: none)")
+    add_output_flags(p)
     p.set_defaults(func=cmd_sim_run)
     p = simsub.add_parser("sweep", help="run a grid of scenarios and seeds on Dask")
-    p.add_argument("sweep", help="sweep.toml")
-    p.add_argument("--out", default="sweep-out")
+    p.add_argument("sweep", help="sweep.toml: a base scenario and the grid")
     p.add_argument(
-        "--scheduler", help="address of a running Dask scheduler (default: local cluster)"
+        "--out", default="sweep-out", help="folder for sweep.json and sweep.png (default sweep-out)"
     )
-    p.add_argument("--workers", type=int, default=2, help="local cluster worker processes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--scheduler", help="address of a running Dask scheduler (default: a local cluster)"
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, help="local cluster worker processes (default 2)"
+    )
+    add_output_flags(p)
     p.set_defaults(func=cmd_sim_sweep)

@@ -1,8 +1,8 @@
 """Laplace mechanisms of paper 004 on the command line: ``edgedp tune sr-gt`` and the plan options.
 
 ``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
-:mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan --mechanism sr-gt|dpop`` (in main.py)
-hands over to :func:`build_plan_laplace`, which builds the Laplace schedule (Eq. 5 with the
+:mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan laplace`` (main.build_plan) hands
+over to :func:`build_plan_laplace`, which builds the Laplace schedule (Eq. 5 with the
 noise of each message paired with the state it releases: :mod:`edgedp.accounting.laplace`)
 and reports ``epsilon_spent`` by the messages of the horizon, ``epsilon_with_final_release``
 (the noised final model a device publishes), ``epsilon`` (infinite horizon), the same under
@@ -24,29 +24,34 @@ __all__ = ["add_plan_arguments", "build_plan_laplace", "laplace_report", "regist
 
 
 def add_plan_arguments(p) -> None:
-    """The ``edgedp plan`` options of the Laplace mechanisms (sr-gt, dpop)."""
-    p.add_argument("--gamma", type=float, help="sr-gt/dpop: first stepsize γ (Eq. 5)")
-    p.add_argument("--beta", type=float, help="sr-gt: tracking gain β (γβ ≤ 1)")
-    p.add_argument("--q1", type=float, help="sr-gt/dpop: stepsize decay q1 (0 < q1 < q2)")
-    p.add_argument("--q2", type=float, help="sr-gt/dpop: noise decay q2 (q1 < q2 < 1)")
+    """The ``edgedp plan laplace`` options (sr-gt, dpop; paper 004 Eq. 5)."""
+    p.add_argument("--gamma", type=float, help="first stepsize gamma of Eq. 5 (required; no unit)")
+    p.add_argument(
+        "--beta",
+        type=float,
+        help="sr-gt: tracking gain beta with gamma*beta <= 1 (required for sr-gt; dpop has none)",
+    )
+    p.add_argument("--q1", type=float, help="stepsize decay q1 per round, 0 < q1 < q2 (required)")
+    p.add_argument("--q2", type=float, help="noise decay q2 per round, q1 < q2 < 1 (required)")
     p.add_argument(
         "--delta-grad",
         type=float,
-        help="sr-gt/dpop: L1 bound δ on gradient differences of adjacent inputs "
-        "(default: clip*sqrt(d)/B from the task for zero-out, twice that for replace-one)",
+        help="L1 bound delta on gradient differences of adjacent inputs "
+        "(default: clip*sqrt(d)/B from the task for zero-out, twice that for replace-one; "
+        "required with --adjacency problem)",
     )
     p.add_argument(
         "--adjacency",
         choices=["zero-out", "replace-one", "problem"],
         default="zero-out",
-        help="sr-gt/dpop: one example zeroed (default; the adjacency of every Gaussian "
-        "plan) or replaced (δ certified from the clip norm), or Definition 1 of paper 004 "
-        "(δ taken as given; --clip-norm inf allowed)",
+        help="one example zeroed (default; the adjacency of every Gaussian plan) or "
+        "replaced (delta certified from the clip norm), or Definition 1 of paper 004 "
+        "(delta taken as given; --clip-norm inf allowed)",
     )
 
 
 def build_plan_laplace(args):
-    """``edgedp plan --mechanism sr-gt|dpop``: ``(plan, report, text)`` (report with its ε)."""
+    """``edgedp plan laplace``: ``(plan, report, text)`` (report with its ε)."""
     from edgedp import plan as plan_mod
     from edgedp.accounting import laplace
 
@@ -257,8 +262,10 @@ def _problem_constants(spec: str):
 
 def register(sub, add) -> None:
     p = add("tune", cmd_tune, "parameter search for sr-gt on its accuracy bound (paper 004)")
-    p.add_argument("algorithm", choices=["sr-gt"])
-    p.add_argument("--target-eps", type=float, required=True)
+    p.add_argument("algorithm", choices=["sr-gt"], help="the algorithm to tune (sr-gt)")
+    p.add_argument(
+        "--target-eps", type=float, required=True, help="the pure epsilon to tune for (required)"
+    )
     p.add_argument("--delta-grad", type=float, required=True, help="δ of Definition 1")
     p.add_argument("--smoothness", type=float, help="L of every local cost")
     p.add_argument("--strong-convexity", type=float, help="μ of every local cost")
@@ -268,6 +275,10 @@ def register(sub, add) -> None:
     p.add_argument("--c1", type=float, default=1.0, help="estimate of sup E|x̄(k) - x*|²")
     p.add_argument("--c2", type=float, default=1.0, help="estimate of sup E|x(k) - 1x̄(k)|²")
     p.add_argument("--beta", type=float, help="fix β (default 1/γ)")
-    p.add_argument("--restarts", type=int, default=8)
-    p.add_argument("--sweeps", type=int, default=30)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--restarts", type=int, default=8, help="random starts of the search (default 8)"
+    )
+    p.add_argument(
+        "--sweeps", type=int, default=30, help="coordinate sweeps per start (default 30)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random starts (default 0)")

@@ -184,16 +184,6 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else "inf"
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10000)
@@ -226,7 +216,7 @@ def main() -> None:
     result["total_seconds"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance.write_json(out, _clean(result))
+    provenance.write_json(out, result)
     out.with_suffix(".md").write_text(markdown(result))
     plot(result, out.with_suffix(".png"))
     print(markdown(result))

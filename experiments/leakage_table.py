@@ -190,22 +190,12 @@ def main() -> None:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance.write_json(out, _clean(result))
+    provenance.write_json(out, result)
     md = markdown(result)
     out.with_suffix(".md").write_text(md + "\n")
     plot(result, out.with_suffix(".png"))
     print(md)
     print(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
-
-
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else "inf"
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
 
 
 def _f(x, spec=".3f") -> str:

@@ -39,7 +39,6 @@ values. Progress goes to stderr. The full run took 94 minutes on 2 shared, loade
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 import tomllib
@@ -274,20 +273,10 @@ def main() -> None:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    provenance.write_json(out, _clean(result))
+    provenance.write_json(out, result)
     plot(curves, out.with_suffix(".png"), args.trials, steps)
     print(table(result))
     print(f"wrote {out} and {out.with_suffix('.png')} ({result['total_seconds']:.0f} s)")
-
-
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
 
 
 def _f(x) -> str:

@@ -15,22 +15,7 @@ import numpy as np
 
 from sim.provenance import environment, write_json
 
-__all__ = ["environment", "format_table", "json_safe", "write"]
-
-
-def json_safe(x):
-    """Strict JSON: infinities (no privacy) become the string "inf"."""
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, np.generic):
-        return json_safe(x.item())
-    return x
+__all__ = ["environment", "format_table", "write"]
 
 
 def _num(x, spec=".3f") -> str:
@@ -323,7 +308,7 @@ def write(out: Path, summary: dict) -> list[str]:
     matplotlib.use("Agg")
     out = Path(out)
     summary.pop("environment", None)
-    summary["environment"] = write_json(out / "results.json", json_safe(summary))["environment"]
+    summary["environment"] = write_json(out / "results.json", summary)["environment"]
     loss_png, bytes_png = out / "test_loss.png", out / "bytes_per_round.png"
     _plot_loss(summary, loss_png)
     _plot_bytes(summary, bytes_png)

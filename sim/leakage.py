@@ -50,6 +50,8 @@ import numpy as np
 from scipy.spatial import cKDTree
 from scipy.special import digamma
 
+from edgedp import strict_json
+
 __all__ = [
     "DEFAULT_NEIGHBORS",
     "TIE_NOISE",
@@ -355,9 +357,9 @@ def gaussian_mi(cov, dim_x: int, *, base: float = 2.0) -> float:
     return float((logdets[0] + logdets[1] - logdets[2]) / (2 * math.log(base)))
 
 
-def json_floats(a) -> list[float | None]:
-    """``a`` as a JSON list: finite entries as floats, NaN and Inf as None."""
-    return [None if not np.isfinite(v) else float(v) for v in a]
+def json_floats(a) -> list[float | str | None]:
+    """``a`` as a JSON list (:func:`edgedp.strict_json.clean`: NaN -> None, ±Inf -> "±inf")."""
+    return strict_json.clean(np.asarray(a, dtype=float))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

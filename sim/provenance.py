@@ -6,13 +6,14 @@ Every results JSON the demo, ``edgedp sim`` and ``experiments/`` write goes thro
 
 from __future__ import annotations
 
-import json
 import platform
 import subprocess
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from edgedp import strict_json
 
 __all__ = ["PACKAGES", "environment", "write_json"]
 
@@ -75,12 +76,13 @@ def write_json(
     sort_keys: bool = False,
     default: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``payload`` and its ``"environment"`` as JSON to ``path``; returns what it wrote.
+    """Write ``payload`` and its ``"environment"`` as strict JSON to ``path``; returns what it
+    wrote (:mod:`edgedp.strict_json`: NaN as null, ±∞ as "inf" and "-inf").
 
     ``payload`` must not have its own ``"environment"`` entry; ``default`` is
     :func:`json.dumps`'s (how to write objects JSON has no type for).
 
-    >>> import tempfile
+    >>> import json, tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     p = Path(tmp) / "r.json"
     ...     record = write_json(p, {"loss": 0.5})
@@ -95,6 +97,6 @@ def write_json(
         raise ValueError("The results already have an 'environment' entry.")
     path = Path(path)
     record = {**payload, "environment": environment()}
-    text = json.dumps(record, indent=indent, sort_keys=sort_keys, default=default)
+    text = strict_json.dumps(record, indent=indent, sort_keys=sort_keys, default=default)
     path.write_text(text + "\n")
     return record

@@ -180,20 +180,10 @@ def run_scenario(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        provenance.write_json(out / "metrics.json", _safe({"summary": summary, **metrics}))
+        provenance.write_json(out / "metrics.json", {"summary": summary, **metrics})
         _plot(metrics, out, sc.name)
         summary["files"] = [str(out / "metrics.json"), str(out / "loss.png")]
     return summary
-
-
-def _safe(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else "inf"
-    if isinstance(x, dict):
-        return {k: _safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_safe(v) for v in x]
-    return x
 
 
 def _plot(metrics: dict, out: Path, title: str) -> None:
@@ -326,7 +316,7 @@ def run_sweep(
     rows.sort(key=lambda r: r["scenario"])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    provenance.write_json(out / "sweep.json", {"rows": _safe(rows)})
+    provenance.write_json(out / "sweep.json", {"rows": rows})
     _plot_sweep(rows, out / "sweep.png")
     return rows
 

@@ -57,7 +57,7 @@ def test_make_plan_is_the_cli_planner(tmp_path):
 
     argv = ["--topology", "ring:6", "--steps", "12", "--mechanism", "dp-dsgd"]
     argv += ["--participation", "12,1", "--target-eps", "2", "--delta", "1e-5"]
-    assert cli.main(["plan", *argv, "--out", str(tmp_path / "p.plan"), "--json"]) == 0
+    assert cli.main(["plan", "sgd", *argv, str(tmp_path / "p.plan"), "--json"]) == 0
     written = NoisePlan.from_bytes((tmp_path / "p.plan").read_bytes())
     built = edgedp.make_plan("dp-dsgd", "ring:6", steps=12, target_epsilon=2, delta=1e-5)
     assert built.plan_hash == written.plan_hash

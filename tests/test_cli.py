@@ -30,6 +30,8 @@ def test_plan_then_account(tmp_path):
     out = json.loads(
         edgedp(
             "plan",
+            "sgd",
+            str(path),
             "--topology",
             "er:20:0.3:1",
             "--steps",
@@ -42,8 +44,6 @@ def test_plan_then_account(tmp_path):
             "4",
             "--delta",
             "1e-6",
-            "--out",
-            str(path),
             "--json",
         ).stdout
     )
@@ -61,6 +61,8 @@ def test_sim_run_on_a_plan(tmp_path):
     path = tmp_path / "p.plan"
     edgedp(
         "plan",
+        "mf",
+        str(path),
         "--topology",
         "ring:8",
         "--steps",
@@ -73,11 +75,9 @@ def test_sim_run_on_a_plan(tmp_path):
         "2",
         "--dataset",
         "synthetic-logistic",
-        "--out",
-        str(path),
     )
-    a = json.loads(edgedp("sim", "run", "--plan", str(path), "--json").stdout)
-    b = json.loads(edgedp("sim", "run", "--plan", str(path), "--json").stdout)
+    a = json.loads(edgedp("sim", "run", str(path), "--json").stdout)
+    b = json.loads(edgedp("sim", "run", str(path), "--json").stdout)
     assert a["model_digest"] == b["model_digest"] and a["rounds"] == 10
     assert a["messages"] == 8 * 2 * 10
 
@@ -89,6 +89,8 @@ def test_sim_run_on_a_plan(tmp_path):
         (
             [
                 "plan",
+                "sgd",
+                "/dev/null",
                 "--topology",
                 "ring:5",
                 "--steps",
@@ -99,14 +101,14 @@ def test_sim_run_on_a_plan(tmp_path):
                 "dp-dsgd",
                 "--noise-multiplier",
                 "1",
-                "--out",
-                "/dev/null",
             ],
             "--participation",
         ),
         (
             [
                 "plan",
+                "sgd",
+                "/dev/null",
                 "--topology",
                 "ring:5",
                 "--steps",
@@ -115,14 +117,14 @@ def test_sim_run_on_a_plan(tmp_path):
                 "5,1",
                 "--mechanism",
                 "dp-dsgd",
-                "--out",
-                "/dev/null",
             ],
             "exactly one",
         ),
         (
             [
                 "plan",
+                "sgd",
+                "/dev/null",
                 "--topology",
                 "ring:5",
                 "--steps",
@@ -133,8 +135,6 @@ def test_sim_run_on_a_plan(tmp_path):
                 "dp-dsgd",
                 "--target-eps",
                 "1",
-                "--out",
-                "/dev/null",
             ],
             "--delta",
         ),
@@ -154,6 +154,8 @@ def test_keys_gen_and_deploy(tmp_path):
     plan = tmp_path / "p.plan"
     edgedp(
         "plan",
+        "sgd",
+        str(plan),
         "--topology",
         "ring:3",
         "--steps",
@@ -164,8 +166,6 @@ def test_keys_gen_and_deploy(tmp_path):
         "dp-dsgd",
         "--noise-multiplier",
         "2",
-        "--out",
-        str(plan),
     )
     for u in range(3):
         info = json.loads(
@@ -182,7 +182,6 @@ def test_keys_gen_and_deploy(tmp_path):
     out = json.loads(
         edgedp(
             "deploy",
-            "--plan",
             str(plan),
             "--endpoints",
             str(eps),
@@ -214,7 +213,6 @@ def test_keys_gen_and_deploy(tmp_path):
     eps.write_text('[endpoints]\n0 = "tcp://127.0.0.1:1"\n')
     bad = edgedp(
         "deploy",
-        "--plan",
         str(plan),
         "--endpoints",
         str(eps),

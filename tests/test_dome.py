@@ -303,10 +303,10 @@ def test_agent_rejects_a_d_float_message(make_agents):
 
 def test_cli_plan_dome(tmp_path):
     out = tmp_path / "dome.plan"
-    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "--topology", "er:8:0.5:2"]
-    cmd += ["--steps", "10", "--participation", "10,1", "--mechanism", "dome"]
+    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "dome", str(out), "--topology", "er:8:0.5:2"]
+    cmd += ["--steps", "10", "--participation", "10,1"]
     cmd += ["--sketch-dim", "3", "--dataset", "synthetic-logistic", "--target-eps", "4"]
-    cmd += ["--delta", "1e-5", "--out", str(out), "--json"]
+    cmd += ["--delta", "1e-5", "--json"]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     payload = json.loads(res.stdout)
     assert payload["mechanism"] == "dome" and payload["sketch_dim"] == 3
@@ -413,10 +413,19 @@ def test_cross_agent_noise_in_the_sketched_space(kind):
 
 def test_cli_plan_whisper_with_sketch(tmp_path):
     out = tmp_path / "w.plan"
-    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "--topology", "er:8:0.5:2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgedp_cli",
+        "plan",
+        "cross",
+        str(out),
+        "--topology",
+        "er:8:0.5:2",
+    ]
     cmd += ["--steps", "10", "--participation", "10,1", "--mechanism", "whisper"]
     cmd += ["--sketch-dim", "5", "--dataset", "synthetic-logistic", "--target-eps", "4"]
-    cmd += ["--delta", "1e-5", "--out", str(out), "--json"]
+    cmd += ["--delta", "1e-5", "--json"]
     payload = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     assert payload["mechanism"] == "dome" and payload["sketch_dim"] == 5
     assert payload["epsilon"] == pytest.approx(4.0)

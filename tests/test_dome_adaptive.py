@@ -211,20 +211,18 @@ def test_cli_plan_adaptive_picks_the_minimum_lag(tmp_path):
     import sys
 
     out = tmp_path / "dome.plan"
-    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "--topology", "er:8:0.5:2"]
-    cmd += ["--steps", "10", "--participation", "10,1", "--mechanism", "dome"]
+    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "dome", str(out), "--topology", "er:8:0.5:2"]
+    cmd += ["--steps", "10", "--participation", "10,1"]
     cmd += ["--sketch-dim", "3", "--sketch-basis", "adaptive", "--sketch-energy", "0.8"]
     cmd += ["--sketch-mean-removal"]
     cmd += ["--dataset", "synthetic-logistic", "--noise-multiplier", "1"]
-    cmd += ["--out", str(out), "--json"]
+    cmd += ["--json"]
     payload = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     # er:8:0.5:2: BFS tree of height 2 -> A(s) everywhere at round s + 4 -> lag 4
     assert payload["sketch_lag"] == 4 and payload["aggregate_floats_per_round"] == 2 * 7 * 3
     spec = NoisePlan.from_bytes(out.read_bytes()).sketch
     assert (spec.basis, spec.lag, spec.energy, spec.mean_removal) == ("adaptive", 4, 0.8, True)
-    res = subprocess.run(
-        cmd[:-3] + ["--sketch-lag", "2", "--out", str(out)], capture_output=True, text=True
-    )
+    res = subprocess.run(cmd[:-1] + ["--sketch-lag", "2"], capture_output=True, text=True)
     assert res.returncode == 2 and "needs lag >= 4" in res.stderr
 
 

@@ -21,7 +21,7 @@ from edgedp_cli import sim_cmd
 from firmware_py import deploy
 from sim import datasets
 
-PLAN = ["plan", "--topology", "ring:4", "--steps", "6", "--mechanism", "dp-dsgd"]
+PLAN = ["plan", "sgd", "--topology", "ring:4", "--steps", "6", "--mechanism", "dp-dsgd"]
 PLAN += ["--participation", "6,1", "--noise-multiplier", "1.0"]
 
 
@@ -33,9 +33,9 @@ def _one_line_error(capsys, argv, status=2):
 
 
 def test_plan_out_into_a_missing_folder_or_onto_a_folder(tmp_path, capsys):
-    err = _one_line_error(capsys, [*PLAN, "--out", str(tmp_path / "nope" / "run.plan")])
+    err = _one_line_error(capsys, [*PLAN, str(tmp_path / "nope" / "run.plan")])
     assert "does not exist" in err and "mkdir -p" in err
-    err = _one_line_error(capsys, [*PLAN, "--out", str(tmp_path)])
+    err = _one_line_error(capsys, [*PLAN, str(tmp_path)])
     assert "is a folder" in err and not any(tmp_path.iterdir())  # nothing written
 
 
@@ -49,9 +49,9 @@ def test_mf_optimize_bad_counts(capsys, extra, message):
 
 
 def test_unconverged_planner_says_so(tmp_path, capsys):
-    argv = ["plan", "--topology", "ring:4", "--steps", "12", "--mechanism", "dmf"]
+    argv = ["plan", "mf", "--topology", "ring:4", "--steps", "12", "--mechanism", "dmf"]
     argv += ["--participation", "12,1", "--target-eps", "4", "--delta", "1e-6", "--json"]
-    assert cli.main([*argv, "--out", str(tmp_path / "d.plan"), "--max-iterations", "2"]) == 0
+    assert cli.main([*argv, str(tmp_path / "d.plan"), "--max-iterations", "2"]) == 0
     captured = capsys.readouterr()
     assert '"converged": false' in captured.out
     assert "stopped unconverged after 2 iterations" in captured.err
@@ -66,18 +66,17 @@ def test_tune_sr_gt_refuses_constants_whose_optimum_is_not_moving(capsys):
 
 def test_simulator_command_on_a_device_install_prints_the_install_line(tmp_path):
     plan = tmp_path / "run.plan"
-    assert cli.main([*PLAN, "--out", str(plan), "--json"]) == 0
+    assert cli.main([*PLAN, str(plan), "--json"]) == 0
     code = (
         "import sys\nfor m in ('simpy', 'sklearn', 'scipy', 'networkx', 'matplotlib'):\n"
         "    sys.modules[m] = None  # what a device install lacks\n"
         "from edgedp_cli.main import main\n"
-        f"sys.exit(main(['sim', 'run', '--plan', {str(plan)!r}]))\n"
+        f"sys.exit(main(['sim', 'run', {str(plan)!r}]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 2
+    assert out.returncode == 3
     assert out.stderr.strip().splitlines() == [
-        "edgedp sim: simpy is not installed (not in the device install): "
-        "pip install 'edgedp[sim,plan]'"
+        "edgedp sim: simpy is not installed; install it with: pip install 'edgedp[sim,plan]'"
     ]
 
 

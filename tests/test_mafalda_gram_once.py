@@ -13,7 +13,6 @@ from edgedp.planning import factorization, mafalda
 from edgedp_cli import main as cli
 
 ARGS = [
-    "plan",
     "--topology",
     "ring:8",
     "--steps",
@@ -42,7 +41,7 @@ def test_cli_plan_computes_the_workload_gram_once(mechanism, monkeypatch, tmp_pa
     monkeypatch.setattr(mafalda, "workload_gram", counted)
     extra = ["--bandwidth", "3"] if mechanism == "banded" else []
     out = tmp_path / "p.plan"
-    argv = [*ARGS, "--mechanism", mechanism, *extra, "--out", str(out)]
+    argv = ["plan", "mf", str(out), *ARGS, "--mechanism", mechanism, *extra]
     assert cli.main(argv) == 0
     rep = json.loads(capsys.readouterr().out)
     assert calls == [12]  # planning and the loss ratio share one H

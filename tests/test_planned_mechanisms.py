@@ -114,6 +114,8 @@ def test_cli_mf_optimize_and_plan(tmp_path):
             [
                 *cmd,
                 "plan",
+                "mf",
+                str(plan),
                 "--topology",
                 "ring:8",
                 "--steps",
@@ -128,8 +130,6 @@ def test_cli_mf_optimize_and_plan(tmp_path):
                 "1e-6",
                 "--dataset",
                 "synthetic-logistic",
-                "--out",
-                str(plan),
                 "--json",
             ],
             capture_output=True,

@@ -262,6 +262,8 @@ def test_cli_account_pndp(tmp_path):
         [
             *run,
             "plan",
+            "sgd",
+            str(path),
             "--topology",
             "florentine",
             "--steps",
@@ -272,8 +274,6 @@ def test_cli_account_pndp(tmp_path):
             "dp-dsgd",
             "--noise-multiplier",
             "2",
-            "--out",
-            str(path),
         ],
         check=True,
         capture_output=True,

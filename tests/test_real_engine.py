@@ -283,7 +283,6 @@ def test_local_run_cli_matches_sim_run_cli(tmp_path):
             "local-run",
             "--n",
             "8",
-            "--plan",
             str(tmp_path / "run.plan"),
             "--dir",
             str(tmp_path / "lr"),
@@ -294,7 +293,7 @@ def test_local_run_cli_matches_sim_run_cli(tmp_path):
         timeout=300,
     )
     sim = subprocess.run(
-        [*cmd, "sim", "run", "--plan", str(tmp_path / "run.plan"), "--engine", "batch", "--json"],
+        [*cmd, "sim", "run", str(tmp_path / "run.plan"), "--engine", "batch", "--json"],
         capture_output=True,
         text=True,
         timeout=300,

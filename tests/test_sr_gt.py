@@ -196,10 +196,11 @@ def _cli_json(capsys, *args):
 
 def test_cli_plan_reports_spent_and_infinite_horizon_epsilon(tmp_path, capsys):
     path = str(tmp_path / "sr.plan")
-    common = ["--topology", "er:20:0.3:1", "--steps", "50", "--target-eps", "1", "--out", path]
+    common = [path, "--topology", "er:20:0.3:1", "--steps", "50", "--target-eps", "1"]
     out = _cli_json(
-        capsys, "plan", "--mechanism", "sr-gt", *common, "--gamma", "0.001", "--beta", "1000",
-        "--q1", "0.97", "--q2", "0.99", "--dataset", "digits", "--model", "softmax:10",
+        capsys, "plan", "laplace", *common, "--mechanism", "sr-gt", "--gamma", "0.001",
+        "--beta", "1000", "--q1", "0.97", "--q2", "0.99", "--dataset", "digits",
+        "--model", "softmax:10",
     )  # fmt: skip
     # 50 messages release x(1..49): ε(1 − (q1/q2)^49); the published final release one more
     assert out["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 49, rel=1e-12)
@@ -212,7 +213,7 @@ def test_cli_plan_reports_spent_and_infinite_horizon_epsilon(tmp_path, capsys):
     assert out["delta_grad"] == pytest.approx(math.sqrt(650) / 71, rel=1e-12)
     acc = _cli_json(capsys, "account", path, "--steps-done", "10")
     assert acc["epsilon_spent"] == pytest.approx(1 - (0.97 / 0.99) ** 9, rel=1e-12)
-    bad = ["plan", "--mechanism", "sr-gt", *common, "--gamma", "0.01", "--beta", "1000"]
+    bad = ["plan", "laplace", *common, "--mechanism", "sr-gt", "--gamma", "0.01", "--beta", "1000"]
     assert cli([*bad, "--q1", "0.97", "--q2", "0.99"]) == 2
     assert "gamma*beta <= 1" in capsys.readouterr().err
     bad[bad.index("0.01")] = "0.001"

@@ -469,15 +469,15 @@ def test_plan_refuses_a_participation_the_task_cannot_run(tmp_path):
     # digits-parity: 1,437 training examples, 359 per node on ring:4; batch 0 = all 359,
     # so every example is in every step: (k, b) = (10, 1) over 10 steps
     args = ["--topology", "ring:4", "--mechanism", "dp-dsgd", "--steps", "10", "--batch-size"]
-    args += ["0", "--target-eps", "2", "--delta", "1e-6", "--out", str(tmp_path / "x.plan")]
-    cmd = [sys.executable, "-m", "edgedp_cli", "plan", *args]
+    args += ["0", "--target-eps", "2", "--delta", "1e-6", str(tmp_path / "x.plan")]
+    cmd = [sys.executable, "-m", "edgedp_cli", "plan", "sgd", *args]
     proc = subprocess.run([*cmd, "--participation", "3,4"], capture_output=True, text=True)
     assert proc.returncode == 2 and not (tmp_path / "x.plan").exists()
     assert "--participation 3,4 does not cover this task" in proc.stderr
     assert proc.stderr.strip().endswith("re-plan with --participation 10,1")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and "(this task runs --participation 10,1)" in proc.stderr
-    proc = subprocess.run([*cmd[:4], "--help"], capture_output=True, text=True)
+    proc = subprocess.run([*cmd[:5], "--help"], capture_output=True, text=True)
     text = " ".join(proc.stdout.split())
     assert "k,b: each example participates at most k times, exactly b steps apart" in text
     assert "(b = batches per epoch of the local data)" in text

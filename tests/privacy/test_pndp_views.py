@@ -289,8 +289,8 @@ def test_adaptive_hidden_node_stays_within_ldp(eta_c):
 
 def test_cli_states_the_non_adaptive_model_beside_ldp(tmp_path, capsys):
     plan = str(tmp_path / "r8.plan")
-    argv = ["plan", "--topology", "ring:8", "--steps", "4", "--participation", "4,1"]
-    argv += ["--mechanism", "dp-dsgd", "--noise-multiplier", "1", "--out", plan]
+    argv = ["plan", "sgd", plan, "--topology", "ring:8", "--steps", "4", "--participation", "4,1"]
+    argv += ["--mechanism", "dp-dsgd", "--noise-multiplier", "1"]
     assert cli.main([*argv, "--weighting", "metropolis-hastings"]) == 0
     capsys.readouterr()
     account = ["account", plan, "--trust", "pndp", "--attacker", "0,1"]
