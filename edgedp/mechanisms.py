@@ -118,6 +118,12 @@ class Mechanism:
             raise ValueError(f"{self.name}: give factor or default_factor, not both.")
 
     @property
+    def accountant_name(self) -> str:
+        """The accountant's dotted name (what reports print)."""
+        a = self.accountant
+        return f"{getattr(a, '__module__', '?')}.{getattr(a, '__qualname__', repr(a))}"
+
+    @property
     def noisy(self) -> bool:
         """True when its plans must carry noise (a private mechanism never runs without)."""
         return self.noise != "none"

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, mechanisms, models, streams
+from edgedp import mechanisms, models, streams
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.algorithms._gossip import mix_gathered
@@ -75,10 +75,10 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
     ``epsilon`` at ``delta`` (pure ε for Laplace plans, ``delta`` 0); ``mu`` for Gaussian
     plans — the μ-GDP parameter of the view the ε is for (the insider / neighbourhood
     view of curious nodes against Whisper/DECOR, the plan's μ otherwise)."""
-    algo = algorithms.for_mechanism(plan.mechanism)
+    mech = mechanisms.get(plan.mechanism)
     out: dict[str, Any] = {
-        "trust_model": algo.TRUST_MODEL,
-        "accountant": algo.ACCOUNTANT,
+        "trust_model": mech.trust_model,
+        "accountant": mech.accountant_name,
         "adjacency": plan.adjacency,
     }
     if attacker.encrypted:
