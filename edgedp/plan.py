@@ -64,11 +64,10 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _codec, _validate, bounds, factors, footprint, signing, topology
+from edgedp import _codec, _validate, bounds, factors, footprint, mechanisms, signing, topology
 from edgedp import cross_agent as cross_mod
 from edgedp import sketch as sketch_mod
 from edgedp.accounting import cross_agent as cross_acc
-from edgedp.accounting import dome as dome_acc
 from edgedp.accounting import factor_sensitivity, gdp, mf
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
@@ -90,31 +89,15 @@ PLAN_VERSION = 2
 ADJACENCIES = laplace_acc.ADJACENCIES
 GAUSSIAN_ADJACENCY = "zero-out"
 
-#: mechanism -> (temporal factor builder or None when the caller supplies one, has noise)
-_MECHANISMS: dict[str, tuple[Any, bool]] = {
-    "dsgd": (factors.Identity, False),
-    "dp-dsgd": (factors.Identity, True),
-    "antipgd": (factors.AntiPGD, True),
-    "banded": (None, True),
-    "blt": (None, True),
-    "dense": (None, True),
-    "dmf": (None, True),
-    "mafalda": (None, True),
-    "sr-gt": (factors.Identity, False),  # Laplace noise from the plan's laplace section
-    "dpop": (factors.Identity, False),
-    "dome": (None, True),  # identity unless a temporal factor is given; needs a sketch section
-}
-
+# Mechanism names and kinds come from the registry (edgedp.mechanisms); these tuples are
+# the built-in ones, for readers that list them.
 #: Mechanisms whose noise is the Laplace schedule of paper 004 (Eq. 5), not a Gaussian factor.
-LAPLACE_MECHANISMS = ("sr-gt", "dpop")
-
+LAPLACE_MECHANISMS = mechanisms.names(noise="laplace")
 #: Mechanisms whose Gaussian noise is correlated across agents (a ``cross_agent`` section).
-CROSS_AGENT_MECHANISMS = cross_mod.KINDS
+CROSS_AGENT_MECHANISMS = mechanisms.names(family="cross")
 #: Cross-agent kinds a ``dome`` plan may carry: one noise vector per node and step, mixed
 #: once (Zip-DL's per-message noise and Muffliato's K gossip rounds are not sketched).
-SKETCHED_CROSS_KINDS = ("whisper", "decor")
-for _name in CROSS_AGENT_MECHANISMS:
-    _MECHANISMS[_name] = (factors.Identity, True)
+SKETCHED_CROSS_KINDS = mechanisms.names(sketchable=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,21 +199,14 @@ class NoisePlan:
         """How much larger μ (Gaussian) or ε (Laplace) is under replace-one adjacency."""
         return 2.0 if self.adjacency == "zero-out" else 1.0
 
-    def guarantee(self, *, steps_done: int | None = None) -> mf.LDPGuarantee:
-        """Re-derive the guarantee from the factor (never from stored numbers)."""
-        if self.cross_agent is not None:
-            return cross_acc.guarantee(self, steps_done=steps_done)
-        if self.sketch is not None:
-            return dome_acc.guarantee(self, steps_done=steps_done)
-        return mf.factor_guarantee(
-            self.factor,
-            participation=self.participation,
-            noise_multiplier=self.noise_multiplier,
-            steps=self.steps,
-            steps_done=steps_done,
-            certified=self.certified_sensitivity,
-            gram=self._gram,
-        )
+    def guarantee(self, *, steps_done: int | None = None) -> mechanisms.Guarantee:
+        """Re-derive the guarantee with the mechanism's accountant (never from stored
+        numbers): μ-GDP for Gaussian plans, pure ε for Laplace plans (DP-D-SGD family:
+        :func:`~edgedp.accounting.mf.plan_guarantee`, cross-agent:
+        :func:`~edgedp.accounting.cross_agent.guarantee`, DOME:
+        :func:`~edgedp.accounting.dome.guarantee`, sr-gt/dpop:
+        :func:`~edgedp.accounting.laplace.plan_guarantee`)."""
+        return mechanisms.get(self.mechanism).accountant(self, steps_done=steps_done)
 
     @property
     def certified_sensitivity(self) -> float | None:
@@ -459,15 +435,13 @@ class NodeShare:
 def _certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> None:
     if plan.message_bound is not None and not 0 < plan.message_bound < math.inf:
         raise PlanError(f"Expected 0 < message_bound={plan.message_bound!r} < inf.")
-    if plan.mechanism not in _MECHANISMS:
+    try:
+        mech = mechanisms.get(plan.mechanism)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    if (plan.laplace is not None) != (mech.noise == "laplace"):
         raise PlanError(
-            f"Unknown mechanism {plan.mechanism!r}; expected one of {sorted(_MECHANISMS)}."
-        )
-    from edgedp import algorithms
-
-    if (plan.laplace is not None) != (plan.mechanism in LAPLACE_MECHANISMS):
-        raise PlanError(
-            f"A laplace section belongs exactly to mechanisms {LAPLACE_MECHANISMS}, "
+            f"A laplace section belongs exactly to mechanisms {mechanisms.names(noise='laplace')}, "
             f"not {plan.mechanism!r}."
         )
     want = plan.laplace.adjacency if plan.laplace is not None else GAUSSIAN_ADJACENCY
@@ -476,12 +450,12 @@ def _certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> N
             f"Plan adjacency {plan.adjacency!r} is not what its accountant certifies ({want!r})."
         )
     _certify_cross_agent(plan)
-    if plan.sketch is not None and plan.mechanism != "dome":
+    if plan.sketch is not None and mech.family != "dome":
         raise PlanError(
             f"A sketch section belongs exactly to 'dome' plans, not {plan.mechanism!r}."
         )
     try:
-        algorithms.for_mechanism(plan.mechanism).check_plan(plan)
+        mech.rules.check_plan(plan)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     if plan.laplace is not None:
@@ -492,7 +466,7 @@ def _certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> N
         except ValueError as exc:
             raise PlanError(str(exc)) from None
         return
-    noisy = _MECHANISMS[plan.mechanism][1]
+    noisy = mech.noisy
     if noisy and not 0 < plan.noise_multiplier < math.inf:
         raise PlanError(
             f"A {plan.mechanism} plan needs a finite noise_multiplier > 0, got "
@@ -552,7 +526,8 @@ def _check_bounds(plan: NoisePlan, fs, *, trusted: bool) -> None:
 
 def _certify_cross_agent(plan: NoisePlan) -> None:
     spec = plan.cross_agent
-    sketched = plan.mechanism == "dome" and spec is not None
+    family = mechanisms.get(plan.mechanism).family
+    sketched = family == "dome" and spec is not None
     if (
         spec is not None
         and sketched
@@ -562,7 +537,7 @@ def _certify_cross_agent(plan: NoisePlan) -> None:
             f"A dome plan may carry a cross_agent section of kind {SKETCHED_CROSS_KINDS}, "
             f"not {spec.kind!r}."
         )
-    if not sketched and (spec is not None) != (plan.mechanism in CROSS_AGENT_MECHANISMS):
+    if not sketched and (spec is not None) != (family == "cross"):
         raise PlanError(
             f"A cross_agent section belongs exactly to mechanisms {CROSS_AGENT_MECHANISMS}, "
             f"not {plan.mechanism!r}; build them with edgedp.planning.cross_agent.make_plan."
@@ -579,7 +554,7 @@ def _certify_cross_agent(plan: NoisePlan) -> None:
         raise PlanError("cross_agent edge_variance must have one entry per plan edge.")
     if plan.steps % spec.gossip_rounds:
         raise PlanError(f"steps={plan.steps} is not a multiple of K={spec.gossip_rounds}.")
-    g = plan.guarantee()
+    g = cross_acc.guarantee(plan)  # the cross-agent accountant, in ℝᵈ or sketched
     if not math.isfinite(g.sensitivity):
         raise PlanError("cross_agent covariance is not positive definite; re-create the plan.")
     if plan.noise_multiplier > 0 and not math.isclose(
@@ -624,16 +599,15 @@ def make_plan(
     ``message_bound`` states the largest |entry| of an honest message; receivers reject
     larger ones. Without it the bound is derived from the plan (:mod:`edgedp.bounds`).
     """
-    if mechanism not in _MECHANISMS:
-        raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {sorted(_MECHANISMS)}.")
-    if mechanism in CROSS_AGENT_MECHANISMS:
+    mech = mechanisms.get(mechanism)
+    if mech.family == "cross":
         raise ValueError(
             f"mechanism={mechanism!r} plans correlated noise across agents: build it with "
             "edgedp.planning.cross_agent.make_plan (or `edgedp plan`)."
         )
-    builder, noisy = _MECHANISMS[mechanism]
+    builder, noisy, laplace_noise = mech.factor, mech.noisy, mech.noise == "laplace"
     _validate.integer(minimum=1, steps=steps)
-    if mechanism in LAPLACE_MECHANISMS:
+    if laplace_noise:
         if laplace is None:
             raise ValueError(f"mechanism={mechanism!r} needs laplace=LaplaceSchedule(...).")
         if noise_multiplier is not None or target_epsilon is not None or delta is not None:
@@ -666,12 +640,12 @@ def make_plan(
                 f"mechanism={mechanism!r} fixes its own temporal factor; do not pass one."
             )
         factor = builder()
-    elif factor is None and mechanism == "dome":
-        factor = factors.Identity()
+    elif factor is None and mech.default_factor is not None:
+        factor = mech.default_factor()
     elif factor is None:
         raise ValueError(f"mechanism={mechanism!r} needs a temporal factor (factor=...).")
     index, weight = topology.weighting_table(graph, weighting)  # no n × n matrix
-    if mechanism in LAPLACE_MECHANISMS:
+    if laplace_noise:
         sigma, sens, exact = 0.0, 0.0, True
     elif not noisy:
         if noise_multiplier not in (None, 0.0) or target_epsilon is not None:

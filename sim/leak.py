@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, models, streams
+from edgedp import mechanisms, models, streams
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.algorithms._gossip import mix_gathered
@@ -58,7 +58,7 @@ MAX_LINEAR_UNKNOWNS = 3000
 #: biased towards 0 when the samples are few for the joint dimension (a rule of thumb, not a
 #: bound; ``experiments/ksg_vs_gaussian.py`` compares KSG with the exact Gaussian MI).
 MIN_TRIALS_PER_DIMENSION = 10
-_DSGD_FAMILY = {"dsgd", "dp-dsgd", "antipgd", "banded", "blt", "dense", "dmf", "mafalda"}
+_DSGD_FAMILY = frozenset(mechanisms.names(family=("sgd", "mf")))
 
 
 def has_network_effects(sc) -> bool:
@@ -75,10 +75,10 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
     ``epsilon`` at ``delta`` (pure ε for Laplace plans, ``delta`` 0); ``mu`` for Gaussian
     plans — the μ-GDP parameter of the view the ε is for (the insider / neighbourhood
     view of curious nodes against Whisper/DECOR, the plan's μ otherwise)."""
-    algo = algorithms.for_mechanism(plan.mechanism)
+    mech = mechanisms.get(plan.mechanism)
     out: dict[str, Any] = {
-        "trust_model": algo.TRUST_MODEL,
-        "accountant": algo.ACCOUNTANT,
+        "trust_model": mech.trust_model,
+        "accountant": mech.accountant_name,
         "adjacency": plan.adjacency,
     }
     if attacker.encrypted:

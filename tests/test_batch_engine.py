@@ -6,6 +6,7 @@ import pytest
 import topologies
 from edgedp import algorithms, clipping, rng, streams
 from edgedp.accounting.participation import Participation
+from edgedp.algorithms._gossip import mix_node
 from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource
@@ -67,7 +68,7 @@ def node_by_node(plan, data, trial=0):
             half.append(
                 algo.local_step(theta[u], gsum, noise, learning_rate=s.learning_rate, batch_size=bs)
             )
-        theta = [algo.combine_node(s.weights, [half[v] for v in s.neighbours]) for s in shares]
+        theta = [mix_node(s.weights, [half[v] for v in s.neighbours]) for s in shares]
     return np.stack(theta)
 
 

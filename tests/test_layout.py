@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from edgedp import mechanisms
+
 DEVICE_MODULES = [
     "edgedp",
     "edgedp.rng",
@@ -95,7 +97,7 @@ def test_every_algorithm_module_exposes_the_same_names(module):
     for name in [
         "NAME",
         "TRUST_MODEL",
-        "ACCOUNTANT",
+        "MECHANISMS",
         "check_plan",
         "init_state",
         "send",
@@ -104,3 +106,6 @@ def test_every_algorithm_module_exposes_the_same_names(module):
     ]:
         assert hasattr(mod, name), f"{module} lacks {name}"
     assert set(mod.__all__) >= {"NAME", "TRUST_MODEL", "init_state", "send", "receive", "model"}
+    assert not {"combine", "combine_node", "ACCOUNTANT"} & set(vars(mod))  # removed exports
+    for m in mod.MECHANISMS:  # each record runs these rules and is the registered one
+        assert m.rules is mod and mechanisms.get(m.name) is m

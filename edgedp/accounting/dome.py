@@ -56,15 +56,7 @@ def guarantee(plan, *, steps_done: int | None = None) -> mf.LDPGuarantee:
         raise ValueError("Expected a dome plan with a sketch section.")
     if getattr(plan, "cross_agent", None) is not None:  # Whisper / DECOR noise in ℝᵏ
         return cross_agent.guarantee(plan, steps_done=steps_done)
-    return mf.factor_guarantee(
-        plan.factor,
-        participation=plan.participation,
-        noise_multiplier=plan.noise_multiplier,
-        steps=plan.steps,
-        steps_done=steps_done,
-        certified=getattr(plan, "certified_sensitivity", None),
-        gram=bool(getattr(plan, "_gram", False)),
-    )
+    return mf.plan_guarantee(plan, steps_done=steps_done)
 
 
 def noise_energy(plan, *, model_dim: int) -> dict[str, float]:

@@ -66,10 +66,12 @@ from typing import Any
 __all__ = [
     "ADJACENCIES",
     "LaplaceSchedule",
+    "PureGuarantee",
     "check_task",
     "epsilon",
     "epsilon_spent",
     "example_delta",
+    "plan_guarantee",
     "release_epsilons",
     "replace_one_epsilon",
     "rounds_within",
@@ -385,3 +387,53 @@ def check_task(
             f"for this task ({schedule.adjacency}; clip {clip_norm:g}, d {dim}, batch "
             f"{batch_size}); re-plan with --delta-grad {need:.17g}."
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PureGuarantee:
+    """Pure ε-DP (δ = 0) of a Laplace plan's releases, against every observer of messages.
+
+    ``epsilon(delta)`` is ε for every δ ≥ 0; ``delta(epsilon)`` is 0 from ε on and, below
+    it, the bound 1 − e^(epsilon − ε) that every ε-DP mechanism meets (its privacy loss never
+    exceeds ε, so E[(1 − e^(epsilon − L))₊] ≤ 1 − e^(epsilon − ε)).
+
+    >>> g = PureGuarantee(value=1.0, steps=10, adjacency="zero-out", final_release=True)
+    >>> g.epsilon(1e-6), g.delta(1.0), round(g.delta(0.5), 4)
+    (1.0, 0.0, 0.3935)
+    """
+
+    value: float
+    steps: int
+    adjacency: str
+    final_release: bool
+
+    def epsilon(self, delta: float) -> float:
+        """ε: pure DP needs no δ."""
+        if not 0 <= delta <= 1:
+            raise ValueError(f"Expected 0 <= delta={delta!r} <= 1.")
+        return self.value
+
+    def delta(self, epsilon: float) -> float:
+        """The smallest δ this guarantee certifies at ``epsilon``."""
+        if epsilon >= self.value:
+            return 0.0
+        if math.isinf(self.value):
+            return 1.0
+        return -math.expm1(epsilon - self.value)
+
+
+def plan_guarantee(plan, *, steps_done: int | None = None) -> PureGuarantee:
+    """The accountant of Laplace plans (sr-gt, dpop; paper 004 Lemma 4.4).
+
+    For the whole plan (``steps_done`` None): the ε of its T messages and of the noised
+    final model a device publishes, x(T) + Lap(ν_{T+1}) — what a finished run released.
+    After ``steps_done`` rounds: the ε of the messages sent so far.
+    """
+    s = plan.laplace
+    if s is None:
+        raise ValueError("Expected a plan with a laplace section (sr-gt, dpop).")
+    if steps_done is None:
+        return PureGuarantee(
+            epsilon_spent(s, plan.steps, final_release=True), plan.steps, s.adjacency, True
+        )
+    return PureGuarantee(epsilon_spent(s, steps_done), steps_done, s.adjacency, False)

@@ -42,6 +42,7 @@ __all__ = [
     "calibrate",
     "factor_guarantee",
     "ldp_guarantee",
+    "plan_guarantee",
 ]
 
 
@@ -245,3 +246,20 @@ def calibrate(
     """
     sigma = gdp.noise_multiplier(target_epsilon, delta=delta)
     return ldp_guarantee(strategy, participation=participation, noise_multiplier=sigma)
+
+
+def plan_guarantee(plan, *, steps_done: int | None = None) -> LDPGuarantee:
+    """The accountant of the D-SGD family's plans (temporal factor, Gaussian noise of σ).
+
+    μ-GDP against the LDP attacker, re-derived from ``plan.factor`` (never from stored
+    numbers); ``inf`` for a plan without noise (``dsgd``).
+    """
+    return factor_guarantee(
+        plan.factor,
+        participation=plan.participation,
+        noise_multiplier=plan.noise_multiplier,
+        steps=plan.steps,
+        steps_done=steps_done,
+        certified=getattr(plan, "certified_sensitivity", None),
+        gram=bool(getattr(plan, "_gram", False)),
+    )

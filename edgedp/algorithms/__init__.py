@@ -1,16 +1,17 @@
 """Decentralized learning algorithms as pure update rules, one module each.
 
-Every module exposes the same names: ``NAME``, ``TRUST_MODEL``, ``ACCOUNTANT``,
-``check_plan(plan)`` and the round protocol the engines drive, ``init_state``, ``send``,
-``receive`` and ``model`` (documented in :mod:`edgedp.algorithms._gossip`); ``combine``
-(all nodes) and ``combine_node`` (one node) are the fixed-order mixing of the messages.
-:data:`BY_MECHANISM` maps a plan's mechanism name to its module; callers pick a module
-there and never branch on its type.
+Every module exposes the same names: ``NAME``, ``TRUST_MODEL``, ``check_plan(plan)``, the
+round protocol the engines drive, ``init_state``, ``send``, ``receive`` and ``model``
+(documented in :mod:`edgedp.algorithms._gossip`), and ``MECHANISMS``: the
+:class:`~edgedp.mechanisms.Mechanism` records it runs, which importing this package
+registers (:mod:`edgedp.mechanisms`). :func:`for_mechanism` maps a plan's mechanism name to
+its rules; callers pick them there and never branch on the module.
 """
 
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from edgedp import mechanisms
 from edgedp.algorithms import (
     decor,
     dome,
@@ -41,33 +42,16 @@ __all__ = [
     "zipdl",
 ]
 
-#: Static, read-only mapping from mechanism name (as in a NoisePlan) to algorithm module.
+for _module in (dsgd, dp_dsgd, mf_dsgd, sr_gt, dpop, whisper, decor, zipdl, muffliato, dome):
+    for _m in _module.MECHANISMS:
+        mechanisms.register(_m)
+
+#: Read-only mapping from the built-in mechanisms' names to their rules (modules).
 BY_MECHANISM: Mapping[str, object] = MappingProxyType(
-    {
-        "dsgd": dsgd,
-        "dp-dsgd": dp_dsgd,
-        "antipgd": mf_dsgd,
-        "banded": mf_dsgd,
-        "blt": mf_dsgd,
-        "dense": mf_dsgd,
-        "dmf": mf_dsgd,
-        "mafalda": mf_dsgd,
-        "sr-gt": sr_gt,
-        "dpop": dpop,
-        "whisper": whisper,
-        "decor": decor,
-        "zipdl": zipdl,
-        "muffliato": muffliato,
-        "dome": dome,
-    }
+    {name: mechanisms.get(name).rules for name in mechanisms.names()}
 )
 
 
 def for_mechanism(mechanism: str):
-    """The algorithm module that runs ``mechanism``; ValueError naming the choices otherwise."""
-    try:
-        return BY_MECHANISM[mechanism]
-    except KeyError:
-        raise ValueError(
-            f"Unknown mechanism={mechanism!r}; expected one of {sorted(BY_MECHANISM)}."
-        ) from None
+    """The rules (algorithm module) that run ``mechanism``; ValueError naming the choices."""
+    return mechanisms.get(mechanism).rules

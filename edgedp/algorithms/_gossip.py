@@ -1,7 +1,7 @@
 """The algorithm protocol every engine drives, and the shared D-SGD-family rules.
 
 An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
-``ACCOUNTANT`` and ``check_plan(plan)``:
+``check_plan(plan)`` and its ``MECHANISMS`` records (:mod:`edgedp.mechanisms`):
 
 * ``init_state(theta0) -> state`` — a dict of arrays shaped like ``theta0``, i.e. ``(d,)`` on a
   device or ``(trials, nodes, d)`` in the batch engine;

@@ -14,24 +14,24 @@ Per-edge keys: plan seed in simulations, :func:`edgedp.keys.pairwise_secret` on 
 
 from __future__ import annotations
 
+import sys
+
+from edgedp import factors, mechanisms
+from edgedp.accounting import cross_agent
 from edgedp.algorithms._gossip import (
     init_state,
     local_step,
     message_bound,
-    mix,
-    mix_node,
     model,
     receive,
     send,
 )
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -45,9 +45,6 @@ TRUST_MODEL = (
     "SecLDP: eavesdroppers without pairwise secrets get the planned guarantee; colluders "
     "remove their own edges' secrets (reported separately)"
 )
-ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (+ trust_report for colluders)"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
@@ -60,3 +57,19 @@ def check_plan(plan) -> None:
         raise ValueError("DECOR noise is independent + pairwise only (no seed, no messages).")
     if spec.diag.min() != spec.diag.max() or (c.size and c.min() != c.max()):
         raise ValueError("DECOR uses one sigma_pair and one sigma_cor for every node and edge.")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "decor",
+        _rules,
+        family="cross",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=cross_agent.guarantee,
+        factor=factors.Identity,
+        sketchable=True,
+    ),
+)

@@ -53,19 +53,19 @@ every node decodes with the same S_t, so the noise cancels in the mixing as in â
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
-from edgedp import bounds, sketch
-from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
+from edgedp import bounds, factors, mechanisms, sketch
+from edgedp.accounting import dome
+from edgedp.algorithms._gossip import StepContext, mix_gathered
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "message_bound",
     "model",
@@ -78,9 +78,6 @@ TRUST_MODEL = (
     "LDP: every message (k floats) is private against an attacker who sees all messages; "
     "the shared sketch bases are public"
 )
-ACCOUNTANT = "edgedp.accounting.dome.guarantee (MF-D-SGD's sensitivity on the k-dim query)"
-combine = mix  # mixing acts on the k-dim messages
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
@@ -243,3 +240,18 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
             n * (share.task.batch_size * share.clip_norm + z * float(noise.max()))
         )
     return (model, tree)
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "dome",
+        _rules,
+        family="dome",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=dome.guarantee,
+        default_factor=factors.Identity,
+    ),
+)

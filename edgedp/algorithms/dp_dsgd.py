@@ -7,24 +7,24 @@ guarantee is certified by :func:`edgedp.accounting.mf.ldp_guarantee` with C_loca
 
 from __future__ import annotations
 
+import sys
+
+from edgedp import factors, mechanisms
+from edgedp.accounting import mf
 from edgedp.algorithms._gossip import (
     init_state,
     local_step,
     message_bound,
-    mix,
-    mix_node,
     model,
     receive,
     send,
 )
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -35,12 +35,24 @@ __all__ = [
 
 NAME = "dp-dsgd"
 TRUST_MODEL = "LDP: every message is private against an attacker who sees all messages"
-ACCOUNTANT = "edgedp.accounting.mf.ldp_guarantee (C_local = I)"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
     """DP-D-SGD plans use the identity temporal factor."""
     if plan.factor.kind != "identity":
         raise ValueError(f"Expected the identity factor for dp-dsgd, got {plan.factor.kind!r}.")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "dp-dsgd",
+        _rules,
+        family="sgd",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        factor=factors.Identity,
+    ),
+)

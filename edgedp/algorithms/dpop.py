@@ -24,18 +24,19 @@ Trust model: pure ε-LDP against an attacker who sees every message, certified b
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from edgedp import bounds
-from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
+from edgedp import bounds, factors, mechanisms
+from edgedp.accounting import laplace
+from edgedp.algorithms._gossip import StepContext, mix_gathered
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "message_bound",
     "model",
@@ -45,9 +46,6 @@ __all__ = [
 
 NAME = "dpop"
 TRUST_MODEL = "LDP (pure eps): every message z is observed (eavesdroppers, curious neighbours)"
-ACCOUNTANT = "edgedp.accounting.laplace.epsilon_spent (paper 004 Lemma 4.4, App. 8 Eq. 46)"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
@@ -99,3 +97,18 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
         top = max(top, z)
         x = z + schedule.stepsize(t) * share.clip_norm
     return (bounds.rounded(top),)
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "dpop",
+        _rules,
+        family="laplace",
+        noise="laplace",
+        trust_model=TRUST_MODEL,
+        accountant=laplace.plan_guarantee,
+        factor=factors.Identity,
+    ),
+)

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+
+from edgedp import factors, mechanisms
+from edgedp.accounting import mf
 from edgedp.algorithms._gossip import (
     init_state,
     local_step,
     message_bound,
-    mix,
-    mix_node,
     model,
     receive,
     send,
 )
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -30,12 +30,24 @@ __all__ = [
 
 NAME = "dsgd"
 TRUST_MODEL = "none: messages carry un-noised models; no privacy guarantee"
-ACCOUNTANT = "none"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
     """D-SGD plans carry no noise."""
     if plan.noise_multiplier != 0.0:
         raise ValueError(f"Expected noise_multiplier=0 for dsgd, got {plan.noise_multiplier}.")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "dsgd",
+        _rules,
+        family="sgd",
+        noise="none",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        factor=factors.Identity,
+    ),
+)

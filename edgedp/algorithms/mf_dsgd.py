@@ -11,24 +11,24 @@ under the plan's (k, b) participation (paper 000 Thm 7, Lemma 10).
 
 from __future__ import annotations
 
+import sys
+
+from edgedp import factors, mechanisms
+from edgedp.accounting import mf
 from edgedp.algorithms._gossip import (
     init_state,
     local_step,
     message_bound,
-    mix,
-    mix_node,
     model,
     receive,
     send,
 )
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -39,9 +39,6 @@ __all__ = [
 
 NAME = "mf-dsgd"
 TRUST_MODEL = "LDP: every message is private against an attacker who sees all messages"
-ACCOUNTANT = "edgedp.accounting.mf.ldp_guarantee (C_local from the plan)"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
@@ -49,3 +46,62 @@ def check_plan(plan) -> None:
     steps = getattr(plan.factor, "steps", None)
     if steps is not None and steps < plan.steps:
         raise ValueError(f"Expected the factor's horizon {steps} >= steps={plan.steps}.")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "antipgd",
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        factor=factors.AntiPGD,
+    ),
+    mechanisms.Mechanism(
+        "dmf",
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        planned=True,
+    ),
+    mechanisms.Mechanism(
+        "mafalda",
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        planned=True,
+    ),
+    mechanisms.Mechanism(
+        "banded",
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        planned=True,
+    ),
+    mechanisms.Mechanism(
+        "blt",
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        planned=True,
+    ),
+    mechanisms.Mechanism(
+        "dense",
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+    ),
+)

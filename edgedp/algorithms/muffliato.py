@@ -13,24 +13,24 @@ so μ = 1/σ with k counting gradient rounds only
 
 from __future__ import annotations
 
+import sys
+
+from edgedp import factors, mechanisms
+from edgedp.accounting import cross_agent
 from edgedp.algorithms._gossip import (
     StepContext,
     init_state,
     local_step,
     message_bound,
-    mix,
-    mix_node,
     model,
 )
 from edgedp.algorithms._gossip import receive as _receive
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -41,9 +41,6 @@ __all__ = [
 
 NAME = "muffliato"
 TRUST_MODEL = "LDP: every message is private; gossip-only rounds are post-processing"
-ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (k = gradient rounds)"
-combine = mix
-combine_node = mix_node
 receive = _receive
 
 
@@ -78,3 +75,18 @@ def check_plan(plan) -> None:
         raise ValueError("Muffliato noise is independent per node.")
     if plan.steps % spec.gossip_rounds:
         raise ValueError(f"Expected steps={plan.steps} to be a multiple of K={spec.gossip_rounds}.")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "muffliato",
+        _rules,
+        family="cross",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=cross_agent.guarantee,
+        factor=factors.Identity,
+    ),
+)

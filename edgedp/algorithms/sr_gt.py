@@ -28,18 +28,19 @@ coalition), certified by :mod:`edgedp.accounting.laplace` (Lemma 4.4, Thm 4.5).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from edgedp import bounds
-from edgedp.algorithms._gossip import StepContext, mix, mix_gathered, mix_node
+from edgedp import bounds, factors, mechanisms
+from edgedp.accounting import laplace
+from edgedp.algorithms._gossip import StepContext, mix_gathered
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "message_bound",
     "model",
@@ -52,9 +53,6 @@ TRUST_MODEL = (
     "LDP (pure eps): every message z is observed (eavesdroppers on all links, curious "
     "neighbours); the tracking variable y is never sent"
 )
-ACCOUNTANT = "edgedp.accounting.laplace.epsilon_spent (paper 004 Lemma 4.4, Thm 4.5)"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
@@ -113,3 +111,18 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
         y = y + 2.0 * schedule.beta * z
         x = z + schedule.stepsize(t) * (y + share.clip_norm)
     return (bounds.rounded(top),)
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "sr-gt",
+        _rules,
+        family="laplace",
+        noise="laplace",
+        trust_model=TRUST_MODEL,
+        accountant=laplace.plan_guarantee,
+        factor=factors.Identity,
+    ),
+)

@@ -15,24 +15,24 @@ not on) protect — ``edgedp plan`` reports that ε too
 
 from __future__ import annotations
 
+import sys
+
+from edgedp import factors, mechanisms
+from edgedp.accounting import cross_agent
 from edgedp.algorithms._gossip import (
     init_state,
     local_step,
     message_bound,
-    mix,
-    mix_node,
     model,
     receive,
     send,
 )
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -46,9 +46,6 @@ TRUST_MODEL = (
     "eavesdropper: every message seen, shared seed unknown (paper 001 Thm 2); insiders who "
     "know the seed face only each node's independent part (reported separately)"
 )
-ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (+ trust_report for insiders)"
-combine = mix
-combine_node = mix_node
 
 
 def check_plan(plan) -> None:
@@ -58,3 +55,19 @@ def check_plan(plan) -> None:
         raise ValueError("Expected a cross_agent section of kind 'whisper' (planning.cross_agent).")
     if spec.gossip_rounds != 1 or spec.message_variance != 0:
         raise ValueError("Whisper plans have one gossip round per step and no message noise.")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "whisper",
+        _rules,
+        family="cross",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=cross_agent.guarantee,
+        factor=factors.Identity,
+        sketchable=True,
+    ),
+)

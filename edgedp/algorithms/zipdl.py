@@ -15,25 +15,25 @@ not credited (it protects against single neighbours; PNDP for Zip-DL is not impl
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from edgedp import factors, mechanisms
+from edgedp.accounting import cross_agent
 from edgedp.algorithms._gossip import (
     StepContext,
     init_state,
     message_bound,
-    mix,
-    mix_node,
     model,
     receive,
 )
 
 __all__ = [
-    "ACCOUNTANT",
+    "MECHANISMS",
     "NAME",
     "TRUST_MODEL",
     "check_plan",
-    "combine",
-    "combine_node",
     "init_state",
     "local_step",
     "message_bound",
@@ -47,9 +47,6 @@ TRUST_MODEL = (
     "LDP (every attacker): node-private noise; the message-wise part cancels in the network "
     "average and is not credited"
 )
-ACCOUNTANT = "edgedp.accounting.cross_agent.guarantee (one node's message covariance)"
-combine = mix
-combine_node = mix_node
 
 
 def local_step(theta, gradient_sum, noise, *, learning_rate: float, batch_size: int):
@@ -84,3 +81,18 @@ def check_plan(plan) -> None:
     W = plan.mixing_matrix()  # noqa: N806
     if not np.allclose(W, W.T, rtol=0.0, atol=1e-12):
         raise ValueError("Zip-DL needs a symmetric mixing matrix (w_j = W[j, u] = W[u, j]).")
+
+
+_rules = sys.modules[__name__]
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+MECHANISMS = (
+    mechanisms.Mechanism(
+        "zipdl",
+        _rules,
+        family="cross",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=cross_agent.guarantee,
+        factor=factors.Identity,
+    ),
+)

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgedp import factors
+from edgedp import factors, mechanisms
 from edgedp.accounting.participation import Participation
 from edgedp.planning import mafalda, mf_optimal
 
 __all__ = ["PLANNED", "PlannedFactor", "plan_factor", "relative_loss"]
 
-#: Mechanisms whose factor is computed here.
-PLANNED = ("dmf", "mafalda", "banded", "blt")
+#: Mechanisms whose factor is computed here (the registry's ``planned`` ones).
+PLANNED = mechanisms.names(planned=True)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,0 +1,180 @@
+"""The mechanism registry: every mechanism edgedp plans, certifies and runs, declared once.
+
+Each algorithm module (:mod:`edgedp.algorithms`) declares its :class:`Mechanism` records in
+``MECHANISMS``; :mod:`edgedp.algorithms` registers them. Everything that used to keep its
+own list of mechanism names derives it from here: the plan's checks and
+:meth:`~edgedp.plan.NoisePlan.guarantee`, the planner's factorized set, the command line's
+choices, scenario files and the simulator's attacks. Adding a mechanism is one
+:func:`register` call with its round rules, noise kind and accountant.
+
+>>> from edgedp import mechanisms
+>>> mechanisms.get("mafalda").family, mechanisms.get("mafalda").planned
+('mf', True)
+>>> mechanisms.names(noise="laplace")
+('sr-gt', 'dpop')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "FAMILIES",
+    "NOISE_KINDS",
+    "Guarantee",
+    "Mechanism",
+    "RoundRules",
+    "get",
+    "names",
+    "register",
+    "unregister",
+]
+
+#: Planner and command-line families: ``edgedp plan FAMILY``.
+FAMILIES = ("sgd", "mf", "laplace", "cross", "dome")
+#: What a node adds to its message: nothing, Gaussian noise from the plan's factor and ν, or
+#: the Laplace schedule of paper 004.
+NOISE_KINDS = ("none", "gaussian", "laplace")
+
+
+@runtime_checkable
+class RoundRules(Protocol):
+    """The round protocol every engine drives (:mod:`edgedp.algorithms._gossip`)."""
+
+    def init_state(self, theta0: Any) -> Any: ...
+
+    def send(self, state: Any, ctx: Any) -> Any: ...
+
+    def receive(self, state: Any, weights: Any, gathered: Any, ctx: Any) -> Any: ...
+
+    def model(self, state: Any) -> Any: ...
+
+    def check_plan(self, plan: Any) -> None: ...
+
+
+@runtime_checkable
+class Guarantee(Protocol):
+    """What an accountant returns: ε at a given δ and δ at a given ε, for ``steps`` rounds.
+
+    Gaussian plans return :class:`~edgedp.accounting.mf.LDPGuarantee` (μ-GDP), Laplace
+    plans :class:`~edgedp.accounting.laplace.PureGuarantee` (pure ε, δ = 0).
+    """
+
+    @property
+    def steps(self) -> int: ...
+
+    def epsilon(self, delta: float) -> float: ...
+
+    def delta(self, epsilon: float) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Mechanism:
+    """One mechanism: its name in a plan, its rules, noise, planner family and accountant.
+
+    Attributes:
+      name: the plan's ``mechanism`` string (part of the plan's bytes: never rename one).
+      rules: the round rules (an algorithm module satisfying :class:`RoundRules`).
+      family: one of :data:`FAMILIES` (``edgedp plan FAMILY``, the planner that builds it).
+      noise: one of :data:`NOISE_KINDS`.
+      trust_model: the attacker its accountant's guarantee holds against.
+      accountant: ``accountant(plan, steps_done=None) -> Guarantee``, re-derived from the
+        plan's factor or schedule (never from stored numbers).
+      factor: the temporal factor it fixes (a no-argument builder), or None when the
+        planner or caller supplies one.
+      default_factor: the factor used when none is supplied (a builder), else None.
+      planned: its factor comes from :mod:`edgedp.planning.factorization`.
+      sketchable: a ``dome`` plan may carry its cross-agent noise in the sketched space.
+    """
+
+    name: str
+    rules: Any
+    family: str
+    noise: str
+    trust_model: str
+    accountant: Callable[..., Guarantee]
+    factor: Callable[[], Any] | None = None
+    default_factor: Callable[[], Any] | None = None
+    planned: bool = False
+    sketchable: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name != self.name.strip().lower():
+            raise ValueError(f"Expected a lower-case mechanism name, got {self.name!r}.")
+        if self.family not in FAMILIES:
+            raise ValueError(f"Unknown family={self.family!r}; expected one of {FAMILIES}.")
+        if self.noise not in NOISE_KINDS:
+            raise ValueError(f"Unknown noise={self.noise!r}; expected one of {NOISE_KINDS}.")
+        if not isinstance(self.rules, RoundRules):
+            raise TypeError(
+                f"{self.name}: rules must provide init_state, send, receive, model and "
+                "check_plan (edgedp.mechanisms.RoundRules)."
+            )
+        if not callable(self.accountant):
+            raise TypeError(f"{self.name}: accountant must be callable(plan, steps_done=None).")
+        if self.factor is not None and self.default_factor is not None:
+            raise ValueError(f"{self.name}: give factor or default_factor, not both.")
+
+    @property
+    def accountant_name(self) -> str:
+        """The accountant's dotted name (what reports print)."""
+        a = self.accountant
+        return f"{getattr(a, '__module__', '?')}.{getattr(a, '__qualname__', repr(a))}"
+
+    @property
+    def noisy(self) -> bool:
+        """True when its plans must carry noise (a private mechanism never runs without)."""
+        return self.noise != "none"
+
+
+_REGISTRY: dict[str, Mechanism] = {}
+
+
+def register(mechanism: Mechanism) -> Mechanism:
+    """Add ``mechanism``; ValueError when its name is taken."""
+    if mechanism.name in _REGISTRY:
+        raise ValueError(f"Mechanism {mechanism.name!r} is already registered.")
+    _REGISTRY[mechanism.name] = mechanism
+    return mechanism
+
+
+def unregister(name: str) -> None:
+    """Remove a registered mechanism (tests that register their own)."""
+    _REGISTRY.pop(name, None)
+
+
+def _loaded() -> dict[str, Mechanism]:
+    import edgedp.algorithms  # noqa: F401  registers every built-in mechanism (once)
+
+    return _REGISTRY
+
+
+def get(name: str) -> Mechanism:
+    """The mechanism called ``name``; ValueError naming the choices otherwise."""
+    try:
+        return _loaded()[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown mechanism={name!r}; expected one of {sorted(_loaded())}."
+        ) from None
+
+
+def names(
+    *,
+    family: str | tuple[str, ...] | None = None,
+    noise: str | None = None,
+    planned: bool | None = None,
+    sketchable: bool | None = None,
+) -> tuple[str, ...]:
+    """Registered names, in registration order, filtered by the given fields."""
+    families = (family,) if isinstance(family, str) else family
+    return tuple(
+        m.name
+        for m in _loaded().values()
+        if (families is None or m.family in families)
+        and (noise is None or m.noise == noise)
+        and (planned is None or m.planned == planned)
+        and (sketchable is None or m.sketchable == sketchable)
+    )

@@ -1,0 +1,135 @@
+"""The mechanism registry: one record per mechanism, and a new mechanism in one place.
+
+The test-only mechanism below is the whole change a new mechanism needs: round rules and
+one :func:`edgedp.mechanisms.register` call. Planning, certification (plan bytes round
+trip), the accountant, the batch engine and the event engine then accept it.
+"""
+
+import math
+import types
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+import topologies
+from edgedp import api, factors, mechanisms
+from edgedp.accounting import laplace as laplace_acc
+from edgedp.accounting import mf
+from edgedp.accounting.participation import Participation
+from edgedp.algorithms import _gossip
+from edgedp.plan import NoisePlan, TaskSpec, make_plan
+
+
+def _toy_rules():
+    """D-SGD's round rules under another name, with their own plan check (test only)."""
+
+    def check_plan(plan):
+        if plan.factor.kind != "identity":
+            raise ValueError("test-sgd uses the identity factor")
+
+    return types.SimpleNamespace(
+        init_state=_gossip.init_state,
+        send=_gossip.send,
+        receive=_gossip.receive,
+        model=_gossip.model,
+        message_bound=_gossip.message_bound,
+        check_plan=check_plan,
+    )
+
+
+@pytest.fixture
+def test_mechanism():
+    m = mechanisms.register(
+        mechanisms.Mechanism(
+            "test-sgd",
+            _toy_rules(),
+            family="sgd",
+            noise="gaussian",
+            trust_model="LDP (test only)",
+            accountant=mf.plan_guarantee,
+            factor=factors.Identity,
+        )
+    )
+    yield m
+    mechanisms.unregister("test-sgd")
+
+
+def test_a_mechanism_registered_in_one_place_plans_certifies_and_runs(test_mechanism):
+    g = topologies.parse("ring:6")
+    task = TaskSpec(batch_size=0)  # every example at every step: (6, 1)
+    kw = dict(
+        steps=6, participation=Participation(6, 1), clip_norm=1.0, learning_rate=0.5, task=task
+    )
+    p = make_plan("test-sgd", g, noise_multiplier=2.0, **kw)
+    ref = make_plan("dp-dsgd", g, noise_multiplier=2.0, **kw)
+    assert p.guarantee() == ref.guarantee()  # the accountant it declared
+    assert NoisePlan.from_bytes(p.to_bytes()).plan_hash == p.plan_hash  # certified on load
+    res = api.simulate(p, engine="batch")
+    assert np.isfinite(res.test_loss).all()
+    assert api.simulate(p, engine="event").model_digests == res.model_digests
+    with pytest.raises(ValueError, match="already registered"):
+        mechanisms.register(test_mechanism)
+
+
+def test_unknown_and_malformed_mechanisms_are_refused():
+    with pytest.raises(ValueError, match="expected one of"):
+        mechanisms.get("dp_dsgd")
+    rules = _toy_rules()
+    with pytest.raises(ValueError, match="family"):
+        mechanisms.Mechanism(
+            "x", rules, family="gossip", noise="none", trust_model="", accountant=mf.plan_guarantee
+        )
+    with pytest.raises(TypeError, match="RoundRules"):
+        mechanisms.Mechanism(
+            "x", object(), family="sgd", noise="none", trust_model="", accountant=mf.plan_guarantee
+        )
+
+
+def test_registry_matches_what_each_family_plans():
+    assert mechanisms.names(family="laplace") == ("sr-gt", "dpop")
+    assert set(mechanisms.names(planned=True)) == {"dmf", "mafalda", "banded", "blt"}
+    from edgedp import cross_agent
+
+    assert set(mechanisms.names(family="cross")) == set(cross_agent.KINDS)
+    for name in mechanisms.names():
+        m = mechanisms.get(name)
+        assert isinstance(m.rules, mechanisms.RoundRules) and m.trust_model
+
+
+def test_laplace_plans_report_their_pure_epsilon_not_infinity():
+    s = laplace_acc.LaplaceSchedule(
+        gamma=0.001, beta=1000, q1=0.97, q2=0.98, delta_grad=2.0, epsilon=1.0
+    )
+    p = make_plan("sr-gt", topologies.parse("ring:6"), steps=6, clip_norm=1.0, laplace=s)
+    g = p.guarantee()
+    assert isinstance(g, laplace_acc.PureGuarantee) and isinstance(g, mechanisms.Guarantee)
+    # ε of the 6 messages and the noised final model by the paper's sum (module docstring):
+    # release of x(k) costs δ α_k / ν_{k+1}, α_k = γ q₁^(k−1), ν_k = γδ/(ε(q₂ − q₁)) q₂^(k−1)
+    alpha = [s.gamma * s.q1 ** (k - 1) for k in range(1, 8)]
+    nu = [
+        s.gamma * s.delta_grad / (s.epsilon * (s.q2 - s.q1)) * s.q2 ** (k - 1) for k in range(1, 9)
+    ]
+    want = sum(s.delta_grad * alpha[k - 1] / nu[k] for k in range(1, 7))
+    assert g.epsilon(1e-6) == pytest.approx(want, rel=1e-12)
+    assert want == pytest.approx(s.epsilon * (1 - (s.q1 / s.q2) ** 6), rel=1e-12)
+    assert g.steps == 6 and g.final_release
+    assert p.guarantee(steps_done=3).epsilon(0.0) == pytest.approx(
+        sum(s.delta_grad * alpha[k - 1] / nu[k] for k in range(1, 3)), rel=1e-12
+    )
+    assert g.delta(g.epsilon(0.0)) == 0.0
+
+
+@pytest.mark.parametrize(("eps", "eps_prime"), [(1.0, 0.5), (0.3, 0.0), (2.0, 1.9)])
+def test_pure_guarantee_delta_bounds_the_laplace_hockey_stick(eps, eps_prime):
+    """δ(ε') of one Laplace release with ε = s/b, by numerical integration, ≤ the bound."""
+    b, s = 1.0, eps
+    p = lambda x: math.exp(-abs(x) / b) / (2 * b)  # noqa: E731
+    q = lambda x: math.exp(-abs(x - s) / b) / (2 * b)  # noqa: E731
+    exact = sum(
+        integrate.quad(lambda x: max(0.0, q(x) - math.exp(eps_prime) * p(x)), lo, hi)[0]
+        for lo, hi in ((-50, 0), (0, s), (s, 50))
+    )
+    g = laplace_acc.PureGuarantee(eps, 1, "zero-out", False)
+    assert exact <= g.delta(eps_prime) + 1e-9
+    assert g.delta(eps) == 0.0 and g.delta(eps_prime) < 1.0
