@@ -87,6 +87,8 @@ class Mechanism:
       default_factor: the factor used when none is supplied (a builder), else None.
       planned: its factor comes from :mod:`edgedp.planning.factorization`.
       sketchable: a ``dome`` plan may carry its cross-agent noise in the sketched space.
+      command_line: ``edgedp plan FAMILY`` can build it (False: only the Python API, e.g. a
+        dense factor the caller computed).
     """
 
     name: str
@@ -99,6 +101,7 @@ class Mechanism:
     default_factor: Callable[[], Any] | None = None
     planned: bool = False
     sketchable: bool = False
+    command_line: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower():
@@ -167,6 +170,7 @@ def names(
     noise: str | None = None,
     planned: bool | None = None,
     sketchable: bool | None = None,
+    command_line: bool | None = None,
 ) -> tuple[str, ...]:
     """Registered names, in registration order, filtered by the given fields."""
     families = (family,) if isinstance(family, str) else family
@@ -177,4 +181,5 @@ def names(
         and (noise is None or m.noise == noise)
         and (planned is None or m.planned == planned)
         and (sketchable is None or m.sketchable == sketchable)
+        and (command_line is None or m.command_line == command_line)
     )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edgedp import mechanisms
 from edgedp_cli._common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -232,7 +233,7 @@ def _loss_ratio(p, gram=None) -> float:
 
 
 #: Mechanisms whose temporal factor the offline planner computes for the topology.
-PLANNED_MECHANISMS = ("dmf", "mafalda", "banded", "blt")
+PLANNED_MECHANISMS = mechanisms.names(planned=True)
 
 
 def _planned_factor(args, graph, participation):

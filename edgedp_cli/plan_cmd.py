@@ -25,16 +25,26 @@ from __future__ import annotations
 
 import argparse
 
+from edgedp import mechanisms as registry
+
 __all__ = ["FAMILIES", "complete", "family_of", "namespace", "register"]
 
-#: family -> its mechanisms, the first being the default of ``--mechanism``.
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "sgd": ("dp-dsgd", "dsgd"),
-    "mf": ("mafalda", "antipgd", "dmf", "banded", "blt"),
-    "laplace": ("sr-gt", "dpop"),
-    "cross": ("whisper", "decor", "zipdl", "muffliato"),
-    "dome": ("dome",),
-}
+#: The default of ``--mechanism`` where a family's first registered one is not it.
+_DEFAULT = {"sgd": "dp-dsgd", "mf": "mafalda"}
+
+
+def _families() -> dict[str, tuple[str, ...]]:
+    out = {}
+    for family in registry.FAMILIES:
+        names = registry.names(family=family, command_line=True)
+        first = _DEFAULT.get(family, names[0])
+        out[family] = (first, *(n for n in names if n != first))
+    return out
+
+
+#: family -> its mechanisms (from :mod:`edgedp.mechanisms`), the first being the default of
+#: ``--mechanism``.
+FAMILIES: dict[str, tuple[str, ...]] = _families()
 
 _HELP = {
     "sgd": "D-SGD without noise (dsgd) or with i.i.d. Gaussian noise (dp-dsgd)",

@@ -103,5 +103,6 @@ MECHANISMS = (
         noise="gaussian",
         trust_model=TRUST_MODEL,
         accountant=mf.plan_guarantee,
+        command_line=False,  # a dense factor the caller computed (Python API)
     ),
 )
