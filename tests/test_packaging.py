@@ -1,5 +1,6 @@
 """Packaging: extras named where they are needed, pinned installs, project files, the wheel."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -17,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 #: import name -> distribution name, where they differ
+#: The import packages the wheel installs.
+INSTALLED_PACKAGES = ("edgedp", "sim", "firmware_py", "topologies", "edgedp_cli")
 DISTRIBUTION = {"sklearn": "scikit-learn", "dp_accounting": "dp-accounting", "distributed": "dask"}
 
 
@@ -133,21 +136,7 @@ def test_license_is_the_apache_text():
 
 def test_wheel_ships_license_and_type_marker(tmp_path):
     pytest.importorskip("setuptools", minversion="77")  # the dev extra installs it
-    src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info beside the sources
-    src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, src / name)
-    for package in ("edgedp", "sim", "firmware_py", "topologies", "edgedp_cli"):
-        shutil.copytree(ROOT / package, src / package, ignore=ignore)
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
-        + ["--quiet", "-w", str(tmp_path / "dist"), str(src)],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (wheel,) = (tmp_path / "dist").glob("edgedp-*.whl")
+    wheel = _build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
@@ -157,3 +146,71 @@ def test_wheel_ships_license_and_type_marker(tmp_path):
     provided = set(re.findall(r"^Provides-Extra: (\S+)$", meta, re.M))
     assert provided == set(EXTRAS)
     assert re.search(r"^Requires-Dist: onnx>=[^\n]*extra == \"onnx-build\"", meta, re.M)
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    """The wheel `pip wheel .` builds, from a copy of the sources (offline, no isolation)."""
+    src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info beside the sources
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    for package in INSTALLED_PACKAGES:
+        shutil.copytree(ROOT / package, src / package, ignore=ignore)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+        + ["--quiet", "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("edgedp-*.whl")
+    return wheel
+
+
+def test_wheel_installs_in_a_clean_venv_and_its_commands_run(tmp_path):
+    """The built wheel, installed with the extras `edgedp plan` names (`sim,plan`) into a
+    fresh venv (no repository on the path, packages from the registry pinned by
+    constraints.txt): `edgedp --version`,
+    `edgedp plan`, `edgedp account` and `edgedp-agent --help` work, and the wheel installs
+    no top-level module that another distribution could own."""
+    pytest.importorskip("setuptools", minversion="77")
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        top = {n.split("/", 1)[0] for n in zf.namelist() if "/" in n}
+    top = {t for t in top if not t.endswith((".dist-info", ".data"))}
+    assert top == set(INSTALLED_PACKAGES), top
+    assert all(t == "edgedp" or t.startswith("edgedp_") or t == "firmware_py" for t in top)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    bindir = venv / "bin"
+    install = subprocess.run(
+        [str(bindir / "python"), "-m", "pip", "install", "--quiet", "-c"]
+        + [str(ROOT / "constraints.txt"), f"{wheel}[sim,plan]"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    run = dict(capture_output=True, text=True, cwd=tmp_path, env={"PATH": str(bindir)})
+
+    version = subprocess.run([str(bindir / "edgedp"), "--version"], **run)
+    assert version.returncode == 0 and version.stdout.strip() == (
+        f"edgedp {PYPROJECT['project']['version']}"
+    )
+    plan = subprocess.run(
+        [str(bindir / "edgedp"), "--json", "plan", "sgd", "p.plan", "--topology", "ring:8"]
+        + ["--steps", "20", "--participation", "20,1", "--noise-multiplier", "2"],
+        **run,
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert (tmp_path / "p.plan").stat().st_size > 0
+    account = subprocess.run([str(bindir / "edgedp"), "--json", "account", "p.plan"], **run)
+    assert account.returncode == 0, account.stderr
+    assert json.loads(account.stdout)["plan_hash"] == json.loads(plan.stdout)["plan_hash"]
+    agent = subprocess.run([str(bindir / "edgedp-agent"), "--help"], **run)
+    assert agent.returncode == 0 and "--config" in agent.stdout
+    where = subprocess.run(
+        [str(bindir / "python"), "-c", "import edgedp; print(edgedp.__file__)"], **run
+    )
+    assert str(venv) in where.stdout  # the installed copy, not the repository's
