@@ -192,6 +192,19 @@ class NoisePlan:
         return self.noise_multiplier > 0
 
     @property
+    def noise_kind(self) -> str:
+        """What nodes add: ``"none"``, ``"gaussian"`` or ``"laplace"`` (the registry's)."""
+        return mechanisms.get(self.mechanism).noise
+
+    @property
+    def message_kind(self) -> str:
+        """What a message is: ``"model"`` (a noised model), ``"sketch"`` (k coefficients,
+        DOME) — either with noise correlated across agents when a ``cross_agent`` section
+        is present (``"model+cross"``, ``"sketch+cross"``)."""
+        kind = "sketch" if self.sketch is not None else "model"
+        return kind + ("+cross" if self.cross_agent is not None else "")
+
+    @property
     def noise_std(self) -> float:
         """ν = σ · sens · Δ: the std of the normals each node feeds its temporal factor."""
         if self.noise_multiplier == 0:  # also when Δ = inf (unclipped Laplace plans)

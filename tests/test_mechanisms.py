@@ -133,3 +133,27 @@ def test_pure_guarantee_delta_bounds_the_laplace_hockey_stick(eps, eps_prime):
     g = laplace_acc.PureGuarantee(eps, 1, "zero-out", False)
     assert exact <= g.delta(eps_prime) + 1e-9
     assert g.delta(eps) == 0.0 and g.delta(eps_prime) < 1.0
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "options", "noise", "message"),
+    [
+        ("dsgd", {}, "none", "model"),
+        (
+            "whisper",
+            {"target_epsilon": 4.0, "delta": 1e-6, "clip_norm": 0.1},
+            "gaussian",
+            "model+cross",
+        ),
+        ("dome", {"target_epsilon": 4.0, "delta": 1e-6, "sketch_dim": 8}, "gaussian", "sketch"),
+        (
+            "dpop",
+            {"target_epsilon": 1.0, "gamma": 0.001, "q1": 0.97, "q2": 0.98},
+            "laplace",
+            "model",
+        ),
+    ],
+)
+def test_plans_have_two_axes_noise_kind_and_message_kind(mechanism, options, noise, message):
+    p = api.make_plan(mechanism, "ring:6", steps=6, batch_size=4, **options)
+    assert (p.noise_kind, p.message_kind) == (noise, message)
