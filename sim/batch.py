@@ -199,6 +199,17 @@ def run(
             drawn["gradient"] = gsum
         return gsum
 
+    fused = getattr(model, "clips_fused", False)  # `:gemm` models clip inside the model
+
+    def fused_sum(point, xb, yb):
+        nonlocal clipped, nonfinite
+        gsum, hit, bad = model.clipped_gradient_sum(point, xb, yb, clip_norm=plan.clip_norm)
+        clipped += int(hit.sum())
+        nonfinite += int(bad.sum())
+        if observers:
+            drawn["gradient"] = gsum
+        return gsum
+
     # nodes per model call: ~4 MiB of per-example gradients stay in cache through clipping
     # (each node's rows are computed and clipped on their own: the same bits as one call)
     group = max(1, (1 << 22) // (trials * batch * d * 8))
@@ -217,6 +228,8 @@ def run(
             return out if gradient_transform is None else gradient_transform(t, point, sel, out)
 
         def gradient(point, xb=xb, yb=yb):
+            if fused and gradient_transform is None:  # every node at once, no per-example rows
+                return fused_sum(point, xb, yb)
             if gradient_transform is not None or group >= plan.n or point.ndim != 3:
                 return clipped_sum(per_example(point))
             gsum = np.concatenate(
