@@ -13,8 +13,9 @@ and the clipped sum Σ_i c_i g_i is, per layer, one matrix product Σ_i c_i δ_{
 Clipping bound. c_i = min(1, Δ'/n_i) with n_i the computed norm and Δ' = Δ(1 − 2⁻⁴⁰)
 (:data:`CLIP_MARGIN`): n_i is a short chain of float64 sums, products and a square root, so
 it is within a relative 2⁻⁴⁵ of the exact norm of example i's gradient (the outer products
-of the a_{l,i} and δ_{l,i} that the sum uses), hence c_i · ‖g_i‖ ≤ Δ exactly, which is the
-sensitivity the accountant assumes. An example whose squared norm is not finite (a NaN or
+of the a_{l,i} and δ_{l,i} that the sum uses; pairwise sums of up to 2³⁰ terms, up to 100
+layers), so the contribution the sum adds, (c_i δ_{l,i} rounded) a_{l,i}ᵀ, has exact norm
+≤ Δ — the sensitivity the accountant assumes. An example whose squared norm is not finite (a NaN or
 ±inf among its a/δ entries, or a norm beyond the float range) contributes zero
 (c_i = 0 and its rows zeroed), as :func:`edgedp.clipping.clipped_sum` does for a
 non-finite gradient; whether it does depends on that example only.
