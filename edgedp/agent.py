@@ -399,7 +399,8 @@ class Agent:
                 gsum, hit, bad = self.model.clipped_gradient_sum(  # `:gemm`: the whole batch
                     point, self.x[sel], self.y[sel], clip_norm=self.share.clip_norm
                 )
-                self._clipped, self._nonfinite = int(hit), int(bad)
+                self._clipped += int(hit)
+                self._nonfinite += int(bad)
                 return gsum
             if self.gradient_transform is not None:  # simulators: the transform sees the batch
                 chunks = [sel]
