@@ -10,14 +10,15 @@ with preallocated outputs). For reference, the same float32 graph through a plai
 ``session.run`` (fresh output arrays each call). Resident memory is measured in a fresh
 subprocess: RSS after importing numpy, after importing onnxruntime, after creating the
 session and after 100 steps. ``peak_bytes`` counts Python/numpy allocations only, not
-onnxruntime's own arena. The numpy backend is timed with ``exact`` products (the default)
-and with ``:blas`` products (one BLAS gemv per example).
+onnxruntime's own arena. The numpy backend is timed with ``exact`` products (the default),
+``:blas`` products (one BLAS gemv per example) and ``:gemm`` products (the step is
+``clipped_gradient_sum``: whole-batch gemm, no per-example gradients).
 
 Batch engine: agent-rounds per second of DP-D-SGD with ``mlp:64-128-10`` on digits, 100
 agents (er graph, mean degree 6), each round a batch of the whole local set (14 examples),
-for the exact and the ``:blas`` model — and with ``--before TREE`` the exact model on the
-code of another checkout (e.g. a ``git worktree`` of an earlier commit), each run in a
-fresh subprocess, the variants
+for the exact, ``:blas`` and ``:gemm`` models — and with ``--before TREE`` the exact and
+``:blas`` models on the code of another checkout (e.g. a ``git worktree`` of an earlier
+commit), each run in a fresh subprocess, the variants
 interleaved ``--repeats`` times (the median is printed) so machine load hits them alike.
 Rounds 2 … T−1 are timed (no evaluation in them), in wall time and in the process's CPU
 time (less sensitive to other work on a loaded machine).
@@ -96,9 +97,14 @@ print(json.dumps({"rate": n * (steps - 2) / wall, "cpu_rate": n * (steps - 2) / 
 def sim_throughput(args) -> None:
     """Agent-rounds per second of the batch engine, variants interleaved in subprocesses."""
     here = str(Path(__file__).resolve().parents[1])
-    variants = [("exact (default)", here, ARCH), ("blas", here, ARCH + ":blas")]
+    variants = [
+        ("exact (default)", here, ARCH),
+        ("blas", here, ARCH + ":blas"),
+        ("gemm", here, ARCH + ":gemm"),
+    ]
     if args.before:
-        variants.insert(0, (f"exact, {args.before}", str(Path(args.before).resolve()), ARCH))
+        before = str(Path(args.before).resolve())
+        variants[:0] = [("exact, before", before, ARCH), ("blas, before", before, ARCH + ":blas")]
     rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     cpu_rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     digests: dict[str, str] = {}
@@ -130,7 +136,9 @@ def sim_throughput(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sim-only", action="store_true", help="only the batch-engine throughput")
-    ap.add_argument("--before", default="", help="another checkout to time the exact model on")
+    ap.add_argument(
+        "--before", default="", help="another checkout to time the exact and :blas models on"
+    )
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
@@ -155,6 +163,7 @@ def per_step() -> None:
         backends = {
             "numpy (float64)": DenseModel(spec),
             "numpy :blas (float64)": DenseModel(parse(ARCH + ":blas", features=64)),
+            "numpy :gemm (float64)": DenseModel(parse(ARCH + ":gemm", features=64)),
             "onnxruntime float32": OnnxModel(paths["float32"]),
             "onnxruntime float64": OnnxModel(paths["float64"]),
         }
@@ -169,6 +178,8 @@ def per_step() -> None:
                 return m.per_example_gradients(theta, x, y)
 
             def step(m=m):
+                if getattr(m, "clips_fused", False):  # per-example gradients never formed
+                    return m.clipped_gradient_sum(theta, x, y, clip_norm=1.0)
                 return clipping.clipped_sum(m.per_example_gradients(theta, x, y), 1.0)
 
             grads()

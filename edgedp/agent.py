@@ -206,6 +206,7 @@ class Agent:
         self.batch, self.per_epoch = batch_schedule(share, x.shape[0], dim=model.dim)
         # examples whose per-example gradients are held at once: about one model's size
         self.chunk = max(1, CHUNK_FLOATS // max(1, model.dim))
+        self.fused = getattr(model, "clips_fused", False)  # clipped sum inside the model
         self.order = rng.permutation(batch_key, x.shape[0])
         self.dropout_rule = dropout_rule
         self.round_window = round_window
@@ -394,6 +395,13 @@ class Agent:
         self.last_gradient: np.ndarray | None = None
 
         def sketch_gradient(point: np.ndarray, project=None) -> np.ndarray:
+            if project is None and self.gradient_transform is None and self.fused:
+                gsum, hit, bad = self.model.clipped_gradient_sum(  # `:gemm`: the whole batch
+                    point, self.x[sel], self.y[sel], clip_norm=self.share.clip_norm
+                )
+                self._clipped += int(hit)
+                self._nonfinite += int(bad)
+                return gsum
             if self.gradient_transform is not None:  # simulators: the transform sees the batch
                 chunks = [sel]
             else:  # clipped per example, so chunks of examples sum to the same bits

@@ -35,6 +35,7 @@ DEVICE_MODULES = [
     "edgedp.models.linear",
     "edgedp.models.spec",
     "edgedp.models.dense",
+    "edgedp.models.fused",
     "edgedp.models.onnx_backend",
     "edgedp._codec",
     "edgedp.streams",

@@ -17,6 +17,9 @@ with, so they all run the same one:
 ==================================  ========================================  ==============
 
 ``task.loss`` empty means the default; otherwise it must be one the model supports.
+A backend whose ``clips_fused`` is true (``softmax``/``mlp`` names ending in ``:gemm``) also
+has ``clipped_gradient_sum(θ, x, y, *, clip_norm) -> (sum, clipped, nonfinite)``: every
+engine and the agent then take a node's clipped sum from it, one call with the whole batch.
 """
 
 import hashlib

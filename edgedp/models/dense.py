@@ -16,8 +16,17 @@ one of two ways (:data:`~edgedp.models.spec.PRODUCTS`, chosen by the model name)
   on one machine has the same bits. Other BLAS builds or CPU kernels (x86-64 vs aarch64,
   AVX2 vs AVX-512) sum in other orders: the bits then differ by rounding.
 
-Either way each example's row is computed independently, so a node's numbers have the
-same bits alone, inside a ``(trials, nodes, …)`` batch, on a device or in a simulator.
+* ``gemm`` (names ending in ``:gemm``): forward passes (``loss``, ``outputs``, the
+  clipped sum) as one BLAS matrix product per node and layer over the whole batch, and
+  :meth:`DenseModel.clipped_gradient_sum` — the per-example clipped sum computed from each
+  layer's inputs and output gradients (:mod:`edgedp.models.fused`), never materialising
+  the ``(B, d)`` per-example gradients. Its bits depend on the batch size, so engines and
+  devices call it once per node with the whole batch. ``per_example_gradients`` (audits,
+  sketched plans) computes rows as ``blas`` does, so a device may still chunk them.
+
+Either way (``exact``/``blas``) each example's row is computed independently, so a node's
+numbers have the same bits alone, inside a ``(trials, nodes, …)`` batch, on a device or in
+a simulator; ``gemm`` keeps that for nodes (one BLAS call per node and layer), not for rows.
 
 Per example, with z_l = W_l h_{l−1} + b_l and h_l = act(z_l) (h_0 = x, no activation on the
 last layer), δ_L = ∂ℓ/∂z_L is softmax(z) − onehot(y) (ce), σ(z) − y (bce) or z − y (mse);
@@ -39,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgedp.models import fused
 from edgedp.models.spec import DenseSpec, init_params
 
 __all__ = ["DenseModel"]
@@ -119,6 +129,11 @@ class DenseModel:
     def features(self) -> int:
         return self.spec.features
 
+    @property
+    def clips_fused(self) -> bool:
+        """Whether engines take the clipped sum from :meth:`clipped_gradient_sum` (``gemm``)."""
+        return self.spec.products == "gemm"
+
     def init_params(self) -> np.ndarray:
         return init_params(self.spec)
 
@@ -134,7 +149,7 @@ class DenseModel:
         """Pre-activations z_l and activations h_l (h_0 = x) of one chunk of examples."""
         hs, zs = [x], []
         layers = len(params) // 2
-        matvec = _matvec_blas if self.spec.products == "blas" else _matvec
+        matvec = _matvec if self.spec.products == "exact" else _matvec_blas
         for layer in range(layers):
             z = matvec(params[2 * layer], hs[-1]) + params[2 * layer + 1]
             zs.append(z)
@@ -167,7 +182,7 @@ class DenseModel:
         return losses, r[:, None]
 
     def _chunks(self, batch: int):
-        if self.spec.products == "blas":  # no (chunk, out, in) temporaries
+        if self.spec.products != "exact":  # no (chunk, out, in) temporaries
             return [slice(0, batch)]
         widest = max(o * i for i, o in zip(self.spec.sizes[:-1], self.spec.sizes[1:], strict=True))
         step = max(1, _CHUNK_ELEMENTS // widest)
@@ -195,7 +210,7 @@ class DenseModel:
                 np.multiply(delta[:, :, None], hs[layer][:, None, :], out=rows)  # δ_b h_bᵀ
                 g[:, b_off : b_off + o] = delta
                 if layer > 0:
-                    if self.spec.products == "blas":
+                    if self.spec.products != "exact":
                         back = _vecmat_blas(params[2 * layer], delta)
                     else:
                         back = _matvec(np.ascontiguousarray(params[2 * layer].T), delta)
@@ -228,9 +243,100 @@ class DenseModel:
             )
         return lo, gr, ou
 
+    # ------------------------------------------------------------ gemm: stacks of nodes
+    def _stacked(self, theta, x, y):
+        """``(lead, θ (G, d), x (G, B, f), y (G, B))``: the leading axes flattened to G."""
+        theta, x = np.asarray(theta, dtype=np.float64), np.asarray(x, dtype=np.float64)
+        if x.shape[-1] != self.features:
+            raise ValueError(f"Expected x with {self.features} features, got shape {x.shape}.")
+        if theta.shape[-1] != self.dim:
+            raise ValueError(f"Expected theta with d={self.dim} entries, got shape {theta.shape}.")
+        y = np.zeros(x.shape[:-1]) if y is None else np.asarray(y, dtype=np.float64)
+        lead = np.broadcast_shapes(theta.shape[:-1], x.shape[:-2], y.shape[:-1])
+        size = int(np.prod(lead))
+        th = np.ascontiguousarray(np.broadcast_to(theta, lead + theta.shape[-1:]))
+        xs = np.broadcast_to(x, lead + x.shape[-2:])
+        ys = np.broadcast_to(y, lead + y.shape[-1:])
+        return lead, th.reshape(size, -1), xs.reshape(size, *x.shape[-2:]), ys.reshape(size, -1)
+
+    def _gemm_forward(self, params: list[np.ndarray], x: np.ndarray):
+        """z_l and h_l (h_0 = x) of a ``(G, B, f)`` stack: one gemm per node and layer."""
+        hs, zs = [x], []
+        layers = len(params) // 2
+        for layer in range(layers):
+            w, b = params[2 * layer], params[2 * layer + 1]
+            z = fused.matmul(hs[-1], np.swapaxes(w, -1, -2)) + b[:, None, :]
+            zs.append(z)
+            if layer < layers - 1:
+                hs.append(_activate(self.spec.activations[layer], z))
+        return zs, hs
+
+    def _gemm_head(self, z: np.ndarray, y: np.ndarray, need_delta: bool):
+        """:meth:`_head` of a ``(G, B, OUT)`` stack (its rows are computed independently)."""
+        losses, delta = self._head(z.reshape(-1, z.shape[-1]), y.reshape(-1), need_delta)
+        return losses.reshape(z.shape[:-1]), None if delta is None else delta.reshape(z.shape)
+
+    def _gemm_backprop(self, theta, x, y, what: str):
+        """``(lead, θ, [a_l], [δ_l])``: each layer's inputs and output gradients, stacked."""
+        if self.spec.products != "gemm":
+            raise ValueError(f"{what} needs a model name ending in ':gemm', not {self.name!r}.")
+        lead, th, xs, ys = self._stacked(theta, x, y)
+        params = self.spec.unflatten(th)
+        zs, hs = self._gemm_forward(params, xs)
+        _, delta = self._gemm_head(zs[-1], ys, True)
+        deltas: list[np.ndarray] = [delta] * len(zs)
+        for layer in range(len(zs) - 1, 0, -1):
+            deltas[layer] = delta
+            back = fused.matmul(delta, params[2 * layer])
+            dact = _derivative(self.spec.activations[layer - 1], zs[layer - 1], hs[layer])
+            delta = back if dact is None else back * dact
+        deltas[0] = delta
+        return lead, th, hs, deltas
+
+    def clip_factors(
+        self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, *, clip_norm: float
+    ) -> np.ndarray:
+        """The factor c_b ∈ [0, 1] :meth:`clipped_gradient_sum` scales example b's gradient
+        by (0: left out, non-finite), shape ``(..., batch)`` (``gemm`` only)."""
+        lead, _, hs, deltas = self._gemm_backprop(theta, x, y, "clip_factors")
+        factors = fused.clip_factors(fused.squared_norms(hs, deltas), clip_norm)[0]
+        return factors.reshape(lead + factors.shape[-1:])
+
+    def clipped_gradient_sum(
+        self, theta: np.ndarray, x: np.ndarray, y: np.ndarray, *, clip_norm: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Σ_b clip(g_b, Δ) over the batch without per-example gradients (``gemm`` only).
+
+        The sum of :func:`edgedp.clipping.clipped_sum` of :meth:`per_example_gradients`, to
+        rounding; each example's contribution has L2 norm ≤ Δ exactly
+        (:mod:`edgedp.models.fused`). One call per node with its whole batch: its bits
+        depend on the batch size.
+
+        Returns:
+          ``(sum, clipped_count, nonfinite_count)`` shaped ``(..., d)``, ``(...)``, ``(...)``.
+
+        Raises:
+          ValueError: the model's products are not ``gemm``, or a bad clip norm or shape.
+        """
+        lead, th, hs, deltas = self._gemm_backprop(theta, x, y, "clipped_gradient_sum")
+        factors, hit, bad = fused.clip_factors(fused.squared_norms(hs, deltas), clip_norm)
+        out = np.empty(th.shape)
+        layout = self.spec.layout()
+        for layer, (a, d) in enumerate(zip(hs, deltas, strict=True)):
+            (_, (o, i), w_off), (_, _, b_off) = layout[2 * layer], layout[2 * layer + 1]
+            weights, bias = fused.layer_sum(a, d, factors, bad)
+            out[:, w_off : w_off + o * i] = weights.reshape(len(th), o * i)
+            out[:, b_off : b_off + o] = bias
+        shape = lead + (self.dim,)
+        return out.reshape(shape), hit.sum(axis=-1).reshape(lead), bad.sum(axis=-1).reshape(lead)
+
     # ------------------------------------------------------------ the backend protocol
     def per_example_losses(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Each example's loss, shape ``(..., batch)``."""
+        if self.spec.products == "gemm":
+            lead, th, xs, ys = self._stacked(theta, x, y)
+            zs, _ = self._gemm_forward(self.spec.unflatten(th), xs)
+            return self._gemm_head(zs[-1], ys, False)[0].reshape(lead + xs.shape[1:2])
         return self._each_node(theta, x, y, losses=True)[0]
 
     def loss(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -243,6 +349,10 @@ class DenseModel:
 
     def outputs(self, theta: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The last layer's pre-activations (logits), shape ``(..., batch, OUT)``."""
+        if self.spec.products == "gemm":
+            lead, th, xs, _ = self._stacked(theta, x, None)
+            z = self._gemm_forward(self.spec.unflatten(th), xs)[0][-1]
+            return z.reshape(lead + z.shape[1:])
         return self._each_node(theta, x, None, outputs=True)[2]
 
     def accuracy(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -12,6 +12,8 @@ loss. Names a plan's task can use:
                                        every hidden layer, or ``ACT1,ACT2,…`` one per layer
 ``…:blas`` (after softmax/mlp names)   the same network, its matrix products through BLAS
                                        (:data:`PRODUCTS`; fast, bits fixed per machine only)
+``…:gemm`` (after softmax/mlp names)   BLAS products over the whole batch and the clipped
+                                       gradient sum without per-example gradients (faster)
 =====================================  =====================================================
 
 Losses: ``ce`` (softmax cross-entropy, labels are class indices 0…OUT−1 held as floats),
@@ -27,15 +29,15 @@ the bias ``dense{l}.bias`` of shape ``(out,)``. ``mlp:F-1`` therefore has the la
 Initialization: ``logistic``, ``linear`` and ``softmax`` start at zero (convex problems).
 ``mlp`` draws every weight and bias uniformly from ±1/√fan_in (torch's default ``Linear``
 range) from the keyed stream ``rng.derive_key(b"edgedp.models.init.v1", name)`` at step 0,
-``name`` the canonical model name without ``:blas`` (e.g. ``mlp:64-128-10:relu``; the loss
+``name`` the canonical model name without ``:blas``/``:gemm`` (e.g. ``mlp:64-128-10:relu``; the loss
 is not part of it), so the same architecture has the same initial θ, bit for bit, on every
 device and in every engine, whichever way its products are computed.
 
 >>> spec = parse("mlp:4-3-2:tanh", features=4)
 >>> spec.name, spec.loss, spec.dim
 ('mlp:4-3-2:tanh', 'ce', 23)
->>> parse("mlp:4-3-2:tanh:blas", features=4).products
-'blas'
+>>> parse("mlp:4-3-2:tanh:blas", features=4).products, parse("softmax:3:gemm", features=4).name
+('blas', 'softmax:3:gemm')
 >>> [(name, shape) for name, shape, _ in spec.layout()]
 [('dense0.weight', (3, 4)), ('dense0.bias', (3,)), ('dense1.weight', (2, 3)), ('dense1.bias', (2,))]
 >>> init_params(spec)[:3].round(4).tolist()
@@ -56,8 +58,11 @@ ACTIVATIONS = ("relu", "tanh", "sigmoid", "identity")
 LOSSES = ("ce", "bce", "mse")
 #: How :class:`~edgedp.models.dense.DenseModel` computes matrix products: ``exact``
 #: (elementwise products summed by numpy in a fixed order: the same bits on every machine)
-#: or ``blas`` (one BLAS matrix-vector product per example: the same bits on one machine).
-PRODUCTS = ("exact", "blas")
+#: or ``blas`` (one BLAS matrix-vector product per example: the same bits on one machine)
+#: or ``gemm`` (one BLAS matrix product per node and layer over the whole batch, and the
+#: clipped gradient sum computed from per-layer factors: the same bits on one machine for
+#: the same batch size; :mod:`edgedp.models.fused`).
+PRODUCTS = ("exact", "blas", "gemm")
 _GLM_LOSS = {"logistic": "bce", "linear": "mse"}
 
 
@@ -70,7 +75,7 @@ class DenseSpec:
     loss: str
     init: str = "uniform"  # "uniform" (seeded, ±1/√fan_in) or "zeros"
     family: str = "mlp"  # how the name is written: "mlp" or "softmax"
-    products: str = "exact"  # one of PRODUCTS; "blas" adds ":blas" to the name
+    products: str = "exact"  # one of PRODUCTS; "blas"/"gemm" add ":blas"/":gemm" to the name
 
     def __post_init__(self) -> None:
         if len(self.sizes) < 2 or any(
@@ -115,11 +120,11 @@ class DenseSpec:
     @property
     def name(self) -> str:
         """The canonical model name (what ``parse`` reads back)."""
-        return self.architecture + (":blas" if self.products == "blas" else "")
+        return self.architecture + ("" if self.products == "exact" else ":" + self.products)
 
     @property
     def architecture(self) -> str:
-        """The canonical name without ``:blas``: what the seeded init is keyed by."""
+        """The canonical name without ``:blas``/``:gemm``: what the seeded init is keyed by."""
         if self.family == "softmax":
             return f"softmax:{self.outputs}"
         if self.family in _GLM_LOSS:
@@ -173,7 +178,8 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
 
     Args:
       model: ``logistic``, ``linear``, ``softmax:C`` or ``mlp:IN-H1-..-OUT[:ACT]``; the last
-        two may end in ``:blas`` (matrix products through BLAS, see :data:`PRODUCTS`).
+        two may end in ``:blas`` or ``:gemm`` (matrix products through BLAS, see
+        :data:`PRODUCTS`).
       features: the number of input features of the data (IN must equal it).
       loss: ``""`` for the default (``ce``), or one of :data:`LOSSES`.
 
@@ -187,8 +193,9 @@ def parse(model: str, *, features: int, loss: str = "") -> DenseSpec:
     """
     family, _, rest = model.partition(":")
     products = "exact"
-    if family in ("softmax", "mlp") and rest.endswith(":blas"):
-        products, rest = "blas", rest.removesuffix(":blas")
+    for mode in PRODUCTS[1:]:
+        if family in ("softmax", "mlp") and rest.endswith(":" + mode):
+            products, rest = mode, rest.removesuffix(":" + mode)
     if model in _GLM_LOSS:  # the layout of LinearModel: weights, then the bias
         if loss not in ("", _GLM_LOSS[model]):
             raise ValueError(f"Model {model!r} is trained with loss {_GLM_LOSS[model]!r}.")
