@@ -131,12 +131,11 @@ def run(
     batch, per_epoch = batch_schedule(plan, data.local_size, dim=d)
     run_keys = streams.RunKeys.simulation(plan) if keys is None else keys
     trial_ids = range(first_trial, first_trial + trials)
-    keys = np.empty((trials, plan.n), dtype=object)
-    orders = np.empty((trials, plan.n, data.local_size), dtype=np.int64)
-    for i, tr in enumerate(trial_ids):
-        for u in range(plan.n):
-            keys[i, u] = run_keys.noise(u, trial=tr)
-            orders[i, u] = rng.permutation(run_keys.batch(u, trial=tr), data.local_size)
+    per_trial_keys = dict(nodes=plan.n, trials=trials, first_trial=first_trial)
+    keys = run_keys.per_trial("noise", **per_trial_keys)  # run_keys.noise(u, trial=tr)
+    size = data.local_size  # rng.permutation(run_keys.batch(u, trial=tr), size), in bulk
+    batch_keys = run_keys.per_trial("batch", **per_trial_keys)
+    orders = rng.stacked(batch_keys, 0, (size,), lambda g: g.permutation(size)).astype(np.int64)
     key_words = rng.key_words(keys)  # the Laplace draws' keys, converted once
     msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
     source = NoiseSource(
