@@ -157,10 +157,11 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, h
     """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
 
     Scalars: sorted arrays (``hint``: an order that nearly sorts them, e.g. the joint's, so
-    the sort is a quick merge of few runs; any ascending order gives the same counts). Vectors: runs of the widest coordinate filtered by the others
-    when they are short (:func:`_run_counts`), else scikit-learn's ``KDTree.query_radius``
-    with ``count_only`` — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x
-    faster than ``cKDTree.query_ball_point`` in 3-D)."""
+    the sort is a quick merge of few runs; any ascending order gives the same counts).
+    Vectors: runs of the widest coordinate filtered by the others when they are short
+    (:func:`_run_counts`), else scikit-learn's ``KDTree.query_radius`` with ``count_only``
+    — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster than
+    ``cKDTree.query_ball_point`` in 3-D)."""
     if m.shape[1] == 1:
         if ascending:
             return _counts_sorted(m[:, 0], r)

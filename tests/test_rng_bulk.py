@@ -66,7 +66,8 @@ def test_bulk_keys_equal_per_key_derivation():
     # RunKeys.per_trial (the prefix hashed once) = the per-(trial, node) keys, and the bulk
     # permutations and normals of sim.batch / sim.initial = the per-key draws
     keys = streams.RunKeys(rng.seed_secret(5), "cd" * 32, streams.SIMULATION_RUN)
-    for label, one in (("noise", keys.noise), ("batch", keys.batch), ("initial-state", keys.initial)):
+    labels = (("noise", keys.noise), ("batch", keys.batch), ("initial-state", keys.initial))
+    for label, one in labels:
         bulk = keys.per_trial(label, nodes=3, trials=4, first_trial=7)
         assert bulk.shape == (4, 3)
         assert bulk.tolist() == [[one(u, trial=7 + i) for u in range(3)] for i in range(4)]
