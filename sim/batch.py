@@ -22,7 +22,7 @@ from edgedp import cross_agent as cross_mod
 from edgedp.algorithms._gossip import StepContext
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, laplace_draw
+from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan, batch_schedule
 from sim import evaluation, initial, round_faults
 from sim.churn import Faults
@@ -136,7 +136,8 @@ def run(
     size = data.local_size  # rng.permutation(run_keys.batch(u, trial=tr), size), in bulk
     batch_keys = run_keys.per_trial("batch", **per_trial_keys)
     orders = rng.stacked(batch_keys, 0, (size,), lambda g: g.permutation(size)).astype(np.int64)
-    key_words = rng.key_words(keys)  # the Laplace draws' keys, converted once
+    # the Laplace draws (noise.laplace_draw of every key), converted once, 16 steps at a time
+    laplace_ahead = rng.LaplaceAhead(rng.key_words(keys), (model.dim,))
     msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
     source = NoiseSource(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
@@ -243,7 +244,7 @@ def run(
             return out
 
         def laplace(scale, t=t):
-            out = laplace_draw(key_words, t, d, scale)
+            out = laplace_ahead.draw(t, scale=scale)
             if observers:
                 drawn["noise"] = out
             return out

@@ -77,3 +77,23 @@ def test_bulk_keys_equal_per_key_derivation():
     assert rng.derive_keys(b"s", ("a", 1), [(2, 3)]) == [rng.derive_key(b"s", "a", 1, 2, 3)]
     with pytest.raises(TypeError):
         rng.derive_keys(b"s", ("a",), [(-1,)])
+
+
+@pytest.mark.parametrize("shape", [(1,), (5,), (2, 3)])
+def test_laplace_ahead_equals_the_bulk_draws(shape):
+    # the batch engine's look-ahead draws: in order, with jumps back and forth, any scale
+    keys = _keys(30, 3)
+    ahead = rng.LaplaceAhead(rng.key_words(keys), shape, ahead=4)
+    for step, scale in (
+        (0, 1.0),
+        (1, 0.0),
+        (2, 2.5e-3),
+        (3, 7.0),
+        (4, 1.0),
+        (2**40, 3.0),
+        (9, 1.0),
+    ):
+        want = rng.laplace_stacked(keys, step, shape, scale=scale)
+        assert ahead.draw(step, scale=scale).tobytes() == want.tobytes()
+    with pytest.raises(ValueError):
+        ahead.draw(-1, scale=1.0)
