@@ -251,13 +251,46 @@ def _philox_blocks(words: np.ndarray, counter: tuple[int, int, int, int]) -> np.
             hi0 ^ c3 ^ k1,
             np.broadcast_to(lo0, rows).copy(),
         ]
-        for _ in range(9):
+        x0, x1, x2, x3 = c
+        h0, h1 = np.empty(rows, np.uint64), np.empty(rows, np.uint64)
+        tmp = [np.empty(rows, np.uint64) for _ in range(4)]
+        for _ in range(9):  # the rounds in place (no temporaries): the same words
             k0 += _PHILOX_W[0]
             k1 += _PHILOX_W[1]
-            hi0, lo0 = _mulhilo(_PHILOX_M[0], c[0])
-            hi1, lo1 = _mulhilo(_PHILOX_M[1], c[2])
-            c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
-    return np.stack(c, axis=1)
+            _mulhilo_into(0, x0, h0, x0, tmp)  # x0 <- lo0
+            _mulhilo_into(1, x2, h1, x2, tmp)  # x2 <- lo1
+            np.bitwise_xor(h1, x1, out=h1)
+            np.bitwise_xor(h1, k0, out=h1)  # hi1 ^ c1 ^ k0
+            np.bitwise_xor(h0, x3, out=h0)
+            np.bitwise_xor(h0, k1, out=h0)  # hi0 ^ c3 ^ k1
+            x0, x1, x2, x3, h0, h1 = h1, x2, h0, x0, x1, x3
+    return np.stack([x0, x1, x2, x3], axis=1)
+
+
+def _mulhilo_into(j: int, a: np.ndarray, hi: np.ndarray, lo: np.ndarray, tmp) -> None:
+    """:func:`_mulhilo` of ``_PHILOX_M[j]`` and an array, into ``hi`` and ``lo`` (``lo`` may
+    be ``a``), with the four scratch arrays ``tmp``."""
+    m = _PHILOX_M[j]
+    m_lo, m_hi = m & _LOW32, m >> _32
+    a_lo, a_hi, p1, p2 = tmp
+    np.bitwise_and(a, _LOW32, out=a_lo)
+    np.right_shift(a, _32, out=a_hi)
+    np.multiply(a, m, out=lo)
+    np.multiply(a_lo, m_hi, out=p1)
+    np.multiply(a_hi, m_lo, out=p2)
+    np.multiply(a_lo, m_lo, out=a_lo)  # p0
+    np.right_shift(a_lo, _32, out=a_lo)
+    np.multiply(a_hi, m_hi, out=hi)
+    np.bitwise_and(p1, _LOW32, out=a_hi)
+    np.add(a_lo, a_hi, out=a_lo)
+    np.bitwise_and(p2, _LOW32, out=a_hi)
+    np.add(a_lo, a_hi, out=a_lo)  # carry
+    np.right_shift(a_lo, _32, out=a_lo)
+    np.add(hi, a_lo, out=hi)
+    np.right_shift(p1, _32, out=p1)
+    np.add(hi, p1, out=hi)
+    np.right_shift(p2, _32, out=p2)
+    np.add(hi, p2, out=hi)
 
 
 def key_words(keys: np.ndarray) -> np.ndarray:

@@ -134,7 +134,7 @@ def _run_counts(m: np.ndarray, r: np.ndarray):
     lo_r = float(np.min(r))
     span = m.max(axis=0) - m.min(axis=0)
     c = int(np.argmax(span))
-    order = np.argsort(m[:, c], kind="stable")
+    order = np.argsort(m[:, c])  # any ascending order gives the same runs
     ms, rs = m[order], r[order]
     s = np.ascontiguousarray(ms[:, c])
     few = slice(None, None, max(1, n // 128))  # a sample first: long runs leave early
@@ -211,7 +211,14 @@ def _window_radius(points: np.ndarray, k: int, width: int):
     return radius, (gap_lo >= radius) & (gap_hi >= radius)
 
 
-def _knn_radius(points: np.ndarray, k: int, workers: int, rest=None) -> np.ndarray:
+#: Ratio of the widest coordinate's std to the next one's above which :func:`ksg_mi` tries
+#: sorted windows for a joint of more than two coordinates (Table 4's Eq. 44 sets: from ~10).
+_WINDOW_DOMINANCE = 4.0
+
+
+def _knn_radius(
+    points: np.ndarray, k: int, workers: int, rest=None, *, windows: bool = True
+) -> np.ndarray:
     """Chebyshev distance of each point to its k-th neighbour (the (k+1)-th point counting
     itself), the points sorted by their first coordinate.
 
@@ -224,7 +231,7 @@ def _knn_radius(points: np.ndarray, k: int, workers: int, rest=None) -> np.ndarr
     radius = np.empty(n)
     todo = np.arange(n)
     width = k + 1
-    while todo.size and width <= 4 * (k + 1) and 2 * width < n:
+    while windows and todo.size and width <= 4 * (k + 1) and 2 * width < n:
         r, ok = _window_radius(points, k, width)
         done = ok[todo]
         radius[todo[done]] = r[todo[done]]
@@ -382,15 +389,20 @@ def ksg_mi(
         # most k-NN radii, the tree and the queries walk memory in order (2x faster); counts
         # stay in the input order so the means are NPEET's bits
         joint = np.concatenate([xs[i], ys[i]], axis=1)
-        wide = int(np.argmax(joint.std(axis=0)))
+        std = joint.std(axis=0)
+        spread = np.sort(std)
+        wide = int(np.argmax(std))
         order = np.argsort(joint[:, wide], kind="stable")
         cols = [wide, *(j for j in range(joint.shape[1]) if j != wide)]
+        # windows pay off in 2-D (I(V; V)) or when one coordinate outspreads the others
+        windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
         rest = None
         if shared:
             key = _raw_key(raw_x[i], raw_y[i], k)
             rest = _SharedKnn(knn_memo, key, order, margin, k, workers)
         r = np.empty(n)
-        r[order] = _knn_radius(joint[order][:, cols], k, workers, rest) - _RADIUS_SHRINK
+        radius = _knn_radius(joint[order][:, cols], k, workers, rest, windows=windows)
+        r[order] = radius - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
         if wide == 0 and dx == 1:  # x is the sorted coordinate
             counts[0, order] = _marginal_counts(xs[i][order], r[order], ascending=True)
