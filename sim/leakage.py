@@ -189,6 +189,10 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, h
         return counts
     from sklearn.neighbors import KDTree
 
+    # a coordinate whose whole range is within min r_i excludes no one: the tree goes without
+    keep = (m.max(axis=0) - m.min(axis=0)) > np.min(r)
+    if 0 < keep.sum() < m.shape[1]:
+        m = np.ascontiguousarray(m[:, keep])
     counts = KDTree(m, metric="chebyshev").query_radius(m, np.maximum(r, 0.0), count_only=True)
     return np.where(r >= 0, counts, 0)
 

@@ -124,3 +124,16 @@ def test_run_counts_with_ties_and_long_runs_equal_npeet(npeet_mi, monkeypatch):
         monkeypatch.setattr(leakage, "_MAX_MEAN_RUN", limit)
         for x, y in ((v, i), (v + 1e-10 * g.random(v.shape), i + 1e-10 * g.random(i.shape))):
             assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)
+
+
+def test_tree_counts_without_a_narrow_coordinate_equal_npeet(npeet_mi, monkeypatch):
+    # Table 4's early iterations: the first part of Eq. 44 spans less than any radius, so the
+    # tree counts in the other two coordinates (here the tree for every count)
+    monkeypatch.setattr(leakage, "_MAX_MEAN_RUN", 0)
+    g = np.random.default_rng(27)
+    v = 17.0 * g.standard_normal((1200, 1))
+    i = np.concatenate(
+        [1e-3 * g.random((1200, 1)), v + 50.0 * g.standard_normal((1200, 2))], axis=1
+    )
+    x, y = _noised(g, v), _noised(g, i)
+    assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)
