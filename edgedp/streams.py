@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from edgedp import rng
 from edgedp.cross_agent import CrossKeys
 
@@ -85,6 +87,16 @@ class RunKeys:
     def key(self, label: str, *ids: int) -> rng.StreamKey:
         """The key of stream ``label`` (with non-negative integer ids) in this plan and run."""
         return rng.derive_key(self.secret, "run", self.plan_hash, self.run, label, *ids)
+
+    def per_trial(self, label: str, *, nodes: int, trials: int, first_trial: int = 0) -> np.ndarray:
+        """``(trials, nodes)`` object array of ``key(label, trial, node)`` (e.g. ``"noise"``,
+        ``"batch"``, ``"initial-state"``: :meth:`noise`, :meth:`batch`, :meth:`initial`) for
+        trials ``first_trial ..``; the keys of a simulation's every (trial, node) at once."""
+        tails = [(first_trial + i, u) for i in range(trials) for u in range(nodes)]
+        keys = rng.derive_keys(self.secret, ("run", self.plan_hash, self.run, label), tails)
+        out = np.empty(len(keys), dtype=object)
+        out[:] = keys
+        return out.reshape(trials, nodes)
 
     def noise(self, node: int, *, trial: int = 0) -> rng.StreamKey:
         """Node ``node``'s own noise stream (Gaussian factor input or Laplace draws)."""

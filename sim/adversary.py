@@ -27,6 +27,7 @@ leakage and reconstruction metrics (:mod:`sim.leakage`, :mod:`sim.attacks`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -190,6 +191,13 @@ class ObservationLog:
         return self.messages[:, :, self.senders.index(node)]
 
 
+def _by_round(shape: tuple[int, ...], fill: float = np.nan) -> np.ndarray:
+    """An array ``(trials, rounds, ...)`` filled with ``fill``, stored round by round: the
+    batch engine writes one round of every trial at a time, contiguously."""
+    return np.full((shape[1], shape[0], *shape[2:]), fill).swapaxes(0, 1)
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _wire_size(round_: int, sender: int, dim: int) -> int:
     """Bytes of a model message on the wire (header size varies with round and sender ids)."""
     header = wire.encode(wire.Message(bytes(32), round_, sender, "model", (np.zeros(1),)))[0]
@@ -209,15 +217,15 @@ class Probe:
     def __init__(self, attacker: Attacker, plan: NoisePlan, *, trials: int, dim: int) -> None:
         links, senders, members = attacker.resolve(plan.edges, plan.n)
         T = plan.steps  # noqa: N806 (paper letter)
-        messages = None if attacker.encrypted else np.full((trials, T, len(senders), dim), np.nan)
+        messages = None if attacker.encrypted else _by_round((trials, T, len(senders), dim))
         self.log = ObservationLog(
             attacker,
             links,
             senders,
             members,
             messages,
-            np.zeros((trials, T, len(links))),
-            np.full((trials, T, len(links)), np.nan),
+            _by_round((trials, T, len(links)), 0.0),
+            _by_round((trials, T, len(links))),
         )
         self._link_index = {link: i for i, link in enumerate(links)}
         self._dim = dim
@@ -232,12 +240,12 @@ class Probe:
         """Messages narrower than the model (DOME's k-float sketches): resize once."""
         m = self.log.messages
         if m.shape[-1] != width:
-            self.log.messages = np.full(m.shape[:-1] + (width,), np.nan)
+            self.log.messages = _by_round(m.shape[:-1] + (width,))
 
     def _per_link(self, trials: int) -> np.ndarray:
         if self.log.link_messages is None:
             shape = (trials, self.log.sizes.shape[1], len(self.log.links), self._dim)
-            self.log.link_messages = np.full(shape, np.nan)
+            self.log.link_messages = _by_round(shape)
         return self.log.link_messages
 
     def observe(self, view: RoundView) -> None:
@@ -252,8 +260,7 @@ class Probe:
                     :, senders, self._slots
                 ]
         width = view.messages.shape[-1]  # d, or k for DOME's sketched messages
-        sizes = {u: _wire_size(t, u, width) for u in {u for u, _ in log.links}}
-        log.sizes[:, t] = [sizes[u] for u, _ in log.links]
+        log.sizes[:, t] = [_wire_size(t, u, width) for u, _ in log.links]
         log.times[:, t] = t
         if not log.members:
             return
@@ -265,7 +272,7 @@ class Probe:
                 continue
             if name not in log.own:
                 shape = (log.sizes.shape[0], log.sizes.shape[1], len(own), *value.shape[2:])
-                log.own[name] = np.full(shape, np.nan)
+                log.own[name] = _by_round(shape)
             log.own[name][:, t] = value[:, own]
 
     def on_message(
@@ -296,18 +303,18 @@ class GroundTruth:
     def __init__(self, nodes: Sequence[int], *, trials: int, steps: int, dim: int) -> None:
         self.nodes = tuple(int(u) for u in nodes)
         shape = (trials, steps, len(self.nodes), dim)
-        self.gradient = np.full(shape, np.nan)
-        self.noise = np.zeros(shape)
+        self.gradient = _by_round(shape)
+        self.noise = _by_round(shape, 0.0)
 
     def observe(self, view: RoundView) -> None:
         nodes = list(self.nodes)
         if view.gradients is not None:
             if self.gradient.shape[3:] != view.gradients.shape[2:]:  # DOME: sketched (R^k)
-                self.gradient = np.full(self.gradient.shape[:3] + view.gradients.shape[2:], np.nan)
+                self.gradient = _by_round(self.gradient.shape[:3] + view.gradients.shape[2:])
             self.gradient[:, view.round] = view.gradients[:, nodes] / view.batch_size
         if view.noise is not None:
             if self.noise.shape[3:] != view.noise.shape[2:]:  # per-recipient or sketched noise
-                self.noise = np.zeros(self.noise.shape[:3] + view.noise.shape[2:])
+                self.noise = _by_round(self.noise.shape[:3] + view.noise.shape[2:], 0.0)
             self.noise[:, view.round] = view.noise[:, nodes]
 
     def on_message(self, **_) -> None:

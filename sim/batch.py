@@ -22,7 +22,7 @@ from edgedp import cross_agent as cross_mod
 from edgedp.algorithms._gossip import StepContext
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource, laplace_draw
+from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan, batch_schedule
 from sim import evaluation, initial, round_faults
 from sim.churn import Faults
@@ -131,13 +131,13 @@ def run(
     batch, per_epoch = batch_schedule(plan, data.local_size, dim=d)
     run_keys = streams.RunKeys.simulation(plan) if keys is None else keys
     trial_ids = range(first_trial, first_trial + trials)
-    keys = np.empty((trials, plan.n), dtype=object)
-    orders = np.empty((trials, plan.n, data.local_size), dtype=np.int64)
-    for i, tr in enumerate(trial_ids):
-        for u in range(plan.n):
-            keys[i, u] = run_keys.noise(u, trial=tr)
-            orders[i, u] = rng.permutation(run_keys.batch(u, trial=tr), data.local_size)
-    key_words = rng.key_words(keys)  # the Laplace draws' keys, converted once
+    per_trial_keys = dict(nodes=plan.n, trials=trials, first_trial=first_trial)
+    keys = run_keys.per_trial("noise", **per_trial_keys)  # run_keys.noise(u, trial=tr)
+    size = data.local_size  # rng.permutation(run_keys.batch(u, trial=tr), size), in bulk
+    batch_keys = run_keys.per_trial("batch", **per_trial_keys)
+    orders = rng.stacked(batch_keys, 0, (size,), lambda g: g.permutation(size)).astype(np.int64)
+    # the Laplace draws (noise.laplace_draw of every key), converted once, 16 steps at a time
+    laplace_ahead = rng.LaplaceAhead(rng.key_words(keys), (model.dim,))
     msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
     source = NoiseSource(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
@@ -258,7 +258,7 @@ def run(
             return out
 
         def laplace(scale, t=t):
-            out = laplace_draw(key_words, t, d, scale)
+            out = laplace_ahead.draw(t, scale=scale)
             if observers:
                 drawn["noise"] = out
             return out

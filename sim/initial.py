@@ -66,8 +66,6 @@ def states(
     std = parse(spec)
     if std is None:
         return None
-    out = np.empty((trials, nodes, dim))
-    for i in range(trials):
-        for u in range(nodes):
-            out[i, u] = std * rng.gaussian(keys.initial(u, trial=first_trial + i), 0, (dim,))
-    return out
+    # rng.gaussian(keys.initial(u, trial=first_trial + i), 0, (dim,)) for every (i, u)
+    stack = keys.per_trial("initial-state", nodes=nodes, trials=trials, first_trial=first_trial)
+    return std * rng.stacked(stack, 0, (dim,), lambda g: g.standard_normal((dim,)))

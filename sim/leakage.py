@@ -17,11 +17,13 @@ noise ``1e-10 · U[0, 1)`` added to x and then to y, base 2::
 
 — but draws the noise from a passed-in :class:`numpy.random.Generator` (no global RNG) and
 takes arrays of many estimation problems at once, shaped ``(..., N, d)`` (e.g. one problem
-per iteration). The k-NN search in the joint space runs one ``scipy.spatial.cKDTree`` per
-problem (2-D joints, such as I(V; V), first try sorted windows that provably hold the
-neighbours; estimates on recurring raw samples may share neighbours through ``knn_memo``);
-marginal counts of scalar variables use sorted arrays (``searchsorted`` plus an exact
-boundary fix-up, so the counts equal the tree's), other marginals scikit-learn's
+per iteration). The k-NN search in the joint space first tries sorted windows in the
+order of the joint's widest coordinate that provably hold the neighbours (I(V; V), or a
+joint one of whose coordinates outspreads the others), then one ``scipy.spatial.cKDTree``
+per problem for the rest (estimates on recurring raw samples may share neighbours through
+``knn_memo``); marginal counts of scalar variables use sorted arrays (``searchsorted`` plus
+an exact boundary fix-up, so the counts equal the tree's), other marginals the same runs
+in their widest coordinate filtered by the others when short, else scikit-learn's
 ``KDTree`` ball counts (NPEET's own). Distances are max |differences| in every path, so
 the estimates equal NPEET's bit for bit.
 
@@ -92,12 +94,12 @@ def _samples(name: str, a) -> np.ndarray:
     return a
 
 
-def _counts_sorted(s: np.ndarray, r: np.ndarray) -> np.ndarray:
+def _counts_sorted(s: np.ndarray, r: np.ndarray, *, bounds: bool = False):
     """#{j : |s_j − s_i| ≤ r_i} for each i of an ascending array s — a tree's ball count.
 
     ``fl(s_j − s_i)`` is monotone in s_j, so the set is a contiguous run of s;
     ``searchsorted`` finds it up to rounding of ``s_i ± r_i`` and a few exact steps settle it.
-    """
+    With ``bounds``: the run ``[lo, hi)`` of every i instead of its length."""
     n = s.size
     hi = np.searchsorted(s, s + r, side="right")
     lo = np.searchsorted(s, s - r, side="left")
@@ -113,25 +115,86 @@ def _counts_sorted(s: np.ndarray, r: np.ndarray) -> np.ndarray:
         hi[rows] += step_hi
         lo[rows] -= step_lo
         rows = rows[(step_hi != 0) | (step_lo != 0)]
+    if bounds:
+        return lo, np.maximum(hi, lo)
     return np.where(r >= 0, hi - lo, 0)
 
 
-def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False):
+#: Largest mean run (points per sample) that :func:`_marginal_counts` filters by numpy
+#: rather than a tree: beyond it scikit-learn's KDTree is faster.
+_MAX_MEAN_RUN = 64
+
+
+def _run_counts(m: np.ndarray, r: np.ndarray, hint=None):
+    """Chebyshev ball counts of ``m`` (N, d) by runs of its widest coordinate, or None when
+    the runs are too long (then a tree is faster).
+
+    The ball of i lies in the run of points within r_i of it in one coordinate (sorted,
+    exact as in :func:`_counts_sorted`); the other coordinates filter that run, and a
+    coordinate whose whole range is within min r_i cannot exclude anyone and is skipped."""
+    n = len(m)
+    lo_r = float(np.min(r))
+    span = m.max(axis=0) - m.min(axis=0)
+    c = int(np.argmax(span))
+    # any ascending order gives the same runs; ``hint`` (the joint's order) often nearly
+    # sorts the widest coordinate already (the same column): a quick merge of few runs
+    if hint is None:
+        order = np.argsort(m[:, c])
+    else:
+        order = hint[np.argsort(m[hint, c], kind="stable")]
+    ms, rs = m[order], r[order]
+    s = np.ascontiguousarray(ms[:, c])
+    few = slice(None, None, max(1, n // 128))  # a sample first: long runs leave early
+    guess = np.searchsorted(s, s[few] + rs[few]) - np.searchsorted(s, s[few] - rs[few])
+    if guess.mean() > 2 * _MAX_MEAN_RUN:
+        return None
+    lo, hi = _counts_sorted(s, rs, bounds=True)
+    lens = hi - lo
+    total = int(lens.sum())
+    if total > _MAX_MEAN_RUN * n:
+        return None
+    owner = np.repeat(np.arange(n), lens)
+    other = np.arange(total) - np.repeat(np.cumsum(lens) - lens - lo, lens)
+    ok = np.ones(total, dtype=bool)
+    r_pair = rs[owner]
+    for d in range(m.shape[1]):
+        if d == c or span[d] <= lo_r:
+            continue
+        col = np.ascontiguousarray(ms[:, d])
+        ok &= np.abs(col[other] - col[owner]) <= r_pair
+    counts = np.empty(n, dtype=np.int64)
+    counts[order] = np.bincount(owner[ok], minlength=n)
+    return np.where(r >= 0, counts, 0)
+
+
+def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, hint=None):
     """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
 
-    Scalars: sorted arrays. Vectors: scikit-learn's ``KDTree.query_radius`` with
-    ``count_only`` — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster
-    than ``cKDTree.query_ball_point`` in 3-D, and faster than a numpy sweep along the
-    widest coordinate even for Eq. 44's unevenly scaled sets)."""
+    Scalars: sorted arrays (``hint``: an order that nearly sorts them, e.g. the joint's, so
+    the sort is a quick merge of few runs; any ascending order gives the same counts).
+    Vectors: runs of the widest coordinate filtered by the others when they are short
+    (:func:`_run_counts`), else scikit-learn's ``KDTree.query_radius`` with ``count_only``
+    — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster than
+    ``cKDTree.query_ball_point`` in 3-D)."""
     if m.shape[1] == 1:
         if ascending:
             return _counts_sorted(m[:, 0], r)
-        order = np.argsort(m[:, 0], kind="stable")
+        if hint is None:
+            order = np.argsort(m[:, 0], kind="stable")
+        else:
+            order = hint[np.argsort(m[hint, 0], kind="stable")]
         counts = np.empty(len(m), dtype=np.int64)
         counts[order] = _counts_sorted(m[order, 0], r[order])
         return counts
+    counts = _run_counts(m, r, hint)
+    if counts is not None:
+        return counts
     from sklearn.neighbors import KDTree
 
+    # a coordinate whose whole range is within min r_i excludes no one: the tree goes without
+    keep = (m.max(axis=0) - m.min(axis=0)) > np.min(r)
+    if 0 < keep.sum() < m.shape[1]:
+        m = np.ascontiguousarray(m[:, keep])
     counts = KDTree(m, metric="chebyshev").query_radius(m, np.maximum(r, 0.0), count_only=True)
     return np.where(r >= 0, counts, 0)
 
@@ -159,20 +222,27 @@ def _window_radius(points: np.ndarray, k: int, width: int):
     return radius, (gap_lo >= radius) & (gap_hi >= radius)
 
 
-def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
+#: Ratio of the widest coordinate's std to the next one's above which :func:`ksg_mi` tries
+#: sorted windows for a joint of more than two coordinates (Table 4's Eq. 44 sets: from ~10).
+_WINDOW_DOMINANCE = 4.0
+
+
+def _knn_radius(
+    points: np.ndarray, k: int, workers: int, rest=None, *, windows: bool = True
+) -> np.ndarray:
     """Chebyshev distance of each point to its k-th neighbour (the (k+1)-th point counting
     itself), the points sorted by their first coordinate.
 
-    Two coordinates: windows of k + 1 (then 4(k + 1)) neighbours in the first coordinate's
-    order where they provably hold the k nearest (a (V, V) pair: nearly all points),
-    ``cKDTree`` for the rest. More coordinates:
-    ``cKDTree`` (faster than scikit-learn's k-NN query). The distances are max |differences|,
-    exact in every method, so the methods agree bit for bit."""
+    First windows of k + 1 (then 4(k + 1)) neighbours in that order wherever they provably
+    hold the k nearest (a (V, V) pair, or a joint whose first coordinate outspreads the
+    others: nearly all points), then ``cKDTree`` for the rest (faster than scikit-learn's
+    k-NN query), or ``rest(points, rows, radius)`` when given (:class:`_SharedKnn`). The
+    distances are max |differences|, exact in every method, so they agree bit for bit."""
     n = len(points)
     radius = np.empty(n)
     todo = np.arange(n)
     width = k + 1
-    while points.shape[1] == 2 and todo.size and width <= 4 * (k + 1) and 2 * width < n:
+    while windows and todo.size and width <= 4 * (k + 1) and 2 * width < n:
         r, ok = _window_radius(points, k, width)
         done = ok[todo]
         radius[todo[done]] = r[todo[done]]
@@ -180,7 +250,9 @@ def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
         if done.mean() < 0.5:  # weakly dependent pair: the tree is faster for the rest
             break
         width *= 4
-    if todo.size:
+    if todo.size and rest is not None:
+        rest(points, todo, radius)
+    elif todo.size:
         tree = cKDTree(points)
         if todo.size == n:  # queries in the tree's leaf order walk memory in order (~15%)
             todo = tree.indices
@@ -192,41 +264,55 @@ def _knn_radius(points: np.ndarray, k: int, workers: int) -> np.ndarray:
 _SPARE_NEIGHBORS = 4
 
 
-def _knn_radius_shared(points, k, workers, *, memo, key, order, margin):
-    """:func:`_knn_radius` for a joint whose raw samples recur with fresh tie noise.
+@dataclass(slots=True)
+class _SharedKnn:
+    """The tree part of :func:`_knn_radius` for a joint whose raw samples recur with fresh
+    tie noise.
 
-    The first estimate queries k + 1 + 4 neighbours and keeps them (in input order) in
-    ``memo[key]``, with each point's mark "safe": the last kept neighbour is farther than
-    the k-th by more than ``margin`` = 2δ, δ bounding how much two tie noises of the same raw
-    samples can move a distance. A later estimate then takes the k-th distance among the
-    kept neighbours of each safe point: its k + 1 nearest moved by at most δ, and every
-    point that may now be nearer was within 2δ of the k-th before, so it is kept — the
-    radius is the exact one, bit for bit. Other points go to the tree."""
-    n = len(points)
-    inverse = np.empty(n, dtype=np.intp)
-    inverse[order] = np.arange(n)
-    entry = memo.get(key)
-    if entry is not None:
-        kept, safe = entry
-        cand = inverse[kept[order]]
-        dist = np.abs(points[cand] - points[:, None, :]).max(axis=-1)
-        radius = np.partition(dist, k, axis=1)[:, k]
-        rest = np.flatnonzero(~safe[order])
-        if rest.size:
-            tree = cKDTree(points)
-            radius[rest] = tree.query(points[rest], [k + 1], p=np.inf, workers=workers)[0][:, 0]
-        return radius
-    tree = cKDTree(points)
-    rows = tree.indices
-    dist, idx = tree.query(points[rows], k + 1 + _SPARE_NEIGHBORS, p=np.inf, workers=workers)
-    radius = np.empty(n)
-    radius[rows] = dist[:, k]
-    kept = np.empty(idx.shape, dtype=np.uint16 if n < 2**16 else np.int32)  # memory
-    kept[order[rows]] = order[idx]
-    safe = np.empty(n, dtype=bool)
-    safe[order[rows]] = dist[:, -1] > dist[:, k] + margin
-    memo[key] = (kept, safe)
-    return radius
+    The first estimate queries k + 1 + 4 neighbours of the points the windows left and
+    keeps them (in input order) in ``memo[key]``, with each point's mark "safe": the last
+    kept neighbour is farther than the k-th by more than ``margin`` = 2δ, δ bounding how
+    much two tie noises of the same raw samples can move a distance. A later estimate then
+    takes the k-th distance among the kept neighbours of each safe point: its k + 1 nearest
+    moved by at most δ, and every point that may now be nearer was within 2δ of the k-th
+    before, so it is kept — the radius is the exact one, bit for bit. Other points go to
+    the tree. ``order[p]`` is the input index of sorted point p."""
+
+    memo: dict
+    key: bytes
+    order: np.ndarray
+    margin: float
+    k: int
+    workers: int
+
+    def __call__(self, points: np.ndarray, rows: np.ndarray, radius: np.ndarray) -> None:
+        n, k, order = len(points), self.k, self.order
+        entry = self.memo.get(self.key)
+        if entry is not None:
+            kept, safe = entry
+            inverse = np.empty(n, dtype=np.intp)
+            inverse[order] = np.arange(n)
+            mine = safe[order[rows]]
+            known, rows = rows[mine], rows[~mine]
+            cand = inverse[kept[order[known]]]
+            dist = np.abs(points[cand] - points[known][:, None, :]).max(axis=-1)
+            radius[known] = np.partition(dist, k, axis=1)[:, k]
+            if rows.size:
+                tree = cKDTree(points)
+                query = tree.query(points[rows], [k + 1], p=np.inf, workers=self.workers)
+                radius[rows] = query[0][:, 0]
+            return
+        tree = cKDTree(points)
+        if rows.size == n:
+            rows = tree.indices
+        spare = k + 1 + _SPARE_NEIGHBORS
+        dist, idx = tree.query(points[rows], spare, p=np.inf, workers=self.workers)
+        radius[rows] = dist[:, k]
+        kept = np.zeros((n, spare), dtype=np.uint16 if n < 2**16 else np.int32)  # memory
+        kept[order[rows]] = order[idx]
+        safe = np.zeros(n, dtype=bool)  # points the windows settled are not kept
+        safe[order[rows]] = dist[:, -1] > dist[:, k] + self.margin
+        self.memo[self.key] = (kept, safe)
 
 
 def _raw_key(x: np.ndarray, y: np.ndarray, k: int) -> bytes:
@@ -308,22 +394,34 @@ def ksg_mi(
     ys = y.reshape(-1, n, y.shape[-1])
     c, d = digamma(k), digamma(n)
     out = np.empty(xs.shape[0])
+    dx = xs.shape[-1]
     for i in range(xs.shape[0]):
-        # samples sorted by x's first coordinate: the tree and the queries walk memory in
-        # order (2x faster); counts go back to the input order so the means are NPEET's bits
-        order = np.argsort(xs[i][:, 0], kind="stable")
-        xo, yo = xs[i][order], ys[i][order]
-        joint = np.concatenate([xo, yo], axis=1)
+        # the joint sorted by its widest coordinate (first): windows in that order settle
+        # most k-NN radii, the tree and the queries walk memory in order (2x faster); counts
+        # stay in the input order so the means are NPEET's bits
+        joint = np.concatenate([xs[i], ys[i]], axis=1)
+        std = joint.std(axis=0)
+        spread = np.sort(std)
+        wide = int(np.argmax(std))
+        order = np.argsort(joint[:, wide], kind="stable")
+        cols = [wide, *(j for j in range(joint.shape[1]) if j != wide)]
+        # windows pay off in 2-D (I(V; V)) or when one coordinate outspreads the others
+        windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
+        rest = None
         if shared:
             key = _raw_key(raw_x[i], raw_y[i], k)
-            memo = dict(memo=knn_memo, key=key, order=order, margin=margin)
-            r = _knn_radius_shared(joint, k, workers, **memo) - _RADIUS_SHRINK
-        else:
-            r = _knn_radius(joint, k, workers) - _RADIUS_SHRINK
+            rest = _SharedKnn(knn_memo, key, order, margin, k, workers)
+        r = np.empty(n)
+        radius = _knn_radius(joint[order][:, cols], k, workers, rest, windows=windows)
+        r[order] = radius - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
-        counts[0, order] = _marginal_counts(xo, r, ascending=True)
-        counts[1, order] = _marginal_counts(yo, r)
-        a, b = np.mean(digamma(counts), axis=1)
+        if wide == 0 and dx == 1:  # x is the sorted coordinate
+            counts[0, order] = _marginal_counts(xs[i][order], r[order], ascending=True)
+        else:
+            counts[0] = _marginal_counts(xs[i], r, hint=order)
+        counts[1] = _marginal_counts(ys[i], r, hint=order)
+        table = digamma(np.arange(int(counts.max()) + 1))  # digamma of each count, once
+        a, b = np.mean(table[counts], axis=1)
         out[i] = (-a - b + c + d) / math.log(base)
     return out.reshape(lead)
 

@@ -97,3 +97,43 @@ def test_knn_memo_reuses_neighbours_without_changing_a_bit(discrete):
     assert (safe < 0.5) if discrete else (safe > 0.95)
     assert first.tolist() == leakage.ksg_mi(v, i, rng=np.random.default_rng(1)).tolist()
     assert second.tolist() == leakage.ksg_mi(v, i, rng=np.random.default_rng(2)).tolist()
+
+
+@pytest.mark.parametrize("wide", [1e3, 1e6, 1e12])
+def test_widest_coordinate_windows_and_run_counts_equal_npeet(npeet_mi, wide):
+    # Table 4's late iterations: the third part of Eq. 44 outspreads the others by 10^3 to
+    # 10^12, so windows in its order settle the 4-D k-NN and short runs the 3-D counts
+    g = np.random.default_rng(25)
+    v = 18.0 * g.standard_normal((1500, 1))
+    i = np.concatenate(
+        [0.16 * g.standard_normal((1500, 1)), 96.0 * g.standard_normal((1500, 1))], axis=1
+    )
+    i = np.concatenate([i, wide * g.standard_t(3, (1500, 1))], axis=1)  # heavy tails
+    x, y = _noised(g, v), _noised(g, i)
+    assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)
+    assert float(leakage.ksg_mi(y, x, prenoised=True)) == npeet_mi(y, x)
+
+
+def test_run_counts_with_ties_and_long_runs_equal_npeet(npeet_mi, monkeypatch):
+    # discrete samples (many points at distance 0: radii below 0 count nothing) and the
+    # run length limit moved so that both the runs and the tree count every marginal
+    g = np.random.default_rng(26)
+    v = np.round(3.0 * g.standard_normal((900, 2)))
+    i = np.concatenate([v[:, :1] + np.round(g.standard_normal((900, 1))), v * 0.0], axis=1)
+    for limit in (0, 10**9):
+        monkeypatch.setattr(leakage, "_MAX_MEAN_RUN", limit)
+        for x, y in ((v, i), (v + 1e-10 * g.random(v.shape), i + 1e-10 * g.random(i.shape))):
+            assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)
+
+
+def test_tree_counts_without_a_narrow_coordinate_equal_npeet(npeet_mi, monkeypatch):
+    # Table 4's early iterations: the first part of Eq. 44 spans less than any radius, so the
+    # tree counts in the other two coordinates (here the tree for every count)
+    monkeypatch.setattr(leakage, "_MAX_MEAN_RUN", 0)
+    g = np.random.default_rng(27)
+    v = 17.0 * g.standard_normal((1200, 1))
+    i = np.concatenate(
+        [1e-3 * g.random((1200, 1)), v + 50.0 * g.standard_normal((1200, 2))], axis=1
+    )
+    x, y = _noised(g, v), _noised(g, i)
+    assert float(leakage.ksg_mi(x, y, prenoised=True)) == npeet_mi(x, y)

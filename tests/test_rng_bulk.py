@@ -60,3 +60,40 @@ def test_bulk_laplace_refuses_bad_steps_scales_and_words(bad):
         rng.laplace_stacked(keys, 0, (1,), scale=-1.0)
     with pytest.raises(ValueError, match="words"):
         rng.laplace_stacked(np.zeros((2, 3), dtype=np.uint64), 0, (1,))
+
+
+def test_bulk_keys_equal_per_key_derivation():
+    # RunKeys.per_trial (the prefix hashed once) = the per-(trial, node) keys, and the bulk
+    # permutations and normals of sim.batch / sim.initial = the per-key draws
+    keys = streams.RunKeys(rng.seed_secret(5), "cd" * 32, streams.SIMULATION_RUN)
+    labels = (("noise", keys.noise), ("batch", keys.batch), ("initial-state", keys.initial))
+    for label, one in labels:
+        bulk = keys.per_trial(label, nodes=3, trials=4, first_trial=7)
+        assert bulk.shape == (4, 3)
+        assert bulk.tolist() == [[one(u, trial=7 + i) for u in range(3)] for i in range(4)]
+    stack = keys.per_trial("batch", nodes=2, trials=3)
+    perms = rng.stacked(stack, 0, (6,), lambda g: g.permutation(6)).astype(np.int64)
+    assert perms.tolist() == [[rng.permutation(k, 6).tolist() for k in row] for row in stack]
+    assert rng.derive_keys(b"s", ("a", 1), [(2, 3)]) == [rng.derive_key(b"s", "a", 1, 2, 3)]
+    with pytest.raises(TypeError):
+        rng.derive_keys(b"s", ("a",), [(-1,)])
+
+
+@pytest.mark.parametrize("shape", [(1,), (5,), (2, 3)])
+def test_laplace_ahead_equals_the_bulk_draws(shape):
+    # the batch engine's look-ahead draws: in order, with jumps back and forth, any scale
+    keys = _keys(30, 3)
+    ahead = rng.LaplaceAhead(rng.key_words(keys), shape, ahead=4)
+    for step, scale in (
+        (0, 1.0),
+        (1, 0.0),
+        (2, 2.5e-3),
+        (3, 7.0),
+        (4, 1.0),
+        (2**40, 3.0),
+        (9, 1.0),
+    ):
+        want = rng.laplace_stacked(keys, step, shape, scale=scale)
+        assert ahead.draw(step, scale=scale).tobytes() == want.tobytes()
+    with pytest.raises(ValueError):
+        ahead.draw(-1, scale=1.0)
