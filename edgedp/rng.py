@@ -234,7 +234,7 @@ def _mulhilo(m: np.uint64, a: np.ndarray | np.uint64) -> tuple[Any, Any]:
     return a_hi * m_hi + (p1 >> _32) + (p2 >> _32) + (carry >> _32), a * m
 
 
-def _philox_blocks(words: np.ndarray, counter: tuple[int, int, int, int]) -> np.ndarray:
+def _philox_blocks(words: np.ndarray, counter: tuple[int | np.ndarray, ...]) -> np.ndarray:
     """Philox-4x64-10 of one counter under every key of ``words`` (K, 2): (K, 4) uint64.
 
     A counter word may also be an array (one per key). A counter the same for every key
@@ -375,7 +375,9 @@ class LaplaceAhead:
         self._shape = tuple(int(s) for s in shape)
         self._ahead = max(1, int(ahead))
         self._first = -1
-        self._upper = self._logs = self._zero = np.empty(0)
+        self._upper: np.ndarray = np.empty(0)
+        self._logs: np.ndarray = np.empty(0)
+        self._zero: np.ndarray = np.empty(0)
 
     def _fill(self, step: int) -> None:
         k, size = len(self._words), math.prod(self._shape)
