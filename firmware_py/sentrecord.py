@@ -1,18 +1,19 @@
 """The sent-round record: the last round whose message may have left the device.
 
-Written before every send (:mod:`firmware_py.daemon`), read at start
-(:mod:`firmware_py.recovery`). The file is created once, complete, by
-:func:`firmware_py.checkpoint.atomic_write` (temporary file, fsync, rename, fsync the folder)
-and then updated in place: it holds two fixed slots of :data:`SLOT` bytes, and a round is
-written into the slot that does *not* hold the newest valid record, with one ``pwrite`` and
-one ``fdatasync`` — no temporary file, no rename, no folder fsync, and (the file's size and
-blocks never change) no file-system metadata to commit. A slot is ``MAGIC``, the round, the
-run id, the sha256 of the round's message frames, and a BLAKE2b checksum of all that. A
-write torn by a crash or a power cut damages at most the slot being written, which was not
-the newest: the reader takes the newest slot whose checksum holds, so it finds either the
-round being recorded (if the write reached the disk whole) or the round before it, which
-was the last one sent (the round being recorded is sent only after ``fdatasync``
-returned). A sent round is never lost and an unsent one never appears.
+Written before every send and read at start by :mod:`firmware_py.daemon` (which hands the
+round to :mod:`firmware_py.recovery`). The file is created once, complete, by
+:func:`firmware_py.checkpoint.atomic_write` (temporary file, fsync, rename, fsync the
+folder) and then updated in place: it holds two slots of :data:`SLOT` bytes (each its own
+file-system block), and a round is written into the slot that does *not* hold the newest
+valid record, with one ``pwrite`` and one ``fdatasync`` — no temporary file, no rename, no
+folder fsync, and (the file's size and blocks never change) no file-system metadata to
+commit. A slot is ``MAGIC``, a write count (which of two slots of the same round is newer),
+the round, the run id, the sha256 of the round's message frames, and a BLAKE2b checksum of
+all that. A write torn by a crash or a power cut damages at most the slot being written,
+which was not the newest: the reader takes the newest slot whose checksum holds, so it
+finds either the round being recorded (if the write reached the disk whole) or the round
+before it, which was the last one sent (the round being recorded is sent only after
+``fdatasync`` returned). A sent round is never lost and an unsent one never appears.
 
 The message digest lets a restarted device check that a round it sends again is the
 message it sent the first time (:meth:`SentRecord.check_resend`). Files of the earlier
@@ -41,7 +42,7 @@ MAGIC = b"EDGEDPS1"
 SLOT = 4096
 #: Size of the record file (two slots).
 SIZE = 2 * SLOT
-_FIELDS = struct.Struct("<8sQB64s32s")  # magic, round, run id length, run id, digest
+_FIELDS = struct.Struct("<8sQQB64s32s")  # magic, write count, round, run id length, run id, digest
 _CHECK = 32  # BLAKE2b-256 of the fields
 
 
@@ -57,6 +58,7 @@ class Sent:
     run: str
     round: int
     message: bytes = b""
+    count: int = 0  # how many records the file had held (orders slots of equal rounds)
 
 
 def encode_slot(sent: Sent) -> bytes:
@@ -64,7 +66,7 @@ def encode_slot(sent: Sent) -> bytes:
     run = sent.run.encode()
     if len(run) > 64 or len(sent.message) not in (0, 32) or sent.round < 0:
         raise ValueError(f"Expected a run id of <= 64 bytes and a sha256 digest, got {sent!r}.")
-    fields = _FIELDS.pack(MAGIC, sent.round, len(run), run, sent.message)
+    fields = _FIELDS.pack(MAGIC, sent.count, sent.round, len(run), run, sent.message)
     return fields + hashlib.blake2b(fields, digest_size=_CHECK).digest()
 
 
@@ -73,11 +75,11 @@ def decode_slot(data: bytes) -> Sent | None:
     fields, check = data[: _FIELDS.size], data[_FIELDS.size : _FIELDS.size + _CHECK]
     if len(check) != _CHECK or hashlib.blake2b(fields, digest_size=_CHECK).digest() != check:
         return None
-    magic, rnd, length, run, message = _FIELDS.unpack(fields)
+    magic, count, rnd, length, run, message = _FIELDS.unpack(fields)
     if magic != MAGIC or length > 64:
         return None
     try:
-        return Sent(run[:length].decode(), rnd, message if any(message) else b"")
+        return Sent(run[:length].decode(), rnd, message if any(message) else b"", count)
     except UnicodeDecodeError:
         return None
 
@@ -115,7 +117,7 @@ class SentRecord:
             raise SentRecordError(
                 f"{self.path}: damaged sent-round record (no slot passes its checksum)"
             )
-        self._newest = max(valid, key=lambda i: slots[i].round)
+        self._newest = max(valid, key=lambda i: (slots[i].round, slots[i].count))
         self.last = slots[self._newest]
 
     def _earlier_format(self, data: bytes) -> Sent:
@@ -141,7 +143,7 @@ class SentRecord:
         """Record round ``rnd`` durably (returns once it is on disk); raises OSError."""
         if self.last is not None and rnd < self.last.round:
             raise ValueError(f"round {rnd} is behind the recorded round {self.last.round}")
-        sent = Sent(run, rnd, message)
+        sent = Sent(run, rnd, message, 0 if self.last is None else self.last.count + 1)
         slot = encode_slot(sent)
         if self._newest is None or self._failed:  # first record, an earlier-format file, or
             # after a failed write (a page whose fdatasync failed may read back clean): the

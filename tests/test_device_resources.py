@@ -207,6 +207,8 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     blocker.rmdir()
     # 3) metrics hit a file-size limit (EFBIG; the agent ignores SIGXFSZ): lines wait
     _wait(lambda: "checkpoint done after" in log.read_text())
+    # (a limit below the sent record's fixed size would stop its in-place writes too)
+    _wait(lambda: (state / "metrics.jsonl").stat().st_size > sentrecord.SIZE)
     size = (state / "metrics.jsonl").stat().st_size
     hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]
     resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, hard))

@@ -10,16 +10,23 @@ must be the message sent the first time.
 import hashlib
 import json
 import os
+import signal
+import time
 
 import pytest
+from hostile import harness
 
-from firmware_py import sentrecord
+from firmware_py import config, deploy, sentrecord
 
 RUN = "0123456789abcdef0123456789abcdef"
 
 
 def _digest(r: int) -> bytes:
     return hashlib.sha256(f"message of round {r}".encode()).digest()
+
+
+def _key(sent):
+    return None if sent is None else (sent.run, sent.round, sent.message)
 
 
 def _record(path, rounds):
@@ -48,7 +55,7 @@ def test_rounds_are_recorded_in_alternating_slots_of_a_fixed_file(tmp_path):
     inode = path.stat().st_ino
     for r in range(1, 6):
         rec.write(RUN, r, _digest(r))
-        assert sentrecord.read(path) == sentrecord.Sent(RUN, r, _digest(r))
+        assert _key(sentrecord.read(path)) == (RUN, r, _digest(r))
     assert path.stat().st_ino == inode and path.stat().st_size == sentrecord.SIZE  # in place
     assert not list(tmp_path.glob(".sent.tmp.*"))
     with pytest.raises(ValueError, match="behind"):
@@ -71,9 +78,9 @@ def test_a_write_torn_anywhere_leaves_the_round_before_or_the_new_one(tmp_path, 
         for garbage in (b"", b"\xff" * 7, os.urandom(64)):
             path.write_bytes(_torn(before, after, cut, garbage))
             got = sentrecord.read(path)
-            assert got in (
-                sentrecord.Sent(RUN, rounds[-2], _digest(rounds[-2])),
-                sentrecord.Sent(RUN, new, _digest(new)),
+            assert _key(got) in (
+                (RUN, rounds[-2], _digest(rounds[-2])),
+                (RUN, new, _digest(new)),
             ), (cut, garbage)
             found.add(got.round)
             if cut not in (0, length // 2, length) or garbage:
@@ -116,7 +123,7 @@ def test_the_earlier_json_record_is_read_and_replaced_on_the_next_write(tmp_path
     assert rec.last == sentrecord.Sent(RUN, 5) and rec.check_resend(5, _digest(5)) is None
     rec.write(RUN, 6, _digest(6))
     assert path.stat().st_size == sentrecord.SIZE
-    assert sentrecord.read(path) == sentrecord.Sent(RUN, 6, _digest(6))
+    assert _key(sentrecord.read(path)) == (RUN, 6, _digest(6))
 
 
 def test_a_failed_in_place_write_is_retried_as_a_whole_new_file(tmp_path):
@@ -145,3 +152,39 @@ def test_a_round_sent_again_must_be_the_same_message(tmp_path):
     why = again.check_resend(2, _digest(99))
     assert why is not None and "round 2 was already sent" in why
     assert rec.last.round == 2
+
+
+def test_an_agent_refuses_to_send_a_recorded_round_with_another_message(tmp_path):
+    harness.write_plan(tmp_path / "run.plan", topology="ring:3", steps=4)
+    lr = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", start=[0])
+    cfg = config.load(lr.configs[0])
+    path = cfg.checkpoint_dir / "sent"
+    while not path.exists():  # node 0 alone: round 0 is recorded and sent, then it waits
+        assert lr.processes[0].poll() is None, "node 0 stopped before sending round 0"
+        time.sleep(0.02)
+    lr.processes[0].send_signal(signal.SIGTERM)
+    assert lr.processes[0].wait(timeout=60) == 128 + signal.SIGTERM
+    good = sentrecord.read(path)
+    assert good.round == 0 and len(good.message) == 32
+    # the record names another message for round 0 (as if the state had been altered):
+    # the restarted agent computes round 0 again, sees the difference and sends nothing
+    sentrecord.SentRecord(path).write(cfg.run_id, 0, _digest(0))
+    lr.start(0)
+    assert lr.processes[0].wait(timeout=60) == 4
+    assert "round 0 was already sent as message" in (lr.directory / "node-0.log").read_text()
+    lines = [json.loads(x) for x in cfg.metrics.read_text().splitlines()]
+    assert [m["round"] for m in lines if m["event"] == "sent"] == [0]
+    # with the true digest recorded, it re-sends round 0 bit for bit and the run completes
+    sentrecord.SentRecord(path).write(cfg.run_id, 0, good.message)
+    for u in range(3):
+        lr.start(u)
+    assert lr.wait(timeout=120) == [0, 0, 0]
+    lines = [json.loads(x) for x in cfg.metrics.read_text().splitlines()]
+    sent = [(m["round"], m["message"]) for m in lines if m["event"] == "sent"]
+    assert sent[:2] == [(0, good.message.hex()[:16])] * 2 and [r for r, _ in sent] == [
+        0,
+        0,
+        1,
+        2,
+        3,
+    ]
