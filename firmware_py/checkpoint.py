@@ -181,21 +181,15 @@ def decode(data: bytes | bytearray) -> dict[str, Any]:
     return body
 
 
-def copy_arrays(body: Any, *, into: Any = None) -> Any:
+def copy_arrays(body: Any) -> Any:
     """``body`` with every array copied (a snapshot a background write may hold while the
-    agent goes on). ``into``: an earlier copy nothing reads any more; its arrays of the same
-    shape and dtype are overwritten instead of allocating new ones."""
+    agent goes on)."""
     if isinstance(body, np.ndarray):
-        if isinstance(into, np.ndarray) and into.shape == body.shape and into.dtype == body.dtype:
-            np.copyto(into, body)
-            return into
         return body.copy()
     if isinstance(body, Mapping):
-        old = into if isinstance(into, Mapping) else {}
-        return {k: copy_arrays(v, into=old.get(k)) for k, v in body.items()}
+        return {k: copy_arrays(v) for k, v in body.items()}
     if isinstance(body, (list, tuple)):
-        old = into if isinstance(into, list) and len(into) == len(body) else [None] * len(body)
-        return [copy_arrays(v, into=o) for v, o in zip(body, old, strict=True)]
+        return [copy_arrays(v) for v in body]
     return body
 
 

@@ -424,17 +424,15 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     )
     first_round = agent.round
     pending: checkpoint.Pending | None = None  # the last round's checkpoint, being written
-    spare = None  # the arrays of the last checkpoint written, reused for the next copy
 
     def checkpointed() -> None:
         """Wait for the background checkpoint; a failed one is retried here until durable."""
-        nonlocal pending, spare
+        nonlocal pending
         if pending is None:
             return
         write, pending = pending, None
         if write.wait() is not None:
             durable("checkpoint", functools.partial(checkpoint.save, write.path, write.body))
-        spare = write.body
 
     watch = logs.RoundWatch(
         logger, agent.neighbours, {n.id: n.endpoint for n in cfg.neighbours}, plan.plan_hash
@@ -546,8 +544,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
             watch.round_end(report.round, report, agent, transport)
             # metrics first: a crash in between repeats a line instead of losing one; the
             # checkpoint is written while the next round is computed (joined before its send)
-            body, spare = checkpoint.copy_arrays(agent.snapshot(), into=spare), None
-            pending = checkpoint.Pending(ckpt_path, body)
+            pending = checkpoint.Pending(ckpt_path, checkpoint.copy_arrays(agent.snapshot()))
         checkpointed()
         buf = io.BytesIO()
         np.save(buf, agent.final_release())  # covered by the plan's guarantee
