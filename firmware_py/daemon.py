@@ -11,7 +11,8 @@ rolled back to ``checkpoint.prev`` when nothing sent is lost). Per round: if a m
 the neighbours is past the receive window, skip to their round
 (:meth:`edgedp.agent.Agent.rejoin`; nothing sent, the skipped rounds' noise drawn and
 discarded) and checkpoint; ``begin_round`` (local noisy step), record the round as sent
-(durably, before sending; the first time then also in the ledger), send to every
+(durably, before sending, in place: :mod:`firmware_py.sentrecord`; a round recorded as
+sent must repeat its message digest; the first time then also in the ledger), send to every
 neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
 every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
 rule; a non-finite state is never adopted); append a metrics line; write the checkpoint
@@ -37,14 +38,15 @@ no noise, or a budget the plan exceeds); 4 unsafe to start or resume (messages w
 but no usable checkpoint holds the state they were sent from — the message names
 ``--rollback`` when a checkpoint is usable; the checkpoint was made with another secret or
 run; or the ledger shows this noise secret already drew noise for this plan and run —
-starting over would reuse noise: deploy a new run id); 5 the model diverged (the round's
-message, or the state after mixing, would be non-finite; nothing was sent or adopted, the
-checkpoint stays at the start of that round; ``--rollback`` sits that round out); 6 a file
-or the port could not be opened at start; 7 the plan's rounds are done and the model was
-written, but the run is degraded: a neighbour never sent a valid message (wrong public key
-or endpoint, another plan, never started) or more than ``run.max_missing`` of the
-neighbours' messages were missing; 128+N stopped by signal N at a round boundary or while
-retrying a write.
+starting over would reuse noise: deploy a new run id; or the sent record is damaged; or a
+round recorded as sent would be sent again with another message); 5 the model diverged
+(the round's message, or the state after mixing, would be non-finite; nothing was sent or
+adopted, the checkpoint stays at the start of that round; ``--rollback`` sits that round
+out); 6 a file or the port could not be opened at start; 7 the plan's rounds are done and
+the model was written, but the run is degraded: a neighbour never sent a valid message
+(wrong public key or endpoint, another plan, never started) or more than
+``run.max_missing`` of the neighbours' messages were missing; 128+N stopped by signal N at
+a round boundary or while retrying a write.
 
 Log: Python ``logging`` on stderr, one line per event with a reason code
 (:mod:`firmware_py.logs`): human text by default, ``--log-format json`` for one JSON object
