@@ -10,7 +10,10 @@ time one of:
   :func:`firmware_py.checkpoint.atomic_write` (temporary file, fsync, rename, fsync the
   folder) — the baseline;
 * ``checkpoint``: :func:`firmware_py.checkpoint.save` of a d-dimensional model (default
-  d = 10⁵, 0.8 MB).
+  d = 10⁵, 0.8 MB);
+* ``model bytes, in place``: what a checkpoint written in place would cost (not built):
+  the same model's bytes ``pwrite``-n into alternate halves of a preallocated file, one
+  ``fdatasync``.
 
 The kinds are interleaved ``--repeats`` times. Printed: the load average, per kind the
 median over processes and rounds and the median of each round's slowest process (the one
@@ -32,7 +35,7 @@ import numpy as np
 from firmware_py import checkpoint, sentrecord
 
 SKIP = 2  # first rounds left out (file creation)
-KINDS = ("sent record, in place", "sent record, renamed", "checkpoint")
+KINDS = ("sent record, in place", "sent record, renamed", "checkpoint", "model bytes, in place")
 
 
 def _node(u, folder, kind, dim, rounds, barrier, queue) -> None:
@@ -40,6 +43,11 @@ def _node(u, folder, kind, dim, rounds, barrier, queue) -> None:
     folder.mkdir()
     record = sentrecord.SentRecord(folder / "sent")
     body = {"round": 0, "state": {"theta": np.random.default_rng(u).random(dim)}}
+    raw = memoryview(body["state"]["theta"]).cast("B")
+    if kind == KINDS[3]:
+        fd = os.open(folder / "slots", os.O_RDWR | os.O_CREAT, 0o600)
+        os.write(fd, bytes(2 * len(raw)))  # allocated blocks: no metadata to commit later
+        os.fsync(fd)
     times = []
     for r in range(rounds):
         barrier.wait()
@@ -48,9 +56,14 @@ def _node(u, folder, kind, dim, rounds, barrier, queue) -> None:
             record.write("run", r, bytes(32))
         elif kind == KINDS[1]:
             checkpoint.atomic_write(folder / "sent.json", b'{"run": "run", "round": %d}' % r)
-        else:
+        elif kind == KINDS[2]:
             checkpoint.save(folder / "checkpoint", {**body, "round": r})
+        else:
+            os.pwrite(fd, raw, (r % 2) * len(raw))
+            os.fdatasync(fd)
         times.append(time.perf_counter() - start)
+    if kind == KINDS[3]:
+        os.close(fd)
     queue.put(times[SKIP:])
 
 
