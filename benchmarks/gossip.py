@@ -14,7 +14,8 @@ rounds (the first two rounds of each agent skipped). Baselines measured in the s
 
 The measurements are interleaved ``--repeats`` times (raw CURVE, edgedp, raw plain, ...) so
 that the load of the shared machine falls on all of them alike; ``--compare-tree PATH`` also
-runs the agents from another checkout (e.g. the main branch) in each repeat. Printed: the
+runs the agents from another checkout (e.g. the main branch) in each repeat, the two trees
+taking turns to go first. Printed: the
 load average at the start, each median over all repeats, and the ratios edgedp / raw CURVE
 and edgedp / raw plain (of the pooled medians, and their range over the repeats).
 """
@@ -199,7 +200,8 @@ def main() -> None:
         (tmp / "run.plan").write_bytes(plan.to_bytes())
         for i in range(args.repeats):
             samples = {"raw CURVE": raw_gossip_intervals(graph, 8 * d, steps, curve=True)}
-            for name, tree in trees.items():
+            order = list(trees.items())
+            for name, tree in order[i % len(order) :] + order[: i % len(order)]:
                 samples[name] = edgedp_round(
                     tmp / "run.plan", tmp / f"run-{i}-{len(samples)}", n, tree
                 )

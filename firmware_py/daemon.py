@@ -11,7 +11,8 @@ rolled back to ``checkpoint.prev`` when nothing sent is lost). Per round: if a m
 the neighbours is past the receive window, skip to their round
 (:meth:`edgedp.agent.Agent.rejoin`; nothing sent, the skipped rounds' noise drawn and
 discarded) and checkpoint; ``begin_round`` (local noisy step), record the round as sent
-(durably, before sending; the first time then also in the ledger), send to every
+(durably, before sending, in place: :mod:`firmware_py.sentrecord`; a round recorded as
+sent must repeat its message digest; the first time then also in the ledger), send to every
 neighbour, collect neighbours' messages until all arrived, the round deadline passed, or
 every missing neighbour is known to have moved on; ``end_round`` (mixing with the dropout
 rule; a non-finite state is never adopted); append a metrics line; write the checkpoint
@@ -37,14 +38,15 @@ no noise, or a budget the plan exceeds); 4 unsafe to start or resume (messages w
 but no usable checkpoint holds the state they were sent from — the message names
 ``--rollback`` when a checkpoint is usable; the checkpoint was made with another secret or
 run; or the ledger shows this noise secret already drew noise for this plan and run —
-starting over would reuse noise: deploy a new run id); 5 the model diverged (the round's
-message, or the state after mixing, would be non-finite; nothing was sent or adopted, the
-checkpoint stays at the start of that round; ``--rollback`` sits that round out); 6 a file
-or the port could not be opened at start; 7 the plan's rounds are done and the model was
-written, but the run is degraded: a neighbour never sent a valid message (wrong public key
-or endpoint, another plan, never started) or more than ``run.max_missing`` of the
-neighbours' messages were missing; 128+N stopped by signal N at a round boundary or while
-retrying a write.
+starting over would reuse noise: deploy a new run id; or the sent record is damaged; or a
+round recorded as sent would be sent again with another message); 5 the model diverged
+(the round's message, or the state after mixing, would be non-finite; nothing was sent or
+adopted, the checkpoint stays at the start of that round; ``--rollback`` sits that round
+out); 6 a file or the port could not be opened at start; 7 the plan's rounds are done and
+the model was written, but the run is degraded: a neighbour never sent a valid message
+(wrong public key or endpoint, another plan, never started) or more than
+``run.max_missing`` of the neighbours' messages were missing; 128+N stopped by signal N at
+a round boundary or while retrying a write.
 
 Log: Python ``logging`` on stderr, one line per event with a reason code
 (:mod:`firmware_py.logs`): human text by default, ``--log-format json`` for one JSON object
@@ -62,7 +64,6 @@ import binascii
 import functools
 import hashlib
 import io
-import json
 import logging
 import signal
 import sys
@@ -78,7 +79,7 @@ from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
 from edgedp.plan import NoisePlan
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, ledger, logs, recovery, resources
+from firmware_py import checkpoint, config, ledger, logs, recovery, resources, sentrecord
 
 __all__ = ["main", "run"]
 
@@ -225,17 +226,6 @@ def _open_seed(cfg, secret) -> bytes:
     return seed
 
 
-def _sent_record(path) -> dict | None:
-    """The durable "round sent" record: {"run", "round"}; None if there is none."""
-    if not path.exists():
-        return None
-    try:
-        record = json.loads(path.read_text())
-        return {"run": str(record["run"]), "round": int(record["round"])}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RefusedError(EXIT_UNSAFE, f"{path}: unreadable sent-round record ({exc})") from None
-
-
 def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
     """Refuse a start that could reuse noise: a fresh start on a stream this secret
     already used, or a checkpoint behind the last round sent (module docstring)."""
@@ -251,10 +241,10 @@ def _check_streams(cfg, plan, agent, snap, sent, stream_ledger) -> None:
             "of it: a fresh start would reuse that noise. Resume from the run's checkpoint, "
             "or start a new run (`edgedp deploy` writes a new run.id)",
         )
-    if sent is not None and sent["round"] > agent.round:
+    if sent is not None and sent.round > agent.round:
         raise RefusedError(
             EXIT_UNSAFE,
-            f"round {sent['round']} was already sent but the checkpoint is at round "
+            f"round {sent.round} was already sent but the checkpoint is at round "
             f"{agent.round}: resuming would reuse noise with a different model",
         )
 
@@ -270,19 +260,24 @@ def _error_line(node: int, agent: Agent, exc: Exception) -> dict:
     }
 
 
-def _sent_line(node: int, out) -> dict:
-    """The round's noise and message digests: a re-sent round must repeat both exactly."""
+def _message_digest(out) -> bytes:
+    """sha256 of the round's frames (every recipient's when each gets its own)."""
     digest = hashlib.sha256()
     for v in out.recipients if out.per_recipient is not None else out.recipients[:1]:
         for frame in out.frames_for(v):
             digest.update(frame)
+    return digest.digest()
+
+
+def _sent_line(node: int, out, message: bytes) -> dict:
+    """The round's noise and message digests: a re-sent round must repeat both exactly."""
     return {
         "event": "sent",
         "time": time.time(),
         "node": node,
         "round": out.round,
         "noise": out.noise_digest,
-        "message": digest.hexdigest()[:16],
+        "message": message.hex()[:16],
     }
 
 
@@ -343,18 +338,22 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     )
     checkpoint.private_folder(cfg.checkpoint_dir)
     checkpoint.remove_temporaries(cfg.checkpoint_dir)  # left by a writer killed mid-write
-    ckpt_path, sent_path = cfg.checkpoint_dir / "checkpoint", cfg.checkpoint_dir / "sent"
-    sent = _sent_record(sent_path)
-    if sent is not None and sent["run"] != cfg.run_id:
+    ckpt_path = cfg.checkpoint_dir / "checkpoint"
+    try:
+        record = sentrecord.SentRecord(cfg.checkpoint_dir / "sent")
+    except sentrecord.SentRecordError as exc:
+        raise RefusedError(EXIT_UNSAFE, str(exc)) from None
+    sent = record.last
+    if sent is not None and sent.run != cfg.run_id:
         raise config.ConfigError(
-            f"the state folder {cfg.checkpoint_dir} holds run {sent['run']!r} but this config "
+            f"the state folder {cfg.checkpoint_dir} holds run {sent.run!r} but this config "
             f"is for run {cfg.run_id!r}: give the new run an empty run.checkpoint_dir"
         )
     try:
         resumed = recovery.resume(
             agent,
             cfg.checkpoint_dir,
-            sent=None if sent is None else sent["round"],
+            sent=None if sent is None else sent.round,
             rollback=rollback,
             command=f"edgedp-agent --config {cfg.path} --rollback",
         )
@@ -475,13 +474,17 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                 checkpointed()
                 metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
-            line = _sent_line(cfg.id, out)  # hashed while the checkpoint may still be written
+            message = _message_digest(out)  # while the checkpoint may still be written
+            resend = record.check_resend(out.round, message)
+            if resend is not None:  # nothing sent; never happens unless the state was altered
+                checkpointed()
+                raise RefusedError(EXIT_UNSAFE, resend)
             # the state this round starts from is durable before the round is recorded as
             # sent, and the record before anything is sent (a stop here sends nothing)
             checkpointed()
-            record = json.dumps({"run": cfg.run_id, "round": out.round}).encode()
             durable(
-                "sent-round record", functools.partial(checkpoint.atomic_write, sent_path, record)
+                "sent-round record",
+                functools.partial(record.write, cfg.run_id, out.round, message),
             )
             if stream_ledger is not None and out.round == first_round:  # after the record:
                 # a kill in between resumes from it instead of refusing a fresh start
@@ -491,7 +494,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                         stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
                     ),
                 )
-            metrics.write(line)
+            metrics.write(_sent_line(cfg.id, out, message))
             for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
                 transport.send((v,), out.frames_for(v))
             started = time.monotonic()

@@ -10,7 +10,6 @@ repeats its noise and message digests.
 """
 
 import hashlib
-import json
 import os
 import signal
 import struct
@@ -21,7 +20,7 @@ import pytest
 from hostile import harness, kill
 
 from edgedp import _codec
-from firmware_py import checkpoint, config, deploy
+from firmware_py import checkpoint, config, deploy, sentrecord
 
 BODY = {
     "plan_hash": b"h" * 32,
@@ -113,7 +112,7 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
         inside += any(cfg.checkpoint_dir.glob(f".checkpoint.tmp.{proc.pid}"))
         # what a restart finds: the sent record never ahead of the newest checkpoint (none
         # yet: the initial state, round 0)
-        sent = json.loads((cfg.checkpoint_dir / "sent").read_text())["round"]
+        sent = sentrecord.read(cfg.checkpoint_dir / "sent").round
         snap = checkpoint.load(cfg.checkpoint_dir / "checkpoint")
         assert sent <= (0 if snap is None else snap["round"])
         lr.start(0)
@@ -134,7 +133,7 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
     while "checkpoint failed" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.5)
-    sent = json.loads((cfg.checkpoint_dir / "sent").read_text())["round"]
+    sent = sentrecord.read(cfg.checkpoint_dir / "sent").round
     assert sent <= checkpoint.load(cfg.checkpoint_dir / "checkpoint")["round"]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -25,7 +25,7 @@ import topologies
 from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
 from edgedp.plan import TaskSpec, make_plan
-from firmware_py import deploy, resources
+from firmware_py import deploy, resources, sentrecord
 from sim import batch, datasets
 
 
@@ -185,16 +185,19 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     pid, log = run.processes[0].pid, run.directory / "node-0.log"
     state = run.directory / "configs" / "state" / "node-0"
     _wait(lambda: len(_rounds(run, 0)) >= 2)
-    # 1) the sent-round record cannot be written (a directory in the way: EISDIR)
-    blocker = state / f".sent.tmp.{pid}"
-    _block(blocker)
+    # 1) the sent-round record cannot be written (a directory in its place: EISDIR, also
+    # for the whole-file rewrite a failed in-place write falls back to)
+    record, away = state / "sent", state / "sent.away"
+    os.rename(record, away)
+    record.mkdir()
     _wait(lambda: "sent-round record failed" in log.read_text())
-    held = json.loads((state / "sent").read_text())["round"]
+    held = sentrecord.read(away).round
     time.sleep(1.0)  # > 3 round deadlines: the neighbours move on without node 0
-    assert json.loads((state / "sent").read_text())["round"] == held
     blocked = held + 1  # begun but not recorded as sent: it is not sent either
     assert blocked not in {m["round"] for m in _rounds(run, 0)}
-    blocker.rmdir()
+    assert record.is_dir() and sentrecord.read(away).round == held
+    record.rmdir()
+    os.rename(away, record)
     # 2) the checkpoint cannot be written: the next round waits for it
     _wait(lambda: len(_rounds(run, 0)) >= blocked + 3)
     blocker = state / f".checkpoint.tmp.{pid}"
@@ -204,6 +207,8 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     blocker.rmdir()
     # 3) metrics hit a file-size limit (EFBIG; the agent ignores SIGXFSZ): lines wait
     _wait(lambda: "checkpoint done after" in log.read_text())
+    # (a limit below the sent record's fixed size would stop its in-place writes too)
+    _wait(lambda: (state / "metrics.jsonl").stat().st_size > sentrecord.SIZE)
     size = (state / "metrics.jsonl").stat().st_size
     hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]
     resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, hard))
