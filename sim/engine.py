@@ -34,6 +34,7 @@ A node whose message would be non-finite raises the Agent's
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,7 +45,7 @@ from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from sim import evaluation, initial
 from sim.churn import Crash, Faults
-from sim.clock import Clock, Uplink
+from sim.clock import Clock, TieError, Turns, Uplink
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
 from sim.observers import LinkObserver
@@ -102,6 +103,17 @@ class _Arrival:
         self.triggered, self.wait = False, wait
 
 
+class _Planned:
+    """A message planned by :class:`sim.clock.Turns`: its delivery (None if lost) and size."""
+
+    __slots__ = ("cancelled", "u", "v", "r", "message", "size", "lost", "marked")
+
+    def __init__(self, u: int, v: int, r: int, message: tuple, size: int) -> None:
+        self.cancelled, self.u, self.v, self.r = False, u, v, r
+        self.message, self.size = message, size
+        self.lost, self.marked = False, None  # marked: a delivery time noted on the clock
+
+
 @dataclass(slots=True, eq=False)
 class _Job:
     """One round's messages of one node, sent one after another."""
@@ -126,6 +138,7 @@ class _Sim:
         observers: Sequence[LinkObserver] = (),
         initial_state: str = "model",
         gradient_transforms: Mapping[int, Callable] | None = None,
+        planned: bool = False,
     ) -> None:
         self.gradient_transforms = dict(gradient_transforms or {})
         self.observers = tuple(observers)
@@ -141,7 +154,7 @@ class _Sim:
                 "churn and message loss are not supported with it (use a block or gaussian "
                 "basis)."
             )
-        self.env = Clock()
+        self.env = Clock(unique_times=planned)
         self.model = models.for_task(plan.task, data.features)
         self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
@@ -159,6 +172,20 @@ class _Sim:
         self.incarnation = [0] * n
         self.arrival = [_Arrival(None) for _ in range(n)]
         self.uplinks = [Uplink(self.env) for _ in range(n)]
+        self.turns = (
+            [
+                Turns(
+                    self.env,
+                    length=_length,
+                    delay=self._delay,
+                    emit=self._emit_planned,
+                    cancel=self._cancel,
+                )
+                for _ in range(n)
+            ]
+            if planned
+            else None
+        )
         # a node's deadline: the one armed last (time, id, wait) and its entry in the heap
         self.armed: list[tuple | None] = [None] * n
         self.live: list[tuple | None] = [None] * n
@@ -276,6 +303,7 @@ class _Sim:
         """(Re)arm ``u``'s deadline. A timeout armed later at the same time has a later id:
         the heap entry already there is moved to that id when it comes up."""
         eid = self.env.next_id()
+        self.env.mark(time)
         self.armed[u] = (time, eid, wait)
         live = self.live[u]
         if live is None or live[0] > time:
@@ -310,7 +338,10 @@ class _Sim:
     # ------------------------------------------------------------------ links
     def _transmit(self, u: int, out) -> None:
         """A round's messages leave ``u`` one recipient after another."""
-        self._send(_Job(u, out.round, out.recipients, out), 0)
+        if self.turns is not None:
+            self.turns[u].request(_Job(u, out.round, out.recipients, out))
+        else:
+            self._send(_Job(u, out.round, out.recipients, out), 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
         """``(frames, decoded, max_bytes, size, serialization s)`` of message ``i``: one
@@ -361,6 +392,37 @@ class _Sim:
             self.env.at(self.env.now + latency, self._deliver, u, v, r, message)
         else:  # a delivery process starting now
             self.env.start(self._deliver, u, v, r, message)
+
+    # planned uplinks (sim.clock.Turns): the same counts and draws as _emit, at plan time
+    def _delay(self, job: _Job, i: int) -> float:
+        return self._message(job, i)[4]
+
+    def _emit_planned(self, job: _Job, i: int, end: float) -> _Planned:
+        message = self._message(job, i)
+        u, v, r = job.sender, job.recipients[i], job.round
+        planned = _Planned(u, v, r, message, message[3])
+        self.result.messages += 1
+        self.result.bytes_sent += planned.size
+        if self.links.lost[(u, v)][r]:
+            self.result.lost_messages += 1
+            planned.lost = True
+            return planned
+        planned.marked = time = end + float(self.links.latency[(u, v)][r])
+        self.env.at_unique(time, self._deliver_planned, planned)
+        return planned
+
+    def _cancel(self, planned: _Planned) -> None:
+        planned.cancelled = True
+        self.result.messages -= 1
+        self.result.bytes_sent -= planned.size
+        if planned.lost:
+            self.result.lost_messages -= 1
+        if planned.marked is not None:
+            self.env.unmark(planned.marked)
+
+    def _deliver_planned(self, planned: _Planned) -> None:
+        if not planned.cancelled:
+            self._deliver(planned.u, planned.v, planned.r, planned.message)
 
     def _deliver(self, u: int, v: int, r: int, message: tuple) -> None:
         if not self.up[v] or self.dropped[v, r]:
@@ -433,6 +495,32 @@ class _Sim:
         return res
 
 
+def _length(job: _Job) -> int:
+    return len(job.recipients)
+
+
+def _distinct_times(network: Network) -> bool:
+    """Whether the scenario's event times are (almost surely) distinct: continuous
+    latencies and a finite bandwidth, so uplinks may be planned ahead (sim.clock.Turns)."""
+    p = network.latency.params
+    continuous = (
+        network.latency.kind == "lognormal" and p["sigma"] > 0 and p["median_ms"] > 0
+    ) or (network.latency.kind == "uniform" and p["low_ms"] < p["high_ms"])
+    return continuous and not math.isinf(network.bandwidth_mbps)
+
+
+def _monotone(progress: Callable[[int], None]) -> Callable[[int], None]:
+    """``progress`` called only with rounds beyond those already reported (a rerun)."""
+    done = [0]
+
+    def report(rounds: int) -> None:
+        if rounds > done[0]:
+            done[0] = rounds
+            progress(rounds)
+
+    return report
+
+
 def run(
     plan: NoisePlan,
     data: FederatedData,
@@ -456,16 +544,24 @@ def run(
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
-    sim = _Sim(
+    network = network or Network(latency=Network().latency)
+    args = (
         plan,
         data,
-        network or Network(latency=Network().latency),
+        network,
         faults or Faults(),
         seed,
         eval_every,
-        progress,
+        None if progress is None else _monotone(progress),
         observers,
         initial_state,
         gradient_transforms,
     )
-    return sim.run()
+    # observers see messages in the order they leave, and gradient transforms may keep
+    # state: neither is run twice, so their runs keep the uplinks' events
+    if _distinct_times(network) and not observers and not gradient_transforms:
+        try:
+            return _Sim(*args, planned=True).run()
+        except TieError:  # two events at one instant: the order needs the full event model
+            pass
+    return _Sim(*args).run()
