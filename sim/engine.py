@@ -72,6 +72,7 @@ class EventResult:
     crashes: int = 0
     events: int = 0  # callbacks taken from the event queue (heap)
     instants: int = 0  # callbacks run at their instant without the heap (sim/clock.py)
+    planned_uplinks: bool = False  # uplink turns planned ahead (sim.clock.Turns)
     simulated_seconds: float = 0.0
 
     @property
@@ -159,6 +160,8 @@ class _Sim:
         self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
         n, T = plan.n, plan.steps  # noqa: N806
+        # one share per node (each hashes the whole plan), reused by restarts
+        self.shares = [plan.share(u) for u in range(n)]
         self.agents = [self._new_agent(u) for u in range(n)]
         start = initial.states(initial_state, self.keys, nodes=n, dim=self.model.dim)
         if start is not None:  # before the first snapshot: a restart resumes from it
@@ -201,14 +204,14 @@ class _Sim:
 
     def _new_agent(self, u: int) -> Agent:
         return Agent(
-            self.plan.share(u),
+            self.shares[u],
             model=self.model,
             x=self.data.x[u],
             y=self.data.y[u],
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
             gradient_transform=self.gradient_transforms.get(u),
-            **self.keys.agent(u, self.plan.share(u).neighbours),
+            **self.keys.agent(u, self.shares[u].neighbours),
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:
@@ -344,9 +347,9 @@ class _Sim:
             self._send(_Job(u, out.round, out.recipients, out), 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
-        """``(frames, decoded, max_bytes, size, serialization s)`` of message ``i``: one
-        copy and one decode for all recipients; per recipient only where frames differ
-        (Zip-DL, DOME)."""
+        """``(frames, decoded, max_bytes, size, serialization s, extremes)`` of message
+        ``i``: one copy, one decode and one max/min for all recipients; per recipient only
+        where frames differ (Zip-DL, DOME)."""
         out = job.out
         if out.per_recipient is None and job.message is not None:
             return job.message
@@ -356,8 +359,10 @@ class _Sim:
             decoded = wire.decode(frames, max_bytes=max_bytes)
         except wire.WireError:
             decoded = None  # the recipient's receive() counts the rejection
+        extremes = None if decoded is None else wire.extremes(decoded)
         size = sum(len(f) for f in frames)
-        job.message = (frames, decoded, max_bytes, size, self.network.serialization_s(size))
+        delay = self.network.serialization_s(size)
+        job.message = (frames, decoded, max_bytes, size, delay, extremes)
         return job.message
 
     def _send(self, job: _Job, first: int) -> None:
@@ -433,7 +438,7 @@ class _Sim:
         if decoded is None or agent.context.max_bytes != max_bytes:
             agent.receive(frames, authenticated_sender=u)
         else:
-            agent.accept(decoded, authenticated_sender=u)
+            agent.accept(decoded, authenticated_sender=u, extremes=message[5])
         if self.env.alone():  # nothing can come between: its two hops are the next events
             arrival = self.arrival[v]
             if not arrival.triggered:
@@ -476,6 +481,7 @@ class _Sim:
         env.drain()
         res = self.result
         res.events, res.instants = env.events, env.instants
+        res.planned_uplinks = self.turns is not None
         res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
         res.models = np.stack([a.theta for a in self.agents])
         res.rejected = sum(sum(a.metrics.rejected.values()) for a in self.agents)
