@@ -539,6 +539,7 @@ def run(
     observers: Sequence[LinkObserver] = (),
     initial_state: str = "model",
     gradient_transforms: Mapping[int, Callable] | None = None,
+    plan_uplinks: bool = True,
 ) -> EventResult:
     """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal).
 
@@ -547,6 +548,9 @@ def run(
     ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`sim.initial`; trial 0 of
     the plan's keys, as the batch engine's first trial). ``gradient_transforms`` maps a node
     to the Agent's ``gradient_transform`` (privacy audits plant canaries with it).
+    ``plan_uplinks=False`` makes every uplink slot an event (:class:`sim.clock.Uplink`)
+    even where turns could be planned ahead (:class:`sim.clock.Turns`); the results are
+    the same (``EventResult.planned_uplinks`` tells which ran).
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
@@ -565,7 +569,7 @@ def run(
     )
     # observers see messages in the order they leave, and gradient transforms may keep
     # state: neither is run twice, so their runs keep the uplinks' events
-    if _distinct_times(network) and not observers and not gradient_transforms:
+    if plan_uplinks and _distinct_times(network) and not observers and not gradient_transforms:
         try:
             return _Sim(*args, planned=True).run()
         except TieError:  # two events at one instant: the order needs the full event model
