@@ -56,7 +56,7 @@ class Clock(simpy.Environment):
         # with unique_times: the times of at_unique events, and of the others
         self._unique: set[float] | None = set() if unique_times else None
         self._times: set[float] = set()
-        self._prune_at = 1 << 16
+        self._left = 1 << 16  # marks until the past is forgotten
 
     def mark(self, time: float) -> None:
         """Note an event at ``time`` (> now) that must not meet an :meth:`at_unique` one.
@@ -66,7 +66,9 @@ class Clock(simpy.Environment):
             if time in self._unique:
                 raise TieError(f"an event at t = {time!r} meets a delivery")
             self._times.add(time)
-            self._prune()
+            self._left -= 1
+            if not self._left:
+                self._prune()
 
     def at_unique(self, time: float, fn: Callable, *args) -> None:
         """:meth:`at` for a time (> now) no other event may have; else :class:`TieError`."""
@@ -75,7 +77,9 @@ class Clock(simpy.Environment):
             if time in unique or time in self._times:
                 raise TieError(f"two events at t = {time!r}")
             unique.add(time)
-            self._prune()
+            self._left -= 1
+            if not self._left:
+                self._prune()
         heappush(self._queue, (time, NORMAL, next(self._eid), fn, args))
 
     def unmark(self, time: float) -> None:
@@ -84,12 +88,13 @@ class Clock(simpy.Environment):
             self._unique.discard(time)
 
     def _prune(self) -> None:
-        """Forget the past (amortised O(1) per mark)."""
-        if len(self._unique) + len(self._times) >= self._prune_at:
-            now = self._now
-            self._unique = {t for t in self._unique if t > now}
-            self._times = {t for t in self._times if t > now}
-            self._prune_at = max(1 << 16, 2 * (len(self._unique) + len(self._times)))
+        """Forget the past (amortised O(1) per mark: the next prune comes after as many
+        marks as times are kept, and at least 65,536)."""
+        assert self._unique is not None
+        now = self._now
+        self._unique = {t for t in self._unique if t > now}
+        self._times = {t for t in self._times if t > now}
+        self._left = max(1 << 16, len(self._unique) + len(self._times))
 
     def next_id(self) -> int:
         """The id an event scheduled now would get (for :meth:`at_id`)."""

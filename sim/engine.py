@@ -306,7 +306,9 @@ class _Sim:
         """(Re)arm ``u``'s deadline. A timeout armed later at the same time has a later id:
         the heap entry already there is moved to that id when it comes up."""
         eid = self.env.next_id()
-        self.env.mark(time)
+        armed = self.armed[u]
+        if armed is None or armed[0] != time:  # (the same time again is marked already)
+            self.env.mark(time)
         self.armed[u] = (time, eid, wait)
         live = self.live[u]
         if live is None or live[0] > time:
