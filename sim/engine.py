@@ -18,10 +18,13 @@ crashes share instants, that order decides which messages a node mixes; tests pi
 A message costs one heap event (its delivery), two with a finite bandwidth (and the end
 of its uplink slot); a node's deadline stays one heap entry while it is re-armed at later
 ids or times; wake-ups and uplink grants skip the heap when nothing else is due at their
-instant.
+instant. With continuous latencies and a finite bandwidth the uplinks' turns are planned
+ahead (:class:`sim.clock.Turns`), so a message is one heap event there too; a tie that
+planning could misorder (:class:`sim.clock.TieError`) restarts the run with slot events.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
-(:func:`edgedp.wire.decode`); every recipient runs the receiver's checks on it
+(:func:`edgedp.wire.decode`, its max/min taken once); every recipient runs the receiver's
+checks on it
 (:meth:`edgedp.agent.Agent.accept`: plan, sender, round window, shape, finite values within
 the plan's bound). These frames come from the engine itself, never from a peer: hostile
 frames are handled by ``Agent.receive`` and the device transports.
