@@ -605,9 +605,16 @@ class Agent:
             return False
         return self.accept(msg, authenticated_sender=authenticated_sender)
 
-    def accept(self, msg: wire.Message, *, authenticated_sender: int | None = None) -> bool:
+    def accept(
+        self,
+        msg: wire.Message,
+        *,
+        authenticated_sender: int | None = None,
+        extremes: tuple | None = None,
+    ) -> bool:
         """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
-        every check against this node's plan, round window and bounds, then the inbox."""
+        every check against this node's plan, round window and bounds, then the inbox
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed)."""
         try:
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
@@ -619,6 +626,7 @@ class Agent:
                 round_lo=self.round,
                 round_hi=min(self.round + self.round_window, self.share.steps - 1),
                 authenticated_sender=authenticated_sender,
+                extremes=extremes,
             )
         except wire.WireError as exc:
             self.metrics.rejected[type(exc).__name__] += 1

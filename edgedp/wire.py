@@ -41,6 +41,7 @@ __all__ = [
     "check",
     "decode",
     "encode",
+    "extremes",
 ]
 
 WIRE_VERSION = 1
@@ -234,6 +235,16 @@ def decode(frames: Sequence[bytes | memoryview], *, max_bytes: int = 1 << 28) ->
     return Message(plan, round_, sender, kind, tuple(arrays), version)
 
 
+def _extremes(arr: np.ndarray) -> tuple[float, float]:
+    return float(np.max(arr)), float(np.min(arr))
+
+
+def extremes(msg: Message) -> tuple[tuple[float, float] | None, ...]:
+    """``(max, min)`` of each array of ``msg`` (None for an empty one), as :func:`check`
+    computes them (NaN if the array holds a NaN)."""
+    return tuple(_extremes(a) if a.size else None for a in msg.arrays)
+
+
 def check(
     msg: Message,
     ctx: Context,
@@ -241,11 +252,14 @@ def check(
     round_lo: int,
     round_hi: int,
     authenticated_sender: int | None = None,
+    extremes: Sequence[tuple[float, float] | None] | None = None,
 ) -> None:
     """Check a decoded message against the receiver's context; raises a WireError subclass.
 
     ``round_lo..round_hi`` (inclusive) is the window of rounds the receiver accepts; when the
     transport authenticated the peer, ``authenticated_sender`` must equal the claimed sender.
+    ``extremes`` holds ``(max, min)`` of each array (:func:`extremes`) when the caller
+    already has them (a simulator checks one decoded message for many recipients).
     """
     if msg.plan_hash != ctx.plan_hash:
         raise PlanHashMismatch(f"sender {msg.sender} runs plan {msg.plan_hash.hex()[:12]}…")
@@ -267,7 +281,7 @@ def check(
         if not arr.size:
             continue
         # two reductions, no temporary array: max and min are NaN if any entry is NaN
-        hi, lo = float(np.max(arr)), float(np.min(arr))
+        hi, lo = _extremes(arr) if extremes is None else extremes[i]
         if not (math.isfinite(hi) and math.isfinite(lo)):
             raise BadPayload(f"array {i} has NaN or Inf values")
         bound = ctx.bounds[i] if i < len(ctx.bounds) else math.inf

@@ -15,6 +15,16 @@ Callbacks of the current instant wait in two FIFOs rather than in the heap. The 
 runs directly when nothing in the heap comes before it (with continuous latencies nearly
 always); otherwise all of them move to the heap with ids in the order they were made.
 ``events`` counts the callbacks taken from the heap, ``instants`` those run directly.
+
+Planning uplinks ahead (:class:`Turns`) schedules a message's delivery when its sender's
+uplink turn is planned instead of when its slot ends: the delivery gets an earlier id, and
+the slot end is no event at all. That changes nothing as long as no delivery shares its
+instant with another event (where the ids would decide) and no job reaches an uplink at
+the instant one of its slots ends. ``Clock(unique_times=True)`` checks the first:
+:meth:`at_unique` times (deliveries) must differ from each other and from every time given
+to :meth:`at` or :meth:`mark` (deadlines, crashes, compute steps: these may share instants
+with each other, as they are scheduled in the same order either way); a clash raises
+:class:`TieError`. Times are remembered until the clock passes them.
 """
 
 from __future__ import annotations
@@ -25,20 +35,66 @@ from heapq import heappop, heappush
 
 import simpy
 
-__all__ = ["Clock", "Uplink"]
+__all__ = ["Clock", "TieError", "Turns", "Uplink"]
 
 URGENT, NORMAL = simpy.core.URGENT, simpy.core.NORMAL
+
+
+class TieError(Exception):
+    """Two events at one instant on a clock made with ``unique_times=True``."""
 
 
 class Clock(simpy.Environment):
     """:class:`simpy.Environment` whose queue holds ``(time, priority, id, fn, args)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, unique_times: bool = False) -> None:
         super().__init__()
         self._urgent: deque = deque()
         self._normal: deque = deque()
         self.events = 0
         self.instants = 0
+        # with unique_times: the times of at_unique events, and of the others
+        self._unique: set[float] | None = set() if unique_times else None
+        self._times: set[float] = set()
+        self._left = 1 << 16  # marks until the past is forgotten
+
+    def mark(self, time: float) -> None:
+        """Note an event at ``time`` (> now) that must not meet an :meth:`at_unique` one.
+
+        A no-op unless the clock was made with ``unique_times=True``."""
+        if self._unique is not None:
+            if time in self._unique:
+                raise TieError(f"an event at t = {time!r} meets a delivery")
+            self._times.add(time)
+            self._left -= 1
+            if not self._left:
+                self._prune()
+
+    def at_unique(self, time: float, fn: Callable, *args) -> None:
+        """:meth:`at` for a time (> now) no other event may have; else :class:`TieError`."""
+        unique = self._unique
+        if unique is not None:
+            if time in unique or time in self._times:
+                raise TieError(f"two events at t = {time!r}")
+            unique.add(time)
+            self._left -= 1
+            if not self._left:
+                self._prune()
+        heappush(self._queue, (time, NORMAL, next(self._eid), fn, args))
+
+    def unmark(self, time: float) -> None:
+        """Forget an :meth:`at_unique` time whose event was cancelled."""
+        if self._unique is not None:
+            self._unique.discard(time)
+
+    def _prune(self) -> None:
+        """Forget the past (amortised O(1) per mark: the next prune comes after as many
+        marks as times are kept, and at least 65,536)."""
+        assert self._unique is not None
+        now = self._now
+        self._unique = {t for t in self._unique if t > now}
+        self._times = {t for t in self._times if t > now}
+        self._left = max(1 << 16, len(self._unique) + len(self._times))
 
     def next_id(self) -> int:
         """The id an event scheduled now would get (for :meth:`at_id`)."""
@@ -48,6 +104,8 @@ class Clock(simpy.Environment):
         if time <= self._now:  # SimPy: a timeout ending now is an event of this instant
             self._normal.append((fn, args))
         else:
+            if self._unique is not None:
+                self.mark(time)
             heappush(self._queue, (time, NORMAL, next(self._eid), fn, args))
 
     def at_id(self, time: float, eid: int, fn: Callable, *args) -> None:
@@ -163,3 +221,68 @@ class Uplink:
             self.busy = True
             fn, args = self.queue.popleft()
             self.clock.soon(fn, *args)
+
+
+class Turns:
+    """An uplink served first come first served, planned ahead: one heap event per message.
+
+    The same turns as :class:`Uplink` (each job asks for its next slot when its previous
+    one ends; jobs waiting at that instant go first), computed as a pure schedule when a
+    job arrives: ``emit(job, i, end)`` is called at once for every slot the uplink will
+    serve, with the time ``end`` its message leaves, and returns a handle. A job arriving
+    while others are still sending changes the turns after the slot in progress: those
+    slots are handed back to ``cancel(handle)`` and planned again. A job arriving at the
+    instant a slot ends would need the ids to order the two (:class:`Uplink`): it raises
+    :class:`TieError`. A slot's end is no event: it changes only this uplink's turns.
+
+    ``length(job)`` is the number of messages of a job, ``delay(job, i)`` the (> 0)
+    serialization time of its message ``i``.
+    """
+
+    __slots__ = ("clock", "length", "delay", "emit", "cancel", "slots")
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        length: Callable[[object], int],
+        delay: Callable[[object, int], float],
+        emit: Callable[[object, int, float], object],
+        cancel: Callable[[object], None],
+    ) -> None:
+        self.clock, self.length, self.delay = clock, length, delay
+        self.emit, self.cancel = emit, cancel
+        # planned slots not yet ended: [start, end, job, i, waiting requests, handle]
+        self.slots: deque[list] = deque()
+
+    def request(self, job: object) -> None:
+        """``job`` asks now for its first slot."""
+        now, slots = self.clock.now, self.slots
+        while slots and slots[0][1] < now:
+            slots.popleft()
+        if not slots:  # idle: the job is served at once
+            self._plan(None, now, deque([(job, 0)]))
+            return
+        current = slots.popleft()
+        end = current[1]
+        if not now < end:  # (start == now: a job of this instant was served first)
+            raise TieError(f"a job reaches an uplink at t = {now!r} as a slot ends")
+        for slot in slots:  # the turns after the slot in progress change
+            self.clock.unmark(slot[1])
+            self.cancel(slot[5])
+        slots.clear()
+        current[4] = (*current[4], (job, 0))
+        slots.append(current)
+        self._plan((current[2], current[3]), end, deque(current[4]))
+
+    def _plan(self, holder: tuple | None, end: float, queue: deque) -> None:
+        """Serve ``queue`` after ``holder``'s slot ends at ``end``, until nothing is left."""
+        slots = self.slots
+        while True:
+            if holder is not None and holder[1] + 1 < self.length(holder[0]):
+                queue.append((holder[0], holder[1] + 1))  # asks again after its release
+            if not queue:
+                return
+            job, i = holder = queue.popleft()
+            start, end = end, end + self.delay(job, i)
+            slots.append([start, end, job, i, tuple(queue), self.emit(job, i, end)])

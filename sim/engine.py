@@ -18,10 +18,13 @@ crashes share instants, that order decides which messages a node mixes; tests pi
 A message costs one heap event (its delivery), two with a finite bandwidth (and the end
 of its uplink slot); a node's deadline stays one heap entry while it is re-armed at later
 ids or times; wake-ups and uplink grants skip the heap when nothing else is due at their
-instant.
+instant. With continuous latencies and a finite bandwidth the uplinks' turns are planned
+ahead (:class:`sim.clock.Turns`), so a message is one heap event there too; a tie that
+planning could misorder (:class:`sim.clock.TieError`) restarts the run with slot events.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
-(:func:`edgedp.wire.decode`); every recipient runs the receiver's checks on it
+(:func:`edgedp.wire.decode`, its max/min taken once); every recipient runs the receiver's
+checks on it
 (:meth:`edgedp.agent.Agent.accept`: plan, sender, round window, shape, finite values within
 the plan's bound). These frames come from the engine itself, never from a peer: hostile
 frames are handled by ``Agent.receive`` and the device transports.
@@ -34,6 +37,7 @@ A node whose message would be non-finite raises the Agent's
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,7 +48,7 @@ from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from sim import evaluation, initial
 from sim.churn import Crash, Faults
-from sim.clock import Clock, Uplink
+from sim.clock import Clock, TieError, Turns, Uplink
 from sim.datasets import FederatedData
 from sim.links import LinkDraws, Network
 from sim.observers import LinkObserver
@@ -71,6 +75,7 @@ class EventResult:
     crashes: int = 0
     events: int = 0  # callbacks taken from the event queue (heap)
     instants: int = 0  # callbacks run at their instant without the heap (sim/clock.py)
+    planned_uplinks: bool = False  # uplink turns planned ahead (sim.clock.Turns)
     simulated_seconds: float = 0.0
 
     @property
@@ -102,6 +107,17 @@ class _Arrival:
         self.triggered, self.wait = False, wait
 
 
+class _Planned:
+    """A message planned by :class:`sim.clock.Turns`: its delivery (None if lost) and size."""
+
+    __slots__ = ("cancelled", "u", "v", "r", "message", "size", "lost", "marked")
+
+    def __init__(self, u: int, v: int, r: int, message: tuple, size: int) -> None:
+        self.cancelled, self.u, self.v, self.r = False, u, v, r
+        self.message, self.size = message, size
+        self.lost, self.marked = False, None  # marked: a delivery time noted on the clock
+
+
 @dataclass(slots=True, eq=False)
 class _Job:
     """One round's messages of one node, sent one after another."""
@@ -126,6 +142,7 @@ class _Sim:
         observers: Sequence[LinkObserver] = (),
         initial_state: str = "model",
         gradient_transforms: Mapping[int, Callable] | None = None,
+        planned: bool = False,
     ) -> None:
         self.gradient_transforms = dict(gradient_transforms or {})
         self.observers = tuple(observers)
@@ -141,11 +158,13 @@ class _Sim:
                 "churn and message loss are not supported with it (use a block or gaussian "
                 "basis)."
             )
-        self.env = Clock()
+        self.env = Clock(unique_times=planned)
         self.model = models.for_task(plan.task, data.features)
         self.keys = streams.RunKeys.simulation(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
         n, T = plan.n, plan.steps  # noqa: N806
+        # one share per node (each hashes the whole plan), reused by restarts
+        self.shares = [plan.share(u) for u in range(n)]
         self.agents = [self._new_agent(u) for u in range(n)]
         start = initial.states(initial_state, self.keys, nodes=n, dim=self.model.dim)
         if start is not None:  # before the first snapshot: a restart resumes from it
@@ -159,6 +178,20 @@ class _Sim:
         self.incarnation = [0] * n
         self.arrival = [_Arrival(None) for _ in range(n)]
         self.uplinks = [Uplink(self.env) for _ in range(n)]
+        self.turns = (
+            [
+                Turns(
+                    self.env,
+                    length=_length,
+                    delay=self._delay,
+                    emit=self._emit_planned,
+                    cancel=self._cancel,
+                )
+                for _ in range(n)
+            ]
+            if planned
+            else None
+        )
         # a node's deadline: the one armed last (time, id, wait) and its entry in the heap
         self.armed: list[tuple | None] = [None] * n
         self.live: list[tuple | None] = [None] * n
@@ -174,14 +207,14 @@ class _Sim:
 
     def _new_agent(self, u: int) -> Agent:
         return Agent(
-            self.plan.share(u),
+            self.shares[u],
             model=self.model,
             x=self.data.x[u],
             y=self.data.y[u],
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
             gradient_transform=self.gradient_transforms.get(u),
-            **self.keys.agent(u, self.plan.share(u).neighbours),
+            **self.keys.agent(u, self.shares[u].neighbours),
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:
@@ -276,6 +309,9 @@ class _Sim:
         """(Re)arm ``u``'s deadline. A timeout armed later at the same time has a later id:
         the heap entry already there is moved to that id when it comes up."""
         eid = self.env.next_id()
+        armed = self.armed[u]
+        if armed is None or armed[0] != time:  # (the same time again is marked already)
+            self.env.mark(time)
         self.armed[u] = (time, eid, wait)
         live = self.live[u]
         if live is None or live[0] > time:
@@ -310,12 +346,15 @@ class _Sim:
     # ------------------------------------------------------------------ links
     def _transmit(self, u: int, out) -> None:
         """A round's messages leave ``u`` one recipient after another."""
-        self._send(_Job(u, out.round, out.recipients, out), 0)
+        if self.turns is not None:
+            self.turns[u].request(_Job(u, out.round, out.recipients, out))
+        else:
+            self._send(_Job(u, out.round, out.recipients, out), 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
-        """``(frames, decoded, max_bytes, size, serialization s)`` of message ``i``: one
-        copy and one decode for all recipients; per recipient only where frames differ
-        (Zip-DL, DOME)."""
+        """``(frames, decoded, max_bytes, size, serialization s, extremes)`` of message
+        ``i``: one copy, one decode and one max/min for all recipients; per recipient only
+        where frames differ (Zip-DL, DOME)."""
         out = job.out
         if out.per_recipient is None and job.message is not None:
             return job.message
@@ -325,8 +364,10 @@ class _Sim:
             decoded = wire.decode(frames, max_bytes=max_bytes)
         except wire.WireError:
             decoded = None  # the recipient's receive() counts the rejection
+        extremes = None if decoded is None else wire.extremes(decoded)
         size = sum(len(f) for f in frames)
-        job.message = (frames, decoded, max_bytes, size, self.network.serialization_s(size))
+        delay = self.network.serialization_s(size)
+        job.message = (frames, decoded, max_bytes, size, delay, extremes)
         return job.message
 
     def _send(self, job: _Job, first: int) -> None:
@@ -362,6 +403,37 @@ class _Sim:
         else:  # a delivery process starting now
             self.env.start(self._deliver, u, v, r, message)
 
+    # planned uplinks (sim.clock.Turns): the same counts and draws as _emit, at plan time
+    def _delay(self, job: _Job, i: int) -> float:
+        return self._message(job, i)[4]
+
+    def _emit_planned(self, job: _Job, i: int, end: float) -> _Planned:
+        message = self._message(job, i)
+        u, v, r = job.sender, job.recipients[i], job.round
+        planned = _Planned(u, v, r, message, message[3])
+        self.result.messages += 1
+        self.result.bytes_sent += planned.size
+        if self.links.lost[(u, v)][r]:
+            self.result.lost_messages += 1
+            planned.lost = True
+            return planned
+        planned.marked = time = end + float(self.links.latency[(u, v)][r])
+        self.env.at_unique(time, self._deliver_planned, planned)
+        return planned
+
+    def _cancel(self, planned: _Planned) -> None:
+        planned.cancelled = True
+        self.result.messages -= 1
+        self.result.bytes_sent -= planned.size
+        if planned.lost:
+            self.result.lost_messages -= 1
+        if planned.marked is not None:
+            self.env.unmark(planned.marked)
+
+    def _deliver_planned(self, planned: _Planned) -> None:
+        if not planned.cancelled:
+            self._deliver(planned.u, planned.v, planned.r, planned.message)
+
     def _deliver(self, u: int, v: int, r: int, message: tuple) -> None:
         if not self.up[v] or self.dropped[v, r]:
             self.result.offline_drops += 1
@@ -371,7 +443,7 @@ class _Sim:
         if decoded is None or agent.context.max_bytes != max_bytes:
             agent.receive(frames, authenticated_sender=u)
         else:
-            agent.accept(decoded, authenticated_sender=u)
+            agent.accept(decoded, authenticated_sender=u, extremes=message[5])
         if self.env.alone():  # nothing can come between: its two hops are the next events
             arrival = self.arrival[v]
             if not arrival.triggered:
@@ -414,6 +486,7 @@ class _Sim:
         env.drain()
         res = self.result
         res.events, res.instants = env.events, env.instants
+        res.planned_uplinks = self.turns is not None
         res.simulated_seconds = float(np.nanmax(self.round_end)) if self.plan.steps else 0.0
         res.models = np.stack([a.theta for a in self.agents])
         res.rejected = sum(sum(a.metrics.rejected.values()) for a in self.agents)
@@ -433,6 +506,32 @@ class _Sim:
         return res
 
 
+def _length(job: _Job) -> int:
+    return len(job.recipients)
+
+
+def _distinct_times(network: Network) -> bool:
+    """Whether the scenario's event times are (almost surely) distinct: continuous
+    latencies and a finite bandwidth, so uplinks may be planned ahead (sim.clock.Turns)."""
+    p = network.latency.params
+    continuous = (
+        network.latency.kind == "lognormal" and p["sigma"] > 0 and p["median_ms"] > 0
+    ) or (network.latency.kind == "uniform" and p["low_ms"] < p["high_ms"])
+    return continuous and not math.isinf(network.bandwidth_mbps)
+
+
+def _monotone(progress: Callable[[int], None]) -> Callable[[int], None]:
+    """``progress`` called only with rounds beyond those already reported (a rerun)."""
+    done = [0]
+
+    def report(rounds: int) -> None:
+        if rounds > done[0]:
+            done[0] = rounds
+            progress(rounds)
+
+    return report
+
+
 def run(
     plan: NoisePlan,
     data: FederatedData,
@@ -445,6 +544,7 @@ def run(
     observers: Sequence[LinkObserver] = (),
     initial_state: str = "model",
     gradient_transforms: Mapping[int, Callable] | None = None,
+    plan_uplinks: bool = True,
 ) -> EventResult:
     """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal).
 
@@ -453,19 +553,30 @@ def run(
     ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`sim.initial`; trial 0 of
     the plan's keys, as the batch engine's first trial). ``gradient_transforms`` maps a node
     to the Agent's ``gradient_transform`` (privacy audits plant canaries with it).
+    ``plan_uplinks=False`` makes every uplink slot an event (:class:`sim.clock.Uplink`)
+    even where turns could be planned ahead (:class:`sim.clock.Turns`); the results are
+    the same (``EventResult.planned_uplinks`` tells which ran).
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
-    sim = _Sim(
+    network = network or Network(latency=Network().latency)
+    args = (
         plan,
         data,
-        network or Network(latency=Network().latency),
+        network,
         faults or Faults(),
         seed,
         eval_every,
-        progress,
+        None if progress is None else _monotone(progress),
         observers,
         initial_state,
         gradient_transforms,
     )
-    return sim.run()
+    # observers see messages in the order they leave, and gradient transforms may keep
+    # state: neither is run twice, so their runs keep the uplinks' events
+    if plan_uplinks and _distinct_times(network) and not observers and not gradient_transforms:
+        try:
+            return _Sim(*args, planned=True).run()
+        except TieError:  # two events at one instant: the order needs the full event model
+            pass
+    return _Sim(*args).run()
