@@ -281,7 +281,8 @@ def check(
         if not arr.size:
             continue
         # two reductions, no temporary array: max and min are NaN if any entry is NaN
-        hi, lo = _extremes(arr) if extremes is None else extremes[i]
+        given = None if extremes is None else extremes[i]
+        hi, lo = _extremes(arr) if given is None else given
         if not (math.isfinite(hi) and math.isfinite(lo)):
             raise BadPayload(f"array {i} has NaN or Inf values")
         bound = ctx.bounds[i] if i < len(ctx.bounds) else math.inf
