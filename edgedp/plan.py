@@ -181,6 +181,7 @@ class NoisePlan:
     adjacency: str = GAUSSIAN_ADJACENCY
     message_bound: float | None = None
     _facts: Any = field(default=None, init=False, repr=False, compare=False)
+    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
     _certificate: Any = field(default=None, init=False, repr=False, compare=False)
     _gram: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -273,7 +274,17 @@ class NoisePlan:
 
     @property
     def plan_hash(self) -> str:
-        return hashlib.sha256(_codec.canonical_bytes(self.to_dict())).hexdigest()
+        """SHA-256 of the canonical encoding, computed once (``dataclasses.replace`` makes a
+        new plan with its own). The plan's top-level arrays are made read-only then, so
+        the cached hash cannot go stale by writing into them."""
+        if self._hash is None:
+            for a in (self.edges, self.mixing_index, self.mixing_weight):
+                if isinstance(a, np.ndarray):
+                    a.flags.writeable = False
+            digest = hashlib.sha256(_codec.canonical_bytes(self.to_dict())).hexdigest()
+            object.__setattr__(self, "_hash", digest)
+        assert self._hash is not None
+        return self._hash
 
     def to_bytes(self, *, signing_key: str | None = None) -> bytes:
         """The plan file; with ``signing_key`` (an Ed25519 planning key, hex) it carries the

@@ -157,3 +157,18 @@ def test_pure_guarantee_delta_bounds_the_laplace_hockey_stick(eps, eps_prime):
 def test_plans_have_two_axes_noise_kind_and_message_kind(mechanism, options, noise, message):
     p = api.make_plan(mechanism, "ring:6", steps=6, batch_size=4, **options)
     assert (p.noise_kind, p.message_kind) == (noise, message)
+
+
+def test_plan_hash_is_computed_once_and_cannot_go_stale():
+    import dataclasses
+    import hashlib
+
+    from edgedp import _codec
+
+    p = api.make_plan("dp-dsgd", "ring:6", steps=6, batch_size=4, target_epsilon=4.0, delta=1e-6)
+    assert p.plan_hash == hashlib.sha256(_codec.canonical_bytes(p.to_dict())).hexdigest()
+    with pytest.raises(ValueError, match="read-only"):
+        p.mixing_weight[0, 0] = 0.5
+    q = dataclasses.replace(p, seed=p.seed + 1)
+    assert q.plan_hash != p.plan_hash
+    assert q.plan_hash == hashlib.sha256(_codec.canonical_bytes(q.to_dict())).hexdigest()
