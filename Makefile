@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet -c constraints.txt
 ALL    := $(VENV)/.installed-all
 DEMO   := $(VENV)/.installed-demo
-CHECKED := edgedp sim firmware_py topologies edgedp_cli tests benchmarks scripts
+CHECKED := edgedp edgedp_sim firmware_py edgedp_topologies edgedp_cli tests benchmarks scripts
 
 .PHONY: demo test bench lint constraints clean
 

@@ -31,7 +31,7 @@ TUNABLE = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
 CHILD = r"""
 import json, sys
 import numpy as np
-import topologies
+import edgedp_topologies
 from edgedp import factors, rng
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
@@ -58,7 +58,7 @@ factor = {"identity": None, "antipgd": None,
           "banded": factors.Banded.from_matrix(np.tril(C) - np.tril(C, -4), 4),
           "dense": factors.Dense(C), "blt": factors.BLT((0.9, 0.5), (0.3, 0.2))}[kind]
 mech = {"identity": "dp-dsgd"}.get(kind, kind)
-plan = make_plan(mech, topologies.parse("complete:2"), steps=steps,
+plan = make_plan(mech, edgedp_topologies.parse("complete:2"), steps=steps,
                  participation=Participation(steps, 1), clip_norm=1.0, learning_rate=0.1,
                  noise_multiplier=1.0, factor=factor, task=TaskSpec(batch_size=batch))
 secret = rng.seed_secret(0)

@@ -1,8 +1,8 @@
 """Trials per second of a privacy audit on the batch engine, and the audit table's wall time.
 
-Setting: the audit table's (:mod:`sim.audit_plans`, ring:8, T = 20, d = 2, three attackers:
+Setting: the audit table's (:mod:`edgedp_sim.audit_plans`, ring:8, T = 20, d = 2, three attackers:
 eavesdropper:all, one link, hbc neighbours; gradient canary). For each mechanism measured,
-N trials of ``sim.audit.run`` split into the simulation (batch engine with the canary and
+N trials of ``edgedp_sim.audit.run`` split into the simulation (batch engine with the canary and
 three probes) and the statistics (linear view, regenerated secrets, tests); beside it the
 plain batch engine on the same plan and trials (no canary, no probes), measured in the same
 run, and their ratio. The audit table's own wall time is read from
@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from sim import adversary, audit, audit_plans, batch, scenarios
+from edgedp_sim import adversary, audit, audit_plans, batch, scenarios
 
 TABLE = Path(__file__).resolve().parents[1] / "experiments" / "out" / "audit_table.json"
 ATTACKERS = ("eavesdropper:all", "eavesdropper:0-1", "hbc:1,7")
@@ -55,7 +55,7 @@ def main() -> None:
             f"{args.trials / rep['statistic_seconds']:>9.0f}{plain:>9.0f}{rate / plain:>7.2f}"
         )
     print(
-        "audit/s: whole audit (simulation + statistics); sim/s: the batch engine with the "
+        "audit/s: whole audit (simulation + statistics); edgedp_sim/s: the batch engine with the "
         "canary and probes; stats/s: linear views, regenerated secrets and tests; plain/s: the "
         "batch engine alone; ratio = audit/s / plain/s"
     )

@@ -8,7 +8,7 @@ compare phases measured in this same run:
 
 * ``ideal``: the plan in the batch engine without faults (the baseline);
 * ``faults``: the same plan with 5% dropouts, 2% message loss and Poisson churn (one crash
-  per node per 2 s, down 50 ms, a round computing 10 ms) — the masks of sim/round_faults.py;
+  per node per 2 s, down 50 ms, a round computing 10 ms) — the masks of edgedp_sim/round_faults.py;
 * ``event`` (``--event-nodes``, default 500): the event engine on the same fault scenario
   with fewer nodes, and the batch engine on that smaller scenario, for the speed-up.
 """
@@ -25,17 +25,17 @@ import sys
 import time
 import tracemalloc
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets, engine, round_faults
-from sim.churn import Faults
-from sim.links import Network
+from edgedp_sim import batch, datasets, engine, round_faults
+from edgedp_sim.churn import Faults
+from edgedp_sim.links import Network
 
 
 def _scenario(n: int, rounds: int, dim: int):
     side = max(3, math.isqrt(n))
-    graph = topologies.parse(f"torus:{side}:{side}")
+    graph = edgedp_topologies.parse(f"torus:{side}:{side}")
     n = side * side
     task = TaskSpec(dataset=f"synthetic-logistic:{dim - 1}:{n * 10}")
     plan = make_plan(

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
 from edgedp.planning import compact, mafalda, mf_optimal
@@ -119,7 +119,7 @@ def main() -> None:
     T, part = (500, Participation(5, 100)) if args.quick else (2000, Participation(20, 100))
     run("prefix sum", mf_optimal.prefix_sum_gram(T), part, not args.skip_toeplitz)
     if not args.skip_mafalda:
-        W = topology.metropolis_hastings(topologies.parse("er:100:0.1:1"))
+        W = topology.metropolis_hastings(edgedp_topologies.parse("er:100:0.1:1"))
         H = mafalda.workload_gram(W, steps=500)
         run("MAFALDA H, ER(100, 0.1) MH", H, Participation(5, 100), not args.skip_toeplitz)
 

@@ -36,7 +36,7 @@ import zmq
 import zmq.auth
 import zmq.auth.thread
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from firmware_py import deploy
@@ -129,7 +129,7 @@ def _round_times(run, u) -> list[float]:
 
 
 def measure(tmp: Path, attack: str, target: str, decoy, window: float) -> dict:
-    graph = topologies.parse("ring:4")
+    graph = edgedp_topologies.parse("ring:4")
     plan = make_plan(
         "dp-dsgd",
         graph,

@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-import topologies
+import edgedp_topologies
 from edgedp import streams
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.models.linear import LinearModel
 from edgedp.plan import TaskSpec, make_plan
+from edgedp_sim import datasets
 from firmware_py import deploy
-from sim import datasets
 
 SKIP = 2  # start-up rounds left out of every median (handshakes, process start)
 
@@ -177,7 +177,7 @@ def main() -> None:
     if args.compare_tree and not (Path(args.compare_tree) / "firmware_py").is_dir():
         raise SystemExit(f"--compare-tree {args.compare_tree}: no firmware_py folder there")
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2-core machine shared)")
-    graph = topologies.parse(f"er:{n}:0.3:1")
+    graph = edgedp_topologies.parse(f"er:{n}:0.3:1")
     task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
     plan = make_plan(
         "dp-dsgd",

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sim import provenance
+from edgedp_sim import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 

@@ -3,12 +3,12 @@
 Three measurements, each against a baseline measured in the same run (the machine's load
 average is printed before and after):
 
-1. **Table 4 workload** (sim/scenarios/leakage_table4.toml, ε = 1 by default): simulation of
+1. **Table 4 workload** (edgedp_sim/scenarios/leakage_table4.toml, ε = 1 by default): simulation of
    Alg. 1 (sr-gt) with probes for the colluders (hbc:1,2) and the eavesdropper
    (eavesdropper:all) on the batch engine (500-trial chunks, as ``edgedp leak``), the Eq. 44
    information sets, and per attacker one KSG estimate I(V; ℐ) per iteration (scalar V,
    3-dim ℐ) plus the normalizers I(V; V) (estimated once, shared by both attackers) — what
-   :func:`sim.leak.run` does. Reference: npeet-plus's ``mi`` called once per iteration on the
+   :func:`edgedp_sim.leak.run` does. Reference: npeet-plus's ``mi`` called once per iteration on the
    same samples (per attacker ``mi(V_k, ℐ_k)`` and ``mi(V_k, V_k)``), **measured on
    ``--reference-iterations`` evenly spaced iterations and extrapolated** (per-call time x
    calls); the output says so. The gap between the estimates is from independent tie noise
@@ -34,7 +34,7 @@ import tomllib
 import numpy as np
 
 from edgedp import noise, rng, streams
-from sim import adversary, leak, leakage, scenarios
+from edgedp_sim import adversary, leak, leakage, scenarios
 
 SCENARIO = scenarios.__file__.rsplit("/", 1)[0] + "/leakage_table4.toml"
 
@@ -123,7 +123,7 @@ def table4(args, npeet_mi) -> None:
     t_sim = clock.lap()
     V = np.concatenate(truth_parts)[:, :, :1].swapaxes(0, 1)  # noqa: N806 (iterations, N, 1)
     sets = [np.concatenate(info[i]).swapaxes(0, 1) for i in range(len(attackers))]
-    # as sim.leak.run: equal information sets (here ℐ_e = ℐ₂) share their joints' k-NN
+    # as edgedp_sim.leak.run: equal information sets (here ℐ_e = ℐ₂) share their joints' k-NN
     memo = {} if np.array_equal(sets[0], sets[1]) else None
     g = np.random.default_rng(0)
     clock = _Clock()

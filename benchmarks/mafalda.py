@@ -17,7 +17,7 @@ import sys
 
 from _timing import median_seconds, peak_bytes
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.planning import mafalda
 
@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
 
     # brute force at a small size: n = 20, T = 50 (nT = 1,000), same weighting
-    small_graph = topologies.erdos_renyi(20, 0.2, seed=args.seed)
+    small_graph = edgedp_topologies.erdos_renyi(20, 0.2, seed=args.seed)
     small_W = topology.metropolis_hastings(small_graph)
     small_T = 50
     brute = median_seconds(
@@ -45,7 +45,7 @@ def main() -> None:
         f"({brute / fast_small:.0f}x faster)"
     )
 
-    graph = topologies.erdos_renyi(args.nodes, args.p, seed=args.seed)
+    graph = edgedp_topologies.erdos_renyi(args.nodes, args.p, seed=args.seed)
     print(
         f"graph {graph.name}: n={graph.n}, |E|={len(graph.edges)}, "
         f"max degree {int(graph.degrees.max())}"

@@ -30,7 +30,7 @@ import tracemalloc
 import numpy as np
 from _timing import median_seconds, peak_bytes
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
 from edgedp.planning import mafalda, mf_optimal
@@ -80,7 +80,7 @@ def main() -> None:
     T, part = (500, Participation(5, 100)) if args.quick else (2000, Participation(20, 100))
 
     t0 = time.perf_counter()
-    graph = topologies.erdos_renyi(NODES, EDGE_P, seed=GRAPH_SEED)
+    graph = edgedp_topologies.erdos_renyi(NODES, EDGE_P, seed=GRAPH_SEED)
     W = topology.metropolis_hastings(graph)
     print(
         f"graph {graph.name}: n={graph.n}, |E|={len(graph.edges)}, degrees "

@@ -72,15 +72,15 @@ print(json.dumps(out))
 
 SIM_CHILD = r"""
 import json, sys, time
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets
+from edgedp_sim import batch, datasets
 
 model, n, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data = datasets.partition(datasets.load("digits", seed=0), n, seed=0)
 plan = make_plan(
-    "dp-dsgd", topologies.parse(f"er:{n}:{6 / n}:1"), steps=steps,
+    "dp-dsgd", edgedp_topologies.parse(f"er:{n}:{6 / n}:1"), steps=steps,
     participation=Participation(steps, 1), clip_norm=1.0, learning_rate=0.3,
     noise_multiplier=1.0, seed=3, task=TaskSpec(model=model, dataset="digits"),
 )

@@ -76,13 +76,13 @@ FACTORS = ("identity", "antipgd", "banded", "blt", "whisper", "muffliato", "dens
 def _plan(kind: str, steps: int):
     import numpy as np
 
-    import topologies
+    import edgedp_topologies
     from edgedp import factors
     from edgedp.accounting.participation import Participation
     from edgedp.plan import make_plan
     from edgedp.planning import cross_agent
 
-    graph = topologies.parse("ring:8")
+    graph = edgedp_topologies.parse("ring:8")
     part = Participation(-(-steps // 50), 50)
     common = dict(steps=steps, participation=part, clip_norm=1.0, learning_rate=0.1)
     if kind in ("whisper", "muffliato"):

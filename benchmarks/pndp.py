@@ -24,7 +24,7 @@ import tracemalloc
 import numpy as np
 from _timing import median_seconds
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting import pndp
 from edgedp.accounting.participation import Participation
@@ -69,7 +69,7 @@ def main() -> None:
         threads = "library default (threadpoolctl not installed)"
     print(f"BLAS threads: {threads}; load average at start: {os.getloadavg()[0]:.2f}")
 
-    small = topologies.erdos_renyi(24, 0.25, seed=args.seed)
+    small = edgedp_topologies.erdos_renyi(24, 0.25, seed=args.seed)
     W_small, T_small = topology.metropolis_hastings(small), 40
     setting = pndp.PNDPSetting(
         W_small, np.eye(T_small), Participation(T_small, 1), 1.0, np.asarray(small.edges)
@@ -86,7 +86,7 @@ def main() -> None:
         f"max |Δ sens²| = {np.abs(got - want).max():.1e}"
     )
 
-    graph = topologies.erdos_renyi(args.nodes, args.p, seed=args.seed)
+    graph = edgedp_topologies.erdos_renyi(args.nodes, args.p, seed=args.seed)
     W, T = topology.metropolis_hastings(graph), args.steps
     print(
         f"graph {graph.name}: n={graph.n}, |E|={len(graph.edges)}, degree "

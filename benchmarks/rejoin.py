@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from firmware_py import deploy
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--round-timeout", type=float, default=1.0)
     ap.add_argument("--after", type=int, default=30, help="rounds planned after the restart")
     args = ap.parse_args()
-    graph = topologies.parse(args.topology)
+    graph = edgedp_topologies.parse(args.topology)
     n, warm = graph.n, 6
     steps = warm + int(args.down / args.round_timeout) + args.after
     victims = sorted(

@@ -2,7 +2,7 @@
 
 Runs on one core (the process is pinned to CPU 0 where the OS allows it). Prints wall and
 CPU time (the machine is shared: CPU seconds of this process are the steadier measure,
-and the ratios use them), heap events and instant callbacks (sim/clock.py), messages and
+and the ratios use them), heap events and instant callbacks (edgedp_sim/clock.py), messages and
 events per message, peak memory (ru_maxrss), and two ratios measured in the same run:
 against a bare SimPy model with the same semantics (below: each node a process that
 computes nothing, sends to its neighbours through its uplink, a SimPy Resource held for
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import simpy
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets, engine, provenance
-from sim.churn import Faults
-from sim.links import Latency, Network
+from edgedp_sim import batch, datasets, engine, provenance
+from edgedp_sim.churn import Faults
+from edgedp_sim.links import Latency, Network
 
 OUT = Path(__file__).parent / "out"
 SIZES = (100, 300, 1000, 3000, 10000)
@@ -47,7 +47,7 @@ def _setup(n: int, T: int, d: int):  # noqa: N803
     # mean degree 6; ER graphs are connected only for p > ln(n)/n, so above 1,000 agents
     # p = 1.25 ln(n)/n (mean degree printed with each size)
     p = 6 / n if n <= 1000 else 1.25 * math.log(n) / n
-    graph = topologies.parse(f"er:{n}:{p}:1")
+    graph = edgedp_topologies.parse(f"er:{n}:{p}:1")
     task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 10}")
     plan = make_plan(
         "dp-dsgd",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.planning import compact_covariance, whisper
 
@@ -29,7 +29,7 @@ def main() -> None:
     for n in (20, 50, 100, 300, 1000):
         if n > args.max_n:
             break
-        g = topologies.parse(f"er:{n}:{min(1.0, 10 / n)}:0")
+        g = edgedp_topologies.parse(f"er:{n}:{min(1.0, 10 / n)}:0")
         W = topology.metropolis_hastings(g)
         dense = whisper.optimal_covariance(W)
         t = time.perf_counter()

@@ -195,7 +195,7 @@ def _participation_text(args, participation) -> str | None:
             return f"{args.steps},1"
         from edgedp_cli import _common
 
-        datasets = _need("sim.datasets")
+        datasets = _need("edgedp_sim.datasets")
         graph = _common.parse_graph(args.topology)
         run = datasets.task_participation(
             _common.task_from_args(args), nodes=graph.n, steps=args.steps
@@ -275,8 +275,8 @@ def account(
         )
     if steps_done is not None:
         raise ValueError("steps_done applies with attacker=None only (the LDP ledger).")
-    adversary = _need("sim.adversary")
-    leak_mod = _need("sim.leak")
+    adversary = _need("edgedp_sim.adversary")
+    leak_mod = _need("edgedp_sim.leak")
     att = adversary.parse_attacker(attacker)
     report = leak_mod.formal_guarantee(plan, att, delta=delta)
     return Guarantee(
@@ -327,14 +327,14 @@ class SimulationResult:
 
 
 def scenario_for(plan, scenario: Any = None):
-    """The :class:`sim.scenarios.Scenario` that runs ``plan`` under ``scenario``.
+    """The :class:`edgedp_sim.scenarios.Scenario` that runs ``plan`` under ``scenario``.
 
     ``scenario``: None (an ideal network), a dict with a scenario file's tables other than
     the plan's (``network``, ``faults``, ``seed``, ``eval_every``, ``name`` ...), a path to
     a scenario file (its network and faults; its own plan tables are ignored) or a Scenario
     (its network and faults).
     """
-    scenarios = _need("sim.scenarios")
+    scenarios = _need("edgedp_sim.scenarios")
     if scenario is None:
         return scenarios.from_plan(plan)
     if isinstance(scenario, scenarios.Scenario):
@@ -371,7 +371,7 @@ def simulate(
       engine: ``"batch"`` (vectorized; dropouts, loss, crashes and churn as round masks at
         zero latency), ``"event"`` (SimPy: latency, bandwidth, deadlines and every fault)
         or ``"auto"``: the event engine only when timing matters
-        (:func:`sim.runner.choose_engine`; the scenario's ``engine`` key wins).
+        (:func:`edgedp_sim.runner.choose_engine`; the scenario's ``engine`` key wins).
       trials: independent noise draws. Batch: the plan's noise streams of trials 0..N-1
         (trial 0 is the event engine's on an ideal network). Event: trial i runs the plan
         with seed + i (the data stays the plan's).
@@ -391,7 +391,7 @@ def simulate(
     every = sc.eval_every if eval_every is None else eval_every
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"Expected eval_every={every!r} to be an integer >= 1.")
-    runner = _need("sim.runner")
+    runner = _need("edgedp_sim.runner")
     if engine == "auto":
         engine, _ = runner.choose_engine(sc)
     elif engine == "batch":
@@ -400,7 +400,7 @@ def simulate(
             raise ValueError(f"the batch engine cannot run this scenario: {why}; use 'event'")
     data = sc.data()
     if engine == "batch":
-        batch = _need("sim.batch")
+        batch = _need("edgedp_sim.batch")
         res = batch.run(
             plan,
             data,
@@ -421,7 +421,7 @@ def simulate(
             metrics[key] = getattr(res, key)
         bytes_sent, messages, sim_s = res.bytes_sent // trials, res.messages // trials, None
     else:
-        eng = _need("sim.engine")
+        eng = _need("edgedp_sim.engine")
         runs = []
         for i in range(trials):
             p = plan if i == 0 else dataclasses.replace(plan, seed=plan.seed + i)
@@ -533,8 +533,8 @@ def leak(
       seed: the KSG tie-breaking noise.
       progress: called with a line of text now and then.
     """
-    adversary = _need("sim.adversary")
-    leak_mod = _need("sim.leak")
+    adversary = _need("edgedp_sim.adversary")
+    leak_mod = _need("edgedp_sim.leak")
     if 0 < audit_trials < 8:
         raise ValueError(f"Expected audit_trials={audit_trials} to be 0 (no audit) or >= 8.")
     parsed = []

@@ -110,10 +110,10 @@ def parse_participation(text: str):
 
 
 def parse_graph(spec: str):
-    import topologies
+    import edgedp_topologies
 
     try:
-        return topologies.parse(spec)
+        return edgedp_topologies.parse(spec)
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
 
@@ -134,7 +134,7 @@ def task_from_args(args):
 def task_model(task):
     """(model, dataset) of ``task``, built once so a bad model/loss fails at plan time."""
     from edgedp import models
-    from sim import datasets
+    from edgedp_sim import datasets
 
     try:
         data = datasets.load(task.dataset, seed=0)
@@ -147,7 +147,7 @@ def check_task_participation(args, task, nodes: int, participation) -> None:
     """Refuse a --participation that is not what ``task`` runs on ``nodes`` nodes over
     ``args.steps`` steps (an ε for it would certify nothing runnable); noiseless plans
     (dsgd, --noise-multiplier 0) certify nothing and are not checked."""
-    from sim import datasets
+    from edgedp_sim import datasets
 
     if args.mechanism == "dsgd" or args.noise_multiplier == 0:
         return
@@ -159,7 +159,7 @@ def check_task_participation(args, task, nodes: int, participation) -> None:
 
 def participation_hint(args) -> str:
     """`` (this task runs K,B)`` for plan's arguments, or "" if the task cannot be read."""
-    from sim import datasets
+    from edgedp_sim import datasets
 
     try:
         graph = parse_graph(args.topology)

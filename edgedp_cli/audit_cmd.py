@@ -7,7 +7,7 @@
 Runs N trials, half of them with a canary in the victim's data (the plan's certified
 adjacency), lets each attacker run the strongest test its view allows and reports ε_lb
 (Clopper–Pearson, threshold chosen on held-out trials), μ̂ with its interval for Gaussian
-mechanisms, the exact μ of the view, the certified ε and μ, and ε_lb / ε (:mod:`sim.audit`).
+mechanisms, the exact μ of the view, the certified ε and μ, and ε_lb / ε (:mod:`edgedp_sim.audit`).
 Progress lines go to stderr (none with --json or -q).
 """
 
@@ -24,7 +24,7 @@ __all__ = ["register"]
 
 def load_target(path: str):
     """A scenario (``.toml``) or a plan file as a scenario on an ideal network."""
-    from sim import scenarios
+    from edgedp_sim import scenarios
 
     if path.endswith(".toml"):
         try:
@@ -35,7 +35,7 @@ def load_target(path: str):
 
 
 def _attackers(texts):
-    from sim import adversary
+    from edgedp_sim import adversary
 
     out = []
     for text in texts:
@@ -103,7 +103,7 @@ def plot(report: dict, path: Path) -> None:
     import numpy as np
     from scipy import stats
 
-    from sim import audit_stats
+    from edgedp_sim import audit_stats
 
     fig, ax = plt.subplots(figsize=(6.5, 5))
     grid = np.logspace(-5, 0, 200)
@@ -141,7 +141,7 @@ def plot(report: dict, path: Path) -> None:
 
 
 def cmd_audit(args) -> None:
-    from sim import audit
+    from edgedp_sim import audit
 
     sc = load_target(args.target)
     texts = args.attacker or sc.leakage.get("attackers") or ["eavesdropper:all"]

@@ -6,8 +6,8 @@
 Monte Carlo trials (batch engine; the event engine when the scenario has latency, loss or
 faults), the attackers' estimates of the victim's gradients, M-NMI (paper 004 Eq. 43) with
 its per-iteration curve, reconstruction MSE/cosine, the plan's formal guarantee and, from
-a privacy audit of the same attackers (:mod:`sim.audit`, gradient canary), the empirical
-lower bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`sim.leak`).
+a privacy audit of the same attackers (:mod:`edgedp_sim.audit`, gradient canary), the empirical
+lower bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`edgedp_sim.leak`).
 Progress lines go to stderr (none with --json or -q).
 """
 
@@ -25,7 +25,7 @@ __all__ = ["register"]
 
 def load_scenario(path: str, target_eps: float | None):
     """The scenario, re-planned for ``target_eps`` (ε of the plan's own accountant) if given."""
-    from sim import scenarios
+    from edgedp_sim import scenarios
 
     p = Path(path)
     try:
@@ -49,7 +49,7 @@ def load_scenario(path: str, target_eps: float | None):
 
 
 def _attackers(args, sc):
-    from sim import adversary
+    from edgedp_sim import adversary
 
     texts = list(args.attacker or sc.leakage.get("attackers", []))
     if not texts:
@@ -170,7 +170,7 @@ def plot(report: dict, path: Path) -> None:
 
 
 def cmd_leak(args) -> None:
-    from sim import leak
+    from edgedp_sim import leak
 
     sc = load_scenario(args.scenario, args.target_eps)
     attackers = _attackers(args, sc)

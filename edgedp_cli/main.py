@@ -55,7 +55,7 @@ def cmd_demo(args) -> None:
     import dataclasses
     from pathlib import Path
 
-    from sim import demo, demo_report
+    from edgedp_sim import demo, demo_report
 
     config = demo.QUICK if args.quick else demo.DemoConfig()
     changes = {k: getattr(args, k) for k in ("steps", "trials", "workers")}

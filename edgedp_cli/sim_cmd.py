@@ -18,7 +18,7 @@ __all__ = ["register", "sweep_table"]
 
 
 def cmd_sim_run(args) -> None:
-    from sim import runner, scenarios
+    from edgedp_sim import runner, scenarios
 
     try:
         if args.target.endswith(".toml"):
@@ -43,7 +43,7 @@ def cmd_sim_run(args) -> None:
 
 
 def cmd_sim_sweep(args) -> None:
-    from sim import runner, scenarios
+    from edgedp_sim import runner, scenarios
 
     try:
         rows = runner.run_sweep(

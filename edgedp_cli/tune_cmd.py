@@ -246,7 +246,7 @@ def cmd_tune(args) -> None:
 
 def _problem_constants(spec: str):
     """``sensor-fusion[:N[:SEED]]`` -> (L, μ, n, p) of a generated problem (Eq. 42)."""
-    from sim import sensor_fusion
+    from edgedp_sim import sensor_fusion
 
     name, *rest = spec.split(":")
     try:

@@ -1,6 +1,6 @@
 """Privacy audit of every mechanism: certified ε, empirical ε_lb (95%) and their ratio.
 
-Setting (:mod:`sim.audit_plans`): ring:8 with Metropolis–Hastings weights, T = 20 rounds
+Setting (:mod:`edgedp_sim.audit_plans`): ring:8 with Metropolis–Hastings weights, T = 20 rounds
 (Muffliato: 20 gradient rounds of K = 2), logistic regression on synthetic data with one
 feature (d = 2), full local batches (every example in every round), clip norm Δ = 1, every
 Gaussian mechanism calibrated to ε = 4 at δ = 1e-5 against the eavesdropper on every link,
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim import adversary, audit, audit_plans, provenance, scenarios
+from edgedp_sim import adversary, audit, audit_plans, provenance, scenarios
 
 OUT = Path(__file__).resolve().parent / "out"
 ATTACKERS = ("eavesdropper:all", "eavesdropper:0-1", "hbc:1,7")
@@ -90,12 +90,12 @@ def _f(x, spec=".3f") -> str:
 
 def _ceiling(entry: dict, trials: int):
     """What a perfect test of the certified μ shows with N/4 held-out trials per world
-    (:func:`sim.audit_stats.gdp_ceiling`); None for Laplace plans."""
+    (:func:`edgedp_sim.audit_stats.gdp_ceiling`); None for Laplace plans."""
     if "mu" not in entry:
         return None
     if "epsilon_lb_ceiling" in entry:
         return entry["epsilon_lb_ceiling"]
-    from sim import audit_stats
+    from edgedp_sim import audit_stats
 
     n = trials // 4
     return audit_stats.gdp_ceiling(entry["mu"], n, n, delta=entry["delta"], alpha=0.05)

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting import cross_agent as acc
 from edgedp.planning import cross_agent as planner
 from edgedp.planning import whisper
-from sim import provenance
+from edgedp_sim import provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 0  # dropout draws and ER graph
@@ -59,7 +59,7 @@ def residual(Wm: np.ndarray, R: np.ndarray) -> float:
 
 
 def one_graph(spec: str, gen: np.random.Generator, t0: float) -> dict:
-    g = topologies.parse(spec)
+    g = edgedp_topologies.parse(spec)
     W = topology.metropolis_hastings(g)
     plans = {
         "whisper": whisper.optimal_covariance(W).covariance,

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
-from sim import batch, datasets, provenance
+from edgedp_sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 0  # graph, partition and plan seed; trials 0..TRIALS-1 are the noise draws
@@ -71,7 +71,7 @@ def build(mechanism: str, options: dict, graph, lr: float):
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    graph = topologies.parse(f"er:{N}:{P}:{SEED}")
+    graph = edgedp_topologies.parse(f"er:{N}:{P}:{SEED}")
     data = datasets.partition(datasets.load(DATASET, seed=SEED), N, scheme=PARTITION, seed=SEED)
     rows = []
     for label, mechanism, options in RUNS:

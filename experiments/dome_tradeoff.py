@@ -56,12 +56,12 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import factors, models, sketch_adaptive, wire
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
-from sim import batch, datasets, provenance
+from edgedp_sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:16:0.3:0"  # graph seed 0
@@ -143,7 +143,7 @@ def run_one(model: str, eps: float, method: str, lr: float, seed: int = NOISE_SE
         frac, _, opts = (*METHODS[method], {}) if method in METHODS else EXTRAS[method]
     opts = dict(opts)
     if opts.get("basis") == "adaptive":  # the shortest lag the BFS tree allows
-        graph = topologies.parse(GRAPH)
+        graph = edgedp_topologies.parse(GRAPH)
         tree = sketch_adaptive.spanning_tree([graph.neighbours(u) for u in range(graph.n)])
         opts["lag"] = sketch_adaptive.min_lag(tree.height, 1)
     extra = {}
@@ -155,7 +155,7 @@ def run_one(model: str, eps: float, method: str, lr: float, seed: int = NOISE_SE
         extra["sketch"] = SketchSpec(dim=k, seed=SKETCH_SEED, **opts)
     plan = make_plan(
         "dp-dsgd" if frac is None else "dome",
-        topologies.parse(GRAPH),
+        edgedp_topologies.parse(GRAPH),
         steps=STEPS,
         participation=Participation(STEPS, 1),
         clip_norm=CLIP_NORM,

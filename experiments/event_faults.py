@@ -15,8 +15,8 @@ import math  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from sim import provenance, runner, scenarios  # noqa: E402
-from sim.churn import Faults  # noqa: E402
+from edgedp_sim import provenance, runner, scenarios  # noqa: E402
+from edgedp_sim.churn import Faults  # noqa: E402
 
 
 def main() -> None:

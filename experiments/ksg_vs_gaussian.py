@@ -2,7 +2,7 @@
 
 Scalar channel I = V + E, V ~ N(0, 1), E ~ N(0, 1/SNR): I(V; I) = ½ log₂(1 + SNR) exactly.
 For SNR from 0.01 to 100 (log grid) and N ∈ {1,000, 5,000} Monte Carlo samples, REPEATS
-independent sample sets each: the mean and spread of :func:`sim.leakage.ksg_mi` and its
+independent sample sets each: the mean and spread of :func:`edgedp_sim.leakage.ksg_mi` and its
 error. Also a 3-dimensional V observed through a random linear map plus noise
 (I = A V + E, the linear-Gaussian attacker's view; A fixed, drawn once from seed SEED + 1),
 whose exact MI is ½ log₂ det(I + A Aᵀ / s²). N = 5,000 is paper 004's trial count (§6.3).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import leakage, provenance
+from edgedp_sim import leakage, provenance
 
 # ---------------------------------------------------------------- constants
 SEED = 20240  # numpy Generator seed for samples and tie noise

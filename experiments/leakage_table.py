@@ -14,7 +14,7 @@ sensitivity and trust model); sr-gt and DPOP run sensor fusion (Eq. 42, m = 3, p
 Per cell: M-NMI of the victim's gradient (first coordinate, KSG k = 3) given what the
 attacker computes — as NPEET computes it and on z-scored samples (MI is scale-invariant,
 KSG is not: an information set whose parts differ in scale by 10³ hides the dependence
-from it) — with :func:`sim.leak.estimates` (the algorithm's own attack, or the generic
+from it) — with :func:`edgedp_sim.leak.estimates` (the algorithm's own attack, or the generic
 GLS estimator, or the messages as seen); MSE and cosine of its point estimate, and the
 formal guarantee that covers that attacker (ε at δ = 1e-6; pure ε for Laplace plans; for
 Whisper/DECOR the trust report's insider / neighbourhood ε against colluders).
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
@@ -48,7 +48,7 @@ from edgedp.planning import cross_agent as cross_planner
 from edgedp.planning import factorization
 from edgedp.sketch import SketchSpec
 from edgedp.topology import metropolis_hastings
-from sim import adversary, datasets, leak, provenance, scenarios
+from edgedp_sim import adversary, datasets, leak, provenance, scenarios
 
 OUT = Path(__file__).resolve().parent / "out"
 GRAPH = "ring:6"
@@ -79,7 +79,7 @@ def log(line: str) -> None:
 
 
 def plan_for(mechanism: str, steps: int):
-    graph = topologies.parse(GRAPH)
+    graph = edgedp_topologies.parse(GRAPH)
     if mechanism in ("sr-gt", "dpop"):
         sched = LaplaceSchedule(
             gamma=0.001,

@@ -1,19 +1,19 @@
 """Paper 004 Table 4 (§6.3): M-NMI and accuracy of Alg. 1 under HbC and eavesdropper, beside
 the paper, with the formal ε and the audited ε_lb.
 
-Setting: sim/scenarios/leakage_table4.toml — 3 agents (Fig. 11; agent 1 = node 0 honest,
+Setting: edgedp_sim/scenarios/leakage_table4.toml — 3 agents (Fig. 11; agent 1 = node 0 honest,
 agents 2, 3 = nodes 1, 2 colluding, agent e an eavesdropper on every link), problem (42)
 with m = p = 1, 5,000 trials x 1,000 iterations, M-NMI (Eq. 43) of agent 1's gradient
-with NPEET's KSG (k = 3, :func:`sim.leakage.ksg_mi`, exact). Alg. 1 (sr-gt) at
+with NPEET's KSG (k = 3, :func:`edgedp_sim.leakage.ksg_mi`, exact). Alg. 1 (sr-gt) at
 ε ∈ {10, 1, 0.1} (the §6.1 schedule of each ε: γ, β, q₁, q₂; δ = 1, "problem" adjacency)
 under the colluders (hbc:1,2) and the eavesdropper (eavesdropper:all), both with Eq. 44 as
 printed (ℐ = {z₁(k), y₁(k), (z̄₁(k) − z₁(k))/α_k − y₁(k)}); beside it the M-NMI of the scalar
 inversion (z̄₁(k) − z₁(k+1))/α_k − y₁(k). Four variants side by side:
 
 * **random x(0)** — the paper's setup (§6.1): x_i(0) ~ N(0, I) per agent and trial, keyed
-  (``initial_state = "normal"``, :mod:`sim.initial`), one problem instance;
+  (``initial_state = "normal"``, :mod:`edgedp_sim.initial`), one problem instance;
 * **random x(0), instance per trial** — also a fresh problem instance (the agents' private
-  costs) in every trial (:func:`sim.sensor_fusion.per_trial`);
+  costs) in every trial (:func:`edgedp_sim.sensor_fusion.per_trial`);
 * **x(0) = 0** — every agent starts at 0, one instance: V(k) = ∇f₁(z₁(k)) is then an affine
   function of z₁(k) ∈ ℐ and, at k = 1, every part of ℐ a multiple of the noise, so M-NMI
   cannot depend on ε (docs/RESULTS.md, "Paper 004 Table 4");
@@ -22,10 +22,10 @@ inversion (z̄₁(k) − z₁(k+1))/α_k − y₁(k). Four variants side by side
 Accuracy: the paper's column, the residual ‖x(K) − 1x*ᵀ‖² after K iterations (its §6.1
 definition), mean over trials (each trial's own x* with an instance per trial). The formal
 ε is the plan's pure ε for the K messages; ε_lb is the privacy audit of the same attackers
-(:mod:`sim.audit`: gradient canary of L1 norm δ on agent 1, Laplace likelihood ratio on the
+(:mod:`edgedp_sim.audit`: gradient canary of L1 norm δ on agent 1, Laplace likelihood ratio on the
 inverted update, Clopper–Pearson at 95%, ``--audit-trials`` trials).
 
-Comparison rows: zero-sum masking without residual noise (:mod:`sim.zero_sum`, our stand-in
+Comparison rows: zero-sum masking without residual noise (:mod:`edgedp_sim.zero_sum`, our stand-in
 for the correlated-randomness method [8] of 004, which 004 does not specify enough to
 rebuild): agent 2 alone (agent 3 honest) and the eavesdropper; Alg. 1 at ε = 1 over
 CURVE-encrypted links under the eavesdropper (sizes, timing only).
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import adversary, leak, leakage, provenance, scenarios, sensor_fusion, zero_sum
+from edgedp_sim import adversary, leak, leakage, provenance, scenarios, sensor_fusion, zero_sum
 
 SCENARIO = Path(scenarios.__file__).parent / "leakage_table4.toml"
 OUT = Path(__file__).resolve().parent / "out"

@@ -27,7 +27,7 @@ steps" of MAFALDA over the private baselines (31% on average). Here, on this 2-c
   The factorization loss of each, relative to C = I on the MAFALDA objective of the graph
   (``factorization.relative_loss``), is reported.
 * seeds: 10 = 2 data splits (validation carve + partition) × 5 independent noise draws
-  (``sim.batch.run(trials=5)``); the plan seed (noise and minibatch order) equals the split
+  (``edgedp_sim.batch.run(trials=5)``); the plan seed (noise and minibatch order) equals the split
   seed, so all mechanisms see the same normals and batches (paired comparison).
 * learning-rate tuning: per (graph, dataset, ε, mechanism) a 4-value grid (``LR_GRID``), 2 noise
   draws (plan seed 100, split 0), criterion = mean validation loss over the last 50 steps;
@@ -58,12 +58,12 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import factorization
-from sim import batch, datasets, provenance
+from edgedp_sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 DATA_SEED = 0  # train/test split of each dataset (and the synthetic draw)
@@ -118,7 +118,7 @@ _JOB_CPU: list[float] = []  # CPU seconds of every finished job (main process)
 def graph_and_w(spec: str):
     key = ("graph", spec)
     if key not in _CACHE:
-        g = topologies.parse(spec)
+        g = edgedp_topologies.parse(spec)
         _CACHE[key] = (g, topology.metropolis_hastings(g))
     return _CACHE[key]
 

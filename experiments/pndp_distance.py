@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting import pndp
 from edgedp.accounting.participation import Participation
-from sim import provenance
+from edgedp_sim import provenance
 
 # ---------------------------------------------------------------- constants
-SEED = 0  # ER graph seed (topologies.erdos_renyi resamples until connected)
+SEED = 0  # ER graph seed (edgedp_topologies.erdos_renyi resamples until connected)
 STEPS = 100  # T; not stated in paper 000 §7.1
 NOISE_MULTIPLIER = 1.0  # σ; not stated in paper 000 §7.1 (RDP ∝ 1/σ²)
 ALPHA = 2.0  # Rényi order, as in Fig. 2
@@ -85,7 +85,7 @@ def run() -> dict:
         "graphs": {},
     }
     for name, spec in GRAPHS.items():
-        g = topologies.parse(spec)
+        g = edgedp_topologies.parse(spec)
         W = topology.metropolis_hastings(g)
         setting = pndp.PNDPSetting(
             W, np.eye(STEPS), Participation(STEPS, 1), NOISE_MULTIPLIER, np.asarray(g.edges)

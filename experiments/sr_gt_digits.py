@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import models
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets, provenance
+from edgedp_sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:100:0.1:0"  # graph seed 0
@@ -78,7 +78,7 @@ def run_one(mechanism: str, params: str, eps: float) -> dict:
     )
     plan = make_plan(
         mechanism,
-        topologies.parse(GRAPH),
+        edgedp_topologies.parse(GRAPH),
         steps=STEPS,
         clip_norm=CLIP_NORM,
         laplace=sched,

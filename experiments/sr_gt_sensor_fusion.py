@@ -1,7 +1,7 @@
 """sr-gt vs DPOP on distributed sensor fusion (paper 004 §6.1: Fig. 2 and Fig. 5 style).
 
 100 sensors on ER(100, 0.1) with Metropolis–Hastings weights, m = 3 observations, p = 2
-(Eq. 42, :mod:`sim.sensor_fusion`), ε ∈ {0.1, 1, 10} with the §6.1 parameters:
+(Eq. 42, :mod:`edgedp_sim.sensor_fusion`), ε ∈ {0.1, 1, 10} with the §6.1 parameters:
 γ = 0.001/0.001/0.002, β = 1000/1000/100, q₂ = 0.99, q₁ = 0.92/0.97/0.97. DPOP (Eq. 45)
 runs with the same γ, q₁, q₂, i.e. the same stepsizes α_k and Laplace scales ν_k, hence the
 same ε: the only difference is the update rule. Residual ‖x(k) − 1x*ᵀ‖² = Σᵢ ‖xᵢ(k) − x*‖²
@@ -11,7 +11,7 @@ mean ± std over 1,000 trials of the batch engine (trials in chunks, two worker 
 Not stated by paper 004, our choices: δ ∈ {1, 0.1} with "problem" adjacency (Definition 1
 taken as given: adjacent problems change one sensor's cost with ‖∇fᵢ − ∇fᵢ′‖₁ ≤ δ
 everywhere — e.g. an observation change Δv with 2‖Mᵢᵀ Δv‖₁ ≤ δ); ν_k ∝ δ, so δ sets the
-noise floor; the problem's distributions (module docstring of sim/sensor_fusion.py); every
+noise floor; the problem's distributions (module docstring of edgedp_sim/sensor_fusion.py); every
 node starts at x(0) = 0 (the paper draws xᵢ(0) ~ N(0, I); the engines start all nodes at
 the model's init); horizon T = 300.
 
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, provenance, sensor_fusion
+from edgedp_sim import batch, provenance, sensor_fusion
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:100:0.1:0"  # ER(100, 0.1), graph seed 0 (resampled until connected)
@@ -70,7 +70,7 @@ def plan_for(mechanism: str, eps: float, delta_grad: float):
     task = TaskSpec(model="least-squares", dataset=f"sensor-fusion:100:3:2:{PROBLEM_SEED}")
     return make_plan(
         mechanism,
-        topologies.parse(GRAPH),
+        edgedp_topologies.parse(GRAPH),
         steps=STEPS,
         clip_norm=float("inf"),
         laplace=sched,

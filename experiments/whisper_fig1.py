@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.planning import compact_covariance, whisper
-from sim import provenance
+from edgedp_sim import provenance
 
 # ---------------------------------------------------------------- constants
-GRAPH_SEEDS = range(5)  # ER graph seeds (topologies.erdos_renyi resamples until connected)
+GRAPH_SEEDS = range(5)  # ER graph seeds (edgedp_topologies.erdos_renyi resamples until connected)
 N = 20
 PS = (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)  # the paper's grid plus its panel-(a) p = 0.5
 EPSILONS = (3, 5, 7, 10, 15, 20, 25, 30, 40)
@@ -50,7 +50,7 @@ def ordered(*values: float, rtol: float = RTOL) -> bool:
 
 
 def one_graph(p: float, seed: int) -> dict:
-    g = topologies.parse(f"er:{N}:{p}:{seed}")
+    g = edgedp_topologies.parse(f"er:{N}:{p}:{seed}")
     W = topology.metropolis_hastings(g)
     sol = whisper.optimal_covariance(W, ridge=RIDGE)
     rows = []

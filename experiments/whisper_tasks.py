@@ -40,13 +40,13 @@ from pathlib import Path
 
 import numpy as np
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import compact_covariance, whisper
 from edgedp.planning import cross_agent as planner
-from sim import batch, datasets, provenance
+from edgedp_sim import batch, datasets, provenance
 
 # ---------------------------------------------------------------- constants
 SEEDS = range(10)  # noise trials (logistic regression)
@@ -130,7 +130,7 @@ def quadratic(t0) -> dict:
         ("vs_p", [(p, EPS_FIXED) for p in PS]),
     ):
         for p, eps in grid:
-            g = topologies.parse(f"er:{N}:{p}:{GRAPH_SEED}")
+            g = edgedp_topologies.parse(f"er:{N}:{p}:{GRAPH_SEED}")
             W = topology.metropolis_hastings(g)
             Rs = covariances(W, g.edges, eps)
             row = {"p": p, "epsilon": eps}
@@ -171,7 +171,7 @@ def logistic_plan(mech, g, p, eps, lr):
 
 
 def logistic_loss(mech, p, eps, lr, data) -> np.ndarray:
-    g = topologies.parse(f"er:{N}:{p}:{GRAPH_SEED}")
+    g = edgedp_topologies.parse(f"er:{N}:{p}:{GRAPH_SEED}")
     plan = logistic_plan(mech, g, p, eps, lr)
     try:
         res = batch.run(plan, data, trials=len(SEEDS), eval_every=T_LOGISTIC)

@@ -91,7 +91,7 @@ def read_endpoints(path: Path, n: int) -> dict[int, str]:
 
 def write_shards(plan: NoisePlan, out: Path) -> list[Path]:
     """Per-node data shards (``x``, ``y`` arrays) of the plan's task, as the simulators split it."""
-    from sim import datasets
+    from edgedp_sim import datasets
 
     data = datasets.partition(
         datasets.load(plan.task.dataset, seed=plan.seed),

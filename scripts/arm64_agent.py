@@ -1,7 +1,7 @@
 """One ``edgedp-agent`` as an aarch64 process (qemu-user) in a loopback ring of x86 agents.
 
 Run by ``scripts/arm64_agent.sh`` (which builds the arm64 Debian root and the device
-install) with the operator's Python (the repository's ``.venv``: it needs ``sim`` for the
+install) with the operator's Python (the repository's ``.venv``: it needs ``edgedp_sim`` for the
 shards and the simulator digest). Everything runs on 127.0.0.1. It measures and compares:
 
 1. the install (size per distribution; nothing but the device dependencies);
@@ -39,13 +39,13 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import zmq.auth  # noqa: E402
 
-import topologies  # noqa: E402
+import edgedp_topologies  # noqa: E402
 from edgedp import streams  # noqa: E402
 from edgedp.accounting.participation import Participation  # noqa: E402
 from edgedp.models import model_digest  # noqa: E402
 from edgedp.plan import NoisePlan, TaskSpec, make_plan  # noqa: E402
+from edgedp_sim import provenance  # noqa: E402
 from firmware_py import checkpoint, deploy  # noqa: E402
-from sim import provenance  # noqa: E402
 
 #: What ``pip install edgedp-*.whl`` may bring to a device: the four direct dependencies
 #: and PyNaCl's own (cffi; pycparser comes with cffi).
@@ -304,7 +304,7 @@ def write_plan(path: Path, nodes: int, steps: int) -> NoisePlan:
     topology = f"ring:{nodes}"
     plan = make_plan(
         "dp-dsgd",
-        topologies.parse(topology),
+        edgedp_topologies.parse(topology),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,
@@ -319,7 +319,7 @@ def write_plan(path: Path, nodes: int, steps: int) -> NoisePlan:
 
 
 def simulator_digest(plan: NoisePlan) -> str:
-    from sim import batch, datasets
+    from edgedp_sim import batch, datasets
 
     data = datasets.partition(
         datasets.load(plan.task.dataset, seed=plan.seed),

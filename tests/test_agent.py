@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import wire
 from edgedp.accounting.participation import Participation
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets
+from edgedp_sim import batch, datasets
 
-GRAPH = topologies.parse("er:8:0.5:2")
+GRAPH = edgedp_topologies.parse("er:8:0.5:2")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 8, seed=3)
 
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import topologies
+import edgedp_topologies
 from edgedp import agent as agent_mod
 from edgedp import factors, rng
 from edgedp.accounting.participation import Participation
@@ -196,7 +196,7 @@ def _agent(kind, x, y):
     mech = {"identity": "dp-dsgd"}.get(kind, kind)
     plan = make_plan(
         mech,
-        topologies.parse("complete:3"),
+        edgedp_topologies.parse("complete:3"),
         steps=STEPS,
         participation=Participation(STEPS, 1),
         clip_norm=1.0,

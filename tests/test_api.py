@@ -33,7 +33,8 @@ def test_every_exported_name_is_documented():
 def test_import_edgedp_and_its_api_pull_in_no_planning_or_simulator():
     code = (
         "import json, sys\nimport edgedp\n"
-        "print(json.dumps(sorted(m for m in ('scipy', 'sim', 'simpy', 'sklearn', 'edgedp_cli',"
+        "print(json.dumps(sorted(m for m in ('scipy', 'edgedp_sim', 'simpy', 'sklearn',"
+        " 'edgedp_cli',"
         " 'matplotlib') if m in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -45,7 +46,7 @@ def test_the_simulator_missing_names_the_extra_to_install():
     code = (
         "import sys\nsys.modules['simpy'] = None\nsys.modules['sklearn'] = None\n"
         "import edgedp\nfrom edgedp import api\n"
-        "try:\n    api._need('sim.engine')\nexcept ImportError as exc:\n    print(exc)\n"
+        "try:\n    api._need('edgedp_sim.engine')\nexcept ImportError as exc:\n    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'edgedp[sim,plan]'" in out.stdout

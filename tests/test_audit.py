@@ -10,7 +10,7 @@ from scipy import stats
 
 from edgedp import models, streams
 from edgedp.accounting import gdp
-from sim import (
+from edgedp_sim import (
     adversary,
     audit,
     audit_plans,
@@ -19,9 +19,9 @@ from sim import (
     linear_view,
     scenarios,
 )
-from sim import canary as canary_mod
-from sim.churn import Faults
-from sim.links import Latency, Network
+from edgedp_sim import canary as canary_mod
+from edgedp_sim.churn import Faults
+from edgedp_sim.links import Latency, Network
 
 # small and fast: ring:6, 6 rounds, logistic regression with d = 2 (1 feature + bias)
 SMALL = audit_plans.Setting(topology="ring:6", steps=6, dataset="synthetic-logistic:1:60")
@@ -115,13 +115,13 @@ def _run_worlds(plan, trials, attacker, *, canary="gradient"):
 
 
 def _lowrank_whisper(task, sketch=None):
-    import topologies
+    import edgedp_topologies
     from edgedp.accounting.participation import Participation
     from edgedp.planning import cross_agent
 
     return cross_agent.make_plan(
         "whisper",
-        topologies.parse("ring:6"),
+        edgedp_topologies.parse("ring:6"),
         steps=6,
         participation=Participation(6, 1),
         clip_norm=1.0,
@@ -362,7 +362,7 @@ def test_audit_cli_json_and_plot(tmp_path, capsys, plans):
 
 # ---------------------------------------------------------------- random initial states
 def test_random_initial_states_are_keyed_and_equal_in_both_engines(plans):
-    from sim import engine, initial
+    from edgedp_sim import engine, initial
 
     plan = plans["dp-dsgd"]
     data = scenarios.from_plan(plan).data()
@@ -386,7 +386,7 @@ def test_random_initial_states_are_keyed_and_equal_in_both_engines(plans):
 def test_scenario_initial_state_reaches_leak_and_the_attackers(tmp_path):
     from pathlib import Path
 
-    from sim import leak
+    from edgedp_sim import leak
 
     text = (Path(scenarios.__file__).parent / "leakage_table4.toml").read_text()
     text = text.replace("steps = 1000", "steps = 8").replace("trials = 5000", "trials = 60")
@@ -399,7 +399,7 @@ def test_scenario_initial_state_reaches_leak_and_the_attackers(tmp_path):
     bad.write_text(text.replace('initial_state = "normal"', 'initial_state = "zero"'))
     with pytest.raises(scenarios.ScenarioError, match="initial_state"):
         scenarios.load(bad)
-    from sim import sensor_fusion
+    from edgedp_sim import sensor_fusion
 
     sf = sensor_fusion.generate(3, observations=1, dim=1, seed=0)
     rep = leak.run(

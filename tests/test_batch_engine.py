@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import algorithms, clipping, rng, streams
 from edgedp.accounting.participation import Participation
 from edgedp.algorithms._gossip import mix_node
@@ -11,9 +11,9 @@ from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource
 from edgedp.plan import TaskSpec, batch_schedule, make_plan
-from sim import batch, datasets
+from edgedp_sim import batch, datasets
 
-GRAPH = topologies.parse("er:10:0.4:3")
+GRAPH = edgedp_topologies.parse("er:10:0.4:3")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=1), 10, seed=1)
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import algorithms, factors, models, streams, topology
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
@@ -20,11 +20,11 @@ from edgedp.agent import Agent
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import cross_agent, factorization
 from edgedp.sketch import SketchSpec
-from sim import batch, datasets, engine, round_faults, runner, scenarios
-from sim.churn import Crash, Faults, crash_round, crash_rounds
-from sim.links import Latency, LinkDraws, Network
+from edgedp_sim import batch, datasets, engine, round_faults, runner, scenarios
+from edgedp_sim.churn import Crash, Faults, crash_round, crash_rounds
+from edgedp_sim.links import Latency, LinkDraws, Network
 
-GRAPH = topologies.parse("er:8:0.5:1")
+GRAPH = edgedp_topologies.parse("er:8:0.5:1")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=2), 8, seed=2)
 TASK = TaskSpec(dataset="synthetic-logistic")
 STEPS = 10
@@ -110,7 +110,7 @@ def _agents_round_by_round(plan, data, faults, network, seed):
 
 # rounds compute for c = 0.125 s; deadline 0.25 s: node 6 restarts in time to redo round 0
 # (its inbox lost), node 1 within round 4's computation (no change), node 2 misses rounds
-# 2-5 and resumes at 6, node 5 leaves in round 4 (sim.churn.crash_rounds)
+# 2-5 and resumes at 6, node 5 leaves in round 4 (edgedp_sim.churn.crash_rounds)
 FAULTS = Faults(
     dropout=0.15,
     crashes=(Crash(2, 0.3, 0.5), Crash(5, 0.55), Crash(6, 0.1, 0.2), Crash(1, 0.6, 0.01)),
@@ -204,7 +204,7 @@ def test_ideal_run_unchanged_by_the_fault_path():
 # crashes at 0.2 s (computing round 1) and is back at 0.5 s: it redoes round 1 from its
 # checkpoint, its neighbours mix its message, its own inbox of round 1 is lost. Seed 11:
 # 13 messages lost, 9 rounds sat out, and no deadline cut a message that was still to come
-# (the event engine rejected none), which is when the engines agree (sim.round_faults).
+# (the event engine rejected none), which is when the engines agree (edgedp_sim.round_faults).
 ZERO_LATENCY = Network(loss=0.05, compute_s=0.125, round_timeout_s=1.0, startup_timeout_s=1.0)
 WITH_CRASH = Faults(dropout=0.1, crashes=(Crash(3, 0.2, 0.3),))
 

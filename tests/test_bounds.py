@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import bounds, factors, models, wire
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
@@ -21,9 +21,9 @@ from edgedp.errors import NonFiniteStateError, PlanError
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
 from edgedp.sketch import SketchSpec
-from sim import datasets, sensor_fusion
+from edgedp_sim import datasets, sensor_fusion
 
-GRAPH = topologies.parse("er:6:0.6:1")
+GRAPH = edgedp_topologies.parse("er:6:0.6:1")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 6, seed=3)
 TASK = TaskSpec(dataset="synthetic-logistic")
 STEPS = 8

@@ -300,7 +300,7 @@ def test_every_command_output_is_strict_json(x, as_numpy):
 
 
 def test_infinite_epsilon_keeps_its_sign_in_results_files(tmp_path):
-    from sim import provenance
+    from edgedp_sim import provenance
 
     provenance.write_json(tmp_path / "r.json", {"eps": math.inf, "low": -math.inf, "x": math.nan})
     back = _strict_loads((tmp_path / "r.json").read_text())

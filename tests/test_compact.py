@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-import topologies
+import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting import sensitivity as sens_mod
 from edgedp.accounting.participation import Participation
@@ -39,7 +39,7 @@ def blt_fits(prefix):
 
 
 def _mafalda_gram(steps: int) -> np.ndarray:
-    W = topology.metropolis_hastings(topologies.parse("er:12:0.4:1"))
+    W = topology.metropolis_hastings(edgedp_topologies.parse("er:12:0.4:1"))
     return mafalda.workload_gram(W, steps=steps)
 
 

@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import cross_agent, rng, streams
 from edgedp.accounting import cross_agent as acc
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
-from sim import batch, datasets
+from edgedp_sim import batch, datasets
 
-GRAPH = topologies.parse("er:8:0.5:2")
+GRAPH = edgedp_topologies.parse("er:8:0.5:2")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 8, seed=3)
 
 
@@ -219,7 +219,7 @@ def test_cli_plan_json(tmp_path):
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=["whisper", "zipdl"])
 def test_event_engine_equals_batch_engine(case):
-    from sim import engine
+    from edgedp_sim import engine
 
     p = _plan(case)
     ev = engine.run(p, DATA)  # real wire frames, one per recipient for Zip-DL
@@ -238,7 +238,7 @@ def test_agent_processes(tmp_path, case, private):
     from edgedp.models import model_digest
     from firmware_py import deploy
 
-    g = topologies.parse("er:5:0.6:4")
+    g = edgedp_topologies.parse("er:5:0.6:4")
     data = datasets.partition(datasets.load("synthetic-logistic", seed=21), 5, seed=21)
     p = planner.make_plan(
         case.mechanism,

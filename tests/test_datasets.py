@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import datasets
+from edgedp_sim import datasets
 
 
 def _skew(labels_per_node: np.ndarray, classes: int) -> float:

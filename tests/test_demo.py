@@ -1,6 +1,6 @@
 """`edgedp demo --quick` end to end, and its report in a real headless browser.
 
-The quick setting (sim.demo.QUICK) runs every part the embedded default runs — five plans
+The quick setting (edgedp_sim.demo.QUICK) runs every part the embedded default runs — five plans
 at one ε, the event engine over a lossy network, real agent processes, leakage probes with
 the audit — on small graphs; `make demo` runs the default.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import headless
 import pytest
 
-from sim import demo
+from edgedp_sim import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import re
 
 import zmq
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from firmware_py import deploy, logs
@@ -19,7 +19,7 @@ from firmware_py import deploy, logs
 def _plan(path, steps):
     p = make_plan(
         "dp-dsgd",
-        topologies.parse("complete:3"),
+        edgedp_topologies.parse("complete:3"),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,

@@ -21,18 +21,18 @@ import zmq
 import zmq.auth
 from hostile import harness
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
 from edgedp.plan import TaskSpec, make_plan
+from edgedp_sim import batch, datasets
 from firmware_py import deploy, resources, sentrecord
-from sim import batch, datasets
 
 
 def _plan(path, steps, topology="complete:3"):
     p = make_plan(
         "dp-dsgd",
-        topologies.parse(topology),
+        edgedp_topologies.parse(topology),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,

@@ -48,7 +48,7 @@ FEATURES = (
     Feature("DOME", ("edgedp.algorithms.dome",), (r"DOME[^.]{0,40}\b(planned|not (yet )?built)",)),
     Feature(
         "SimPy event engine with faults",
-        ("sim.engine", "sim.churn", "sim.links"),
+        ("edgedp_sim.engine", "edgedp_sim.churn", "edgedp_sim.links"),
         (r"event engine[^.]{0,40}\b(planned|not (yet )?built)",),
     ),
     Feature(
@@ -58,12 +58,12 @@ FEATURES = (
     ),
     Feature(
         "leakage probes and audit",
-        ("sim.leak", "sim.audit"),
+        ("edgedp_sim.leak", "edgedp_sim.audit"),
         (r"(leakage|probes?|audit)[^.]{0,40}\b(planned|not (yet )?built)",),
     ),
     Feature(
         "the demo compares the four private mechanisms",
-        ("sim.demo", "sim.demo_report"),
+        ("edgedp_sim.demo", "edgedp_sim.demo_report"),
         (r"make demo[^.]{0,120}AntiPGD", r"AntiPGD[^.]{0,80}\bdemo\b"),
     ),
 )

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import topologies
+import edgedp_topologies
 from edgedp import algorithms, factors, rng, sketch, streams, wire
 from edgedp.accounting import dome as dome_acc
 from edgedp.accounting import mf
@@ -20,9 +20,9 @@ from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
-from sim import batch, datasets, engine
+from edgedp_sim import batch, datasets, engine
 
-GRAPH = topologies.parse("er:8:0.5:2")
+GRAPH = edgedp_topologies.parse("er:8:0.5:2")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 8, seed=3)
 D = DATA.features + 1  # logistic: weights + bias
 
@@ -355,8 +355,8 @@ def test_reuse_last_dropout_rule_is_refused_when_the_basis_changes():
 def test_faulty_network_with_dropouts_and_a_crash():
     """Lossy links, per-round dropouts and a crash/restart: deterministic, finite, every
     node's k-dim noise stream advanced once per round (never reused or skipped)."""
-    from sim.churn import Crash, Faults
-    from sim.links import Latency, Network
+    from edgedp_sim.churn import Crash, Faults
+    from edgedp_sim.links import Latency, Network
 
     p = _plan(SketchSpec(dim=4, optimizer="adam"), steps=16)
     net = Network(

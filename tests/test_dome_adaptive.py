@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import sketch, sketch_adaptive, wire
 from edgedp.accounting.participation import Participation
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
-from sim import batch, datasets, engine
-from sim.churn import Faults
+from edgedp_sim import batch, datasets, engine
+from edgedp_sim.churn import Faults
 
-GRAPH = topologies.parse("er:8:0.5:2")  # BFS tree from node 0 has height 2
+GRAPH = edgedp_topologies.parse("er:8:0.5:2")  # BFS tree from node 0 has height 2
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 8, seed=3)
 D = DATA.features + 1
 

@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import batch, datasets, engine, provenance, runner, scenarios
-from sim.churn import Crash, Faults
-from sim.links import Latency, Network
+from edgedp_sim import batch, datasets, engine, provenance, runner, scenarios
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.links import Latency, Network
 
 DATA10 = datasets.partition(datasets.load("synthetic-logistic", seed=2), 10, seed=2)
 
 
 def _plan(mechanism="dp-dsgd", spec="er:10:0.4:1", steps=12, batch_size=0):
-    g = topologies.parse(spec)
+    g = edgedp_topologies.parse(spec)
     m = DATA10.local_size
     per_epoch = m // (batch_size or m)
     noise = {} if mechanism == "dsgd" else {"noise_multiplier": 1.0}
@@ -205,7 +205,7 @@ def test_cli_run_and_sweep(tmp_path):
     assert "Traceback" not in out.stderr, out.stderr[-3000:]  # a successful sweep is quiet
     lossy = [r for r in runs if "network.loss=0.2" in r["scenario"]]
     assert all(r["lost_messages"] > 0 for r in lossy)
-    # both results files record the package versions and the git revision (sim.provenance)
+    # both results files record the package versions and the git revision (edgedp_sim.provenance)
     assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["rows"]) == 4
     for written in (tmp_path / "o" / "metrics.json", tmp_path / "s" / "sweep.json"):
         env = json.loads(written.read_text())["environment"]

@@ -12,10 +12,10 @@ import pytest
 import simpy
 from test_event_engine_ties import Case, _run
 
-import topologies
-from sim.churn import Crash, Faults
-from sim.clock import Clock, Uplink
-from sim.links import Latency, Network
+import edgedp_topologies
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.clock import Clock, Uplink
+from edgedp_sim.links import Latency, Network
 
 
 def _lognormal(median_ms, sigma):
@@ -90,7 +90,7 @@ def test_same_results_as_the_process_per_message_engine(name):
     assert got == case.want
     # per message a delivery and an uplink slot; per node and round at most a deadline,
     # a compute step, a skip
-    n, steps = topologies.parse(case.spec).n, case.steps
+    n, steps = edgedp_topologies.parse(case.spec).n, case.steps
     assert r.events <= 2 * r.messages + 3 * n * steps
 
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.plan import TaskSpec, make_plan
-from sim import datasets, engine
-from sim.churn import Crash, Faults
-from sim.links import Latency, Network
+from edgedp_sim import datasets, engine
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.links import Latency, Network
 
 
 def _constant(ms):
@@ -177,7 +177,7 @@ CASES = {
 def _run(case):
     plan = make_plan(
         case.mechanism,
-        topologies.parse(case.spec),
+        edgedp_topologies.parse(case.spec),
         steps=case.steps,
         participation=Participation(case.steps, 1),
         clip_norm=1.0,

@@ -1,4 +1,4 @@
-"""Uplink turns planned ahead (sim.clock.Turns) give the results of uplink slot events.
+"""Uplink turns planned ahead (edgedp_sim.clock.Turns) give the results of uplink slot events.
 
 With continuous latencies the event engine plans each uplink's turns when a job arrives and
 schedules every message's delivery at once (one heap event per message); the reference is
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from test_event_engine_ties import _summary
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import datasets, engine
-from sim.churn import Crash, Faults
-from sim.clock import Clock, TieError, Turns, Uplink
-from sim.links import Latency, Network
+from edgedp_sim import datasets, engine
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.clock import Clock, TieError, Turns, Uplink
+from edgedp_sim.links import Latency, Network
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _scenario(seed: int) -> Scenario:
 def _run(sc: Scenario, **kw):
     plan = make_plan(
         sc.mechanism,
-        topologies.parse(sc.spec),
+        edgedp_topologies.parse(sc.spec),
         steps=sc.steps,
         participation=Participation(sc.steps, 1),
         clip_norm=1.0,
@@ -92,7 +92,7 @@ def test_planned_turns_equal_uplink_events(seed):
     assert planned.round_seconds == events.round_seconds
     assert planned.events < events.events
     # one heap event per message; deadlines, compute steps and crashes come on top
-    n = topologies.parse(sc.spec).n
+    n = edgedp_topologies.parse(sc.spec).n
     assert planned.events <= planned.messages + 3 * n * sc.steps
 
 

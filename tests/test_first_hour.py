@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.plan import TaskSpec, make_plan
 from edgedp_cli import main as cli
 from edgedp_cli import sim_cmd
+from edgedp_sim import datasets
 from firmware_py import deploy
-from sim import datasets
 
 PLAN = ["plan", "sgd", "--topology", "ring:4", "--steps", "6", "--mechanism", "dp-dsgd"]
 PLAN += ["--participation", "6,1", "--noise-multiplier", "1.0"]
@@ -95,7 +95,7 @@ def test_sweep_table_keeps_whole_names():
 
 
 def test_sparse_spectral_gap_matches_the_dense_one():
-    W = topology.metropolis_hastings(topologies.parse("er:1100:0.006:2"))  # noqa: N806
+    W = topology.metropolis_hastings(edgedp_topologies.parse("er:1100:0.006:2"))  # noqa: N806
     assert W.shape[0] > cli.SPARSE_GAP_NODES
     assert cli.spectral_gap(W, quiet=True) == pytest.approx(topology.spectral_gap(W), abs=1e-9)
 
@@ -105,7 +105,7 @@ def test_dp_dsgd_loss_ratio_is_one_without_an_eigendecomposition():
 
     p = make_plan(
         "dp-dsgd",
-        topologies.parse("ring:5"),
+        edgedp_topologies.parse("ring:5"),
         steps=6,
         participation=datasets.task_participation(TaskSpec(), nodes=5, steps=6),
         clip_norm=1.0,
@@ -124,7 +124,7 @@ def _agent_run(tmp_path):
     task = TaskSpec(dataset="synthetic-logistic", batch_size=50)
     p = make_plan(
         "dp-dsgd",
-        topologies.parse("complete:3"),
+        edgedp_topologies.parse("complete:3"),
         steps=4,
         participation=datasets.task_participation(task, nodes=3, steps=4),
         clip_norm=1.0,

@@ -10,15 +10,15 @@ import math
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import clipping, streams
 from edgedp.accounting.participation import Participation
 from edgedp.models import fused, model_digest
 from edgedp.models.dense import DenseModel
 from edgedp.models.spec import parse
 from edgedp.plan import TaskSpec, make_plan
+from edgedp_sim import batch, datasets, engine
 from firmware_py import deploy
-from sim import batch, datasets, engine
 
 ARCHS = ["softmax:3:gemm", "mlp:5-7-3:tanh:gemm", "mlp:5-16-8-4:relu,sigmoid:gemm"]
 
@@ -124,7 +124,7 @@ def _digits_plan(model, n, steps, seed=5):
     per_epoch = data.local_size // BATCH
     plan = make_plan(
         "dp-dsgd",
-        topologies.parse(f"ring:{n}"),
+        edgedp_topologies.parse(f"ring:{n}"),
         steps=steps,
         participation=Participation(math.ceil(steps / per_epoch), per_epoch),
         clip_norm=1.0,

@@ -52,7 +52,7 @@ FORBIDDEN = [
     "simpy",
     "matplotlib",
     "sklearn",
-    "sim",
+    "edgedp_sim",
     "firmware_py",
     "tqdm",
     "onnx",  # graph building is offline tooling (edgedp.models.graph / importer)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy.special import digamma
 
-import topologies
+import edgedp_topologies
 from edgedp import models
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import adversary, attacks, batch, datasets, engine, leakage
+from edgedp_sim import adversary, attacks, batch, datasets, engine, leakage
 
 npeet = pytest.importorskip("npeet_plus.estimators")
 
@@ -151,7 +151,7 @@ def _plan(mechanism="dp-dsgd", sigma=1.0, steps=5):
     noise = {} if mechanism == "dsgd" else {"noise_multiplier": sigma}
     return make_plan(
         mechanism,
-        topologies.parse("complete:3"),  # the 3 agents of paper 004 Fig. 11
+        edgedp_topologies.parse("complete:3"),  # the 3 agents of paper 004 Fig. 11
         steps=steps,
         participation=Participation(math.ceil(steps / per_epoch), per_epoch),
         clip_norm=1.0,
@@ -330,7 +330,7 @@ def _cross_plan(mechanism, **options):
 
     return planner.make_plan(
         mechanism,
-        topologies.parse("complete:3"),
+        edgedp_topologies.parse("complete:3"),
         steps=4,
         participation=Participation(1, DATA.local_size // BATCH),
         clip_norm=1.0,
@@ -357,7 +357,7 @@ def _sr_gt_plan(eps=1.0, steps=6, mechanism="sr-gt"):
     task = TaskSpec(model="least-squares", dataset="sensor-fusion", partition="per-node")
     return make_plan(
         mechanism,
-        topologies.parse("complete:3"),
+        edgedp_topologies.parse("complete:3"),
         steps=steps,
         clip_norm=math.inf,
         laplace=sched,
@@ -372,7 +372,7 @@ SF3 = None
 def _sf3():
     global SF3
     if SF3 is None:
-        from sim import sensor_fusion
+        from edgedp_sim import sensor_fusion
 
         SF3 = sensor_fusion.generate(3, observations=1, dim=1, seed=0)
     return SF3
@@ -395,7 +395,7 @@ def _mechanism_case(name):
         p = _plan("dp-dsgd", steps=4)
         return make_plan(
             "dome",
-            topologies.parse("complete:3"),
+            edgedp_topologies.parse("complete:3"),
             steps=4,
             participation=p.participation,
             clip_norm=1.0,
@@ -506,7 +506,7 @@ def test_cross_agent_estimators_subtract_exactly_what_the_attacker_knows(mechani
 
 # ---------------------------------------------------------------- edgedp leak, Table 4 setting
 def _small_table4(tmp_path, steps=30, extra=""):
-    from sim import scenarios
+    from edgedp_sim import scenarios
 
     text = (Path(scenarios.__file__).parent / "leakage_table4.toml").read_text()
     text = text.replace("steps = 1000", f"steps = {steps}").replace("trials = 5000", "trials = 200")
@@ -542,7 +542,7 @@ def test_leak_cli_json_reports_the_table4_keys(tmp_path, capsys):
 
 
 def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
-    from sim import adversary, leak, scenarios
+    from edgedp_sim import adversary, leak, scenarios
 
     path = _small_table4(tmp_path, steps=6, extra="\n[network]\nloss = 0.2\n")
     sc = scenarios.load(path)
@@ -567,7 +567,7 @@ def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
 
 
 def test_zero_sum_masking_is_transparent_to_the_eavesdropper():
-    from sim import sensor_fusion, zero_sum
+    from edgedp_sim import sensor_fusion, zero_sum
 
     sf = sensor_fusion.generate(3, observations=1, dim=1, seed=0)
     run = zero_sum.simulate(sf, np.full((3, 3), 1 / 3), trials=400, iterations=20, stepsize=0.002)
@@ -581,7 +581,7 @@ def test_zero_sum_masking_is_transparent_to_the_eavesdropper():
 
 
 def test_table4_attackers_share_eq44_and_standardizing_only_rescales(tmp_path):
-    from sim import leak, scenarios
+    from edgedp_sim import leak, scenarios
 
     sc = scenarios.load(_small_table4(tmp_path, steps=20))
     rep = leak.run(
@@ -602,7 +602,7 @@ def test_table4_attackers_share_eq44_and_standardizing_only_rescales(tmp_path):
 
 @pytest.mark.parametrize("mechanism", ["decor", "whisper"])
 def test_gls_under_the_cross_agent_covariance(mechanism):
-    from sim import leak
+    from edgedp_sim import leak
 
     p = _cross_plan(mechanism, **({"form": "lowrank", "rank": 2} if mechanism == "whisper" else {}))
     model = models.for_task(p.task, DATA.features)
@@ -634,7 +634,7 @@ def test_gls_under_the_cross_agent_covariance(mechanism):
 
 
 def test_scenarios_plan_sr_gt_and_name_bad_laplace_fields(tmp_path):
-    from sim import scenarios
+    from edgedp_sim import scenarios
 
     sc = scenarios.load(_small_table4(tmp_path, steps=5))
     assert sc.plan.mechanism == "sr-gt" and sc.plan.laplace.beta == 1000.0
@@ -648,7 +648,7 @@ def test_scenarios_plan_sr_gt_and_name_bad_laplace_fields(tmp_path):
 
 
 def test_per_trial_data_is_each_trial_run_on_its_own_instance():
-    from sim import sensor_fusion
+    from edgedp_sim import sensor_fusion
 
     p = _sr_gt_plan(steps=5)
     inst = [sensor_fusion.generate(3, observations=1, dim=1, seed=s) for s in range(4)]

@@ -7,7 +7,7 @@ import tomllib
 import numpy as np
 import pytest
 
-from sim import adversary, leak, leakage, scenarios
+from edgedp_sim import adversary, leak, leakage, scenarios
 
 npeet = pytest.importorskip("npeet_plus.estimators")
 
@@ -56,7 +56,7 @@ def test_vector_marginals_equal_npeet(npeet_mi, dims):
 
 
 def test_table4_leakage_values_are_pinned():
-    # sim/scenarios/leakage_table4.toml at eps = 1 reduced to 400 trials x 40 iterations;
+    # edgedp_sim/scenarios/leakage_table4.toml at eps = 1 reduced to 400 trials x 40 iterations;
     # numbers computed with the per-stream Laplace draws and cKDTree counts (before the bulk
     # paths): the bulk draws and the fast KSG must not move a bit of them
     raw = tomllib.loads((scenarios_dir() / "leakage_table4.toml").read_text())

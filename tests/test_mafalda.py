@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
 from edgedp.accounting.sensitivity import sensitivity
@@ -69,7 +69,7 @@ def _stacked_workload(W: np.ndarray, T: int) -> np.ndarray:
 @pytest.mark.parametrize("weighting", WEIGHTINGS, ids=lambda w: w.name)
 @pytest.mark.parametrize("spec", GRAPHS)
 def test_fast_paths_match_bruteforce(spec, weighting):
-    W = weighting.build(topologies.parse(spec))
+    W = weighting.build(edgedp_topologies.parse(spec))
     for T in STEPS:
         ref = mafalda.workload_gram_bruteforce(W, steps=T)
         assert _rel_err(mafalda.workload_gram(W, steps=T), ref) < RTOL
@@ -78,14 +78,14 @@ def test_fast_paths_match_bruteforce(spec, weighting):
 
 
 def test_random_weights_take_the_eigenvector_path():
-    W = _random_weights(topologies.parse("er:8:0.4:1"))
+    W = _random_weights(edgedp_topologies.parse("er:8:0.4:1"))
     assert mafalda._powers_gram_reversible(W, 5, stochastic=True) is None
     assert mafalda._powers_gram_eig(W, 5, stochastic=True) is not None
 
 
 @pytest.mark.parametrize("block", [1 << 23, 100])  # one block; several blocks of powers
 def test_direct_powers_fallback_matches_bruteforce(monkeypatch, block):
-    W = _random_weights(topologies.parse("er:8:0.4:1"), seed=3)
+    W = _random_weights(edgedp_topologies.parse("er:8:0.4:1"), seed=3)
     T = 12
     ref = mafalda.workload_gram_bruteforce(W, steps=T)
     monkeypatch.setattr(mafalda, "_MAX_EIGVEC_COND", 0.0)  # refuse every eigen-basis
@@ -96,7 +96,7 @@ def test_direct_powers_fallback_matches_bruteforce(monkeypatch, block):
 
 def test_bruteforce_follows_lemma_10_definition():
     # H = Σᵢ AᵢᵀAᵢ with Aᵢ = node i's columns (a·n + i) of (I_T⊗W)W_T; independent build.
-    W = topology.uniform_neighbour(topologies.parse("er:7:0.5:2"))
+    W = topology.uniform_neighbour(edgedp_topologies.parse("er:7:0.5:2"))
     T, n = 5, W.shape[0]
     A = _stacked_workload(W, T)
     H = sum(A[:, i::n].T @ A[:, i::n] for i in range(n))
@@ -105,7 +105,7 @@ def test_bruteforce_follows_lemma_10_definition():
 
 def test_design_spectral_formula():
     # DESIGN §4: H[a,b] = Σⱼ Σ_{t=max(a,b)}^{T−1} λⱼ^{2t−a−b+2}, evaluated literally.
-    W = topology.metropolis_hastings(topologies.parse("er:9:0.4:4"))
+    W = topology.metropolis_hastings(edgedp_topologies.parse("er:9:0.4:4"))
     T = 6
     lam = np.linalg.eigvalsh(W)
     ref = np.array(
@@ -121,7 +121,7 @@ def test_design_spectral_formula():
 def test_complete_graph_gives_prefix_sum_gram(n):
     # complete graph with MH weights: W = 11ᵀ/n, W^p = W for p >= 1, ⟨W^p, W^q⟩_F = 1, so
     # H[a, b] = T − max(a, b) = (AᵀA)[a, b] for the prefix-sum workload A (paper 003).
-    W = topology.metropolis_hastings(topologies.complete(n))
+    W = topology.metropolis_hastings(edgedp_topologies.complete(n))
     np.testing.assert_allclose(W, np.full((n, n), 1.0 / n), rtol=0, atol=1e-15)
     T = 9
     ref = _prefix_sum_gram(T)
@@ -151,7 +151,7 @@ def test_eigenvalue_minus_one():
         np.testing.assert_allclose(
             mafalda.workload_gram(W, steps=T, symmetric=symmetric), ref, rtol=0, atol=1e-12
         )
-    ring = topologies.ring(6).adjacency / 2.0  # zero diagonal, bipartite: λ = −1
+    ring = edgedp_topologies.ring(6).adjacency / 2.0  # zero diagonal, bipartite: λ = −1
     ref = mafalda.workload_gram_bruteforce(ring, steps=10)
     assert _rel_err(mafalda.workload_gram(ring, steps=10), ref) < RTOL
 
@@ -159,7 +159,7 @@ def test_eigenvalue_minus_one():
 def test_slow_mixing_ring_paths_agree():
     # ring:200 has |λ₂| ≈ 1 − 3e-4: the symmetric power-sum path and the eigen-basis GEMM
     # path (symmetric=False) are independent computations; brute force checks a short T.
-    W = topology.metropolis_hastings(topologies.ring(200))
+    W = topology.metropolis_hastings(edgedp_topologies.ring(200))
     ref = mafalda.workload_gram_bruteforce(W, steps=4)  # nT = 800
     assert _rel_err(mafalda.workload_gram(W, steps=4), ref) < RTOL
     H = mafalda.workload_gram(W, steps=600)
@@ -168,7 +168,7 @@ def test_slow_mixing_ring_paths_agree():
 
 @pytest.mark.parametrize("weighting", WEIGHTINGS, ids=lambda w: w.name)
 def test_gram_is_symmetric_positive_definite(weighting):
-    W = weighting.build(topologies.parse("smallworld:12:4:0.3:2"))
+    W = weighting.build(edgedp_topologies.parse("smallworld:12:4:0.3:2"))
     H = mafalda.workload_gram(W, steps=40)
     np.testing.assert_array_equal(H, H.T)  # filled symmetrically by construction
     assert np.linalg.eigvalsh(H).min() > 0  # A = (I_T⊗W)W_T K: no x with Aᵢx = 0 for all i
@@ -177,7 +177,7 @@ def test_gram_is_symmetric_positive_definite(weighting):
 
 
 def test_single_step_is_frobenius_norm():
-    W = topology.uniform_neighbour(topologies.star(6))
+    W = topology.uniform_neighbour(edgedp_topologies.star(6))
     H = mafalda.workload_gram(W, steps=1)
     np.testing.assert_allclose(H, [[np.sum(W * W)]], rtol=1e-14)
 
@@ -187,7 +187,7 @@ def test_single_step_is_frobenius_norm():
 )
 def test_lemma_10_identity(spec, weighting):
     # Definition 9 with C = C_local ⊗ I_n vs Lemma 10's T × T form, for several C_local.
-    W = weighting.build(topologies.parse(spec))
+    W = weighting.build(edgedp_topologies.parse(spec))
     n, T = W.shape[0], 6
     rng = np.random.default_rng(7)
     part = Participation(2, 3)
@@ -211,14 +211,14 @@ def test_lemma_10_identity(spec, weighting):
 
 
 def test_objective_golden_values():
-    W = topology.metropolis_hastings(topologies.parse("er:10:0.4:5"))
+    W = topology.metropolis_hastings(edgedp_topologies.parse("er:10:0.4:5"))
     T = 8
     H = mafalda.workload_gram(W, steps=T)
     # C = I, (k, b) = (2, 4): X = I, sens² = k = 2 (DESIGN §4), loss = 2·tr(H)
     loss = mafalda.objective(np.eye(T), W, steps=T, participation=Participation(2, 4))
     assert loss == pytest.approx(2 * np.trace(H), rel=1e-12)
     # complete graph: H = prefix-sum Gram, so the loss is the centralized sens²·‖A C⁻¹‖_F²
-    Wc = topology.metropolis_hastings(topologies.complete(5))
+    Wc = topology.metropolis_hastings(edgedp_topologies.complete(5))
     C = np.tril(np.full((T, T), 0.5)) + 0.5 * np.eye(T)
     A = np.tril(np.ones((T, T)))
     part = Participation(1, T)
@@ -229,7 +229,7 @@ def test_objective_golden_values():
 
 
 def test_objective_rejects_bad_strategies():
-    W = topology.metropolis_hastings(topologies.ring(4))
+    W = topology.metropolis_hastings(edgedp_topologies.ring(4))
     part = Participation(1, 1)
     with pytest.raises(ValueError, match="shape"):
         mafalda.objective(np.eye(3), W, steps=4, participation=part)
@@ -240,7 +240,7 @@ def test_objective_rejects_bad_strategies():
 
 
 def test_input_validation():
-    W = topology.metropolis_hastings(topologies.ring(5))
+    W = topology.metropolis_hastings(edgedp_topologies.ring(5))
     with pytest.raises(ValueError, match="square"):
         mafalda.workload_gram(np.ones((2, 3)) / 3, steps=3)
     with pytest.raises(ValueError, match="finite"):
@@ -253,7 +253,7 @@ def test_input_validation():
         mafalda.workload_gram(W, steps=2.0)
     with pytest.raises(ValueError, match="symmetric"):
         mafalda.workload_gram(
-            topology.uniform_neighbour(topologies.star(4)), steps=3, symmetric=True
+            topology.uniform_neighbour(edgedp_topologies.star(4)), steps=3, symmetric=True
         )
     with pytest.raises(ValueError, match="overflowed"):
         mafalda.workload_gram(2.0 * np.eye(2), steps=600, validate=False)
@@ -263,7 +263,7 @@ def test_input_validation():
 
 def test_large_horizon_smoke():
     # brief: n = 60, T = 300 must plan well under a second (symmetric path: O(n·T + T²)).
-    W = topology.metropolis_hastings(topologies.erdos_renyi(60, 0.1, seed=0))
+    W = topology.metropolis_hastings(edgedp_topologies.erdos_renyi(60, 0.1, seed=0))
     start = time.perf_counter()
     H = mafalda.workload_gram(W, steps=300)
     elapsed = time.perf_counter() - start

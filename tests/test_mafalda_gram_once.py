@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
 from edgedp.planning import factorization, mafalda
@@ -46,7 +46,7 @@ def test_cli_plan_computes_the_workload_gram_once(mechanism, monkeypatch, tmp_pa
     rep = json.loads(capsys.readouterr().out)
     assert calls == [12]  # planning and the loss ratio share one H
     # the ratio equals the one computed from a fresh H (the previous behaviour)
-    W = topology.WEIGHTINGS["metropolis-hastings"](topologies.parse("ring:8"))  # noqa: N806
+    W = topology.WEIGHTINGS["metropolis-hastings"](edgedp_topologies.parse("ring:8"))  # noqa: N806
     planned = factorization.plan_factor(
         mechanism,
         W,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-import topologies
+import edgedp_topologies
 from edgedp import api, factors, mechanisms
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting import mf
@@ -56,7 +56,7 @@ def test_mechanism():
 
 
 def test_a_mechanism_registered_in_one_place_plans_certifies_and_runs(test_mechanism):
-    g = topologies.parse("ring:6")
+    g = edgedp_topologies.parse("ring:6")
     task = TaskSpec(batch_size=0)  # every example at every step: (6, 1)
     kw = dict(
         steps=6, participation=Participation(6, 1), clip_norm=1.0, learning_rate=0.5, task=task
@@ -101,7 +101,7 @@ def test_laplace_plans_report_their_pure_epsilon_not_infinity():
     s = laplace_acc.LaplaceSchedule(
         gamma=0.001, beta=1000, q1=0.97, q2=0.98, delta_grad=2.0, epsilon=1.0
     )
-    p = make_plan("sr-gt", topologies.parse("ring:6"), steps=6, clip_norm=1.0, laplace=s)
+    p = make_plan("sr-gt", edgedp_topologies.parse("ring:6"), steps=6, clip_norm=1.0, laplace=s)
     g = p.guarantee()
     assert isinstance(g, laplace_acc.PureGuarantee) and isinstance(g, mechanisms.Guarantee)
     # ε of the 6 messages and the noised final model by the paper's sum (module docstring):

@@ -11,7 +11,7 @@ from onnx import TensorProto
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 
-import topologies
+import edgedp_topologies
 from edgedp import models, streams
 from edgedp.accounting.participation import Participation
 from edgedp.models import graph, importer
@@ -21,7 +21,7 @@ from edgedp.models.onnx_backend import OnnxModel
 from edgedp.models.spec import init_params, parse
 from edgedp.plan import TaskSpec, make_plan
 from edgedp_cli.main import main as cli
-from sim import batch, datasets
+from edgedp_sim import batch, datasets
 
 F = 4
 #: (model name, loss): every architecture and loss the backends support
@@ -187,7 +187,7 @@ def test_dp_dsgd_batch_run_with_onnx_models_matches_numpy(dtype, tol, tmp_path):
     def plan(model):
         return make_plan(
             "dp-dsgd",
-            topologies.parse("ring:6"),
+            edgedp_topologies.parse("ring:6"),
             steps=steps,
             participation=Participation(-(-steps // per_epoch), per_epoch),
             clip_norm=1.0,
@@ -429,7 +429,7 @@ def test_plans_pin_the_onnx_file_they_were_made_for(tmp_path):
     assert subprocess_build.returncode == 0, subprocess_build.stderr
     p = make_plan(
         "dp-dsgd",
-        topologies.parse("ring:4"),
+        edgedp_topologies.parse("ring:4"),
         steps=3,
         participation=Participation(3, 1),
         clip_norm=1.0,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zmq.auth
 
-import topologies
+import edgedp_topologies
 from edgedp import _codec, keys, signing
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
@@ -26,7 +26,7 @@ from firmware_py import config, daemon, deploy
 def _plan(steps=4, sigma=1.0):
     return make_plan(
         "dp-dsgd",
-        topologies.parse("ring:3"),
+        edgedp_topologies.parse("ring:3"),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,
@@ -134,7 +134,7 @@ def test_the_pinned_plan_hash_is_enforced_without_a_signature(tmp_path, capsys):
 def _whisper_lowrank():
     return planner.make_plan(
         "whisper",
-        topologies.parse("er:5:0.8:1"),
+        edgedp_topologies.parse("er:5:0.8:1"),
         steps=4,
         participation=Participation(4, 1),
         clip_norm=0.5,
@@ -249,13 +249,13 @@ def test_local_run_with_a_relative_folder_and_a_relative_onnx_model(tmp_path, mo
     pytest.importorskip("onnxruntime")
     from edgedp.models import graph, model_digest
     from edgedp.models.spec import parse
-    from sim import batch, datasets
+    from edgedp_sim import batch, datasets
 
     monkeypatch.chdir(tmp_path)
     graph.write(parse("mlp:20-4-1:tanh", features=20, loss="bce"), Path("model.onnx"))
     p = make_plan(
         "dp-dsgd",
-        topologies.parse("ring:3"),
+        edgedp_topologies.parse("ring:3"),
         steps=3,
         participation=Participation(3, 1),
         clip_norm=1.0,

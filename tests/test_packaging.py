@@ -19,7 +19,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 #: import name -> distribution name, where they differ
 #: The import packages the wheel installs.
-INSTALLED_PACKAGES = ("edgedp", "sim", "firmware_py", "topologies", "edgedp_cli")
+INSTALLED_PACKAGES = ("edgedp", "edgedp_sim", "firmware_py", "edgedp_topologies", "edgedp_cli")
 DISTRIBUTION = {"sklearn": "scikit-learn", "dp_accounting": "dp-accounting", "distributed": "dask"}
 
 
@@ -44,7 +44,7 @@ def _packages(extra: str) -> set[str]:
 def _mentioned_extras():
     """(where, extras) of every `edgedp[...]` in the docs and the code users see."""
     files = [ROOT / "README.md", ROOT / "SECURITY.md", *sorted((ROOT / "docs").glob("*.md"))]
-    for folder in ("edgedp", "edgedp_cli", "sim", "firmware_py"):
+    for folder in ("edgedp", "edgedp_cli", "edgedp_sim", "firmware_py"):
         files += sorted((ROOT / folder).rglob("*.py"))
     for path in files:
         for m in re.finditer(r"edgedp\[([A-Za-z0-9_,-]+)\]", path.read_text()):

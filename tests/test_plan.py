@@ -3,12 +3,12 @@ import math
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import _codec, factors, plan
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 
-GRAPH = topologies.parse("er:12:0.4:1")
+GRAPH = edgedp_topologies.parse("er:12:0.4:1")
 
 
 def _plan(mechanism="dp-dsgd", **kw):

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import _codec, factors, footprint, signing
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import factor_sensitivity
@@ -111,7 +111,7 @@ def _dense_plan(steps=12, matrix=None):
     C = matrix if matrix is not None else C_MIXED[:steps, :steps]
     return make_plan(
         "dense",
-        topologies.parse("ring:3"),
+        edgedp_topologies.parse("ring:3"),
         steps=steps,
         participation=Participation(3, 4),
         clip_norm=1.0,
@@ -180,7 +180,7 @@ def test_a_compact_factor_sensitivity_must_match_exactly():
     bands = factors.Banded.from_matrix(np.tril(C_POS) - np.tril(C_POS, -3), 3)
     p = make_plan(
         "banded",
-        topologies.parse("ring:3"),
+        edgedp_topologies.parse("ring:3"),
         steps=T,
         participation=Participation(4, 4),
         clip_norm=1.0,
@@ -197,7 +197,7 @@ def test_a_compact_factor_sensitivity_must_match_exactly():
 def _identity_plan(steps=4):
     return make_plan(
         "dp-dsgd",
-        topologies.parse("ring:3"),
+        edgedp_topologies.parse("ring:3"),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,
@@ -249,7 +249,7 @@ def test_agents_clipping_in_chunks_equal_the_batch_engine_bitwise(mechanism, mon
     event engine's agents give the batch engine's bits."""
     from edgedp import agent as agent_mod
     from edgedp.sketch import SketchSpec
-    from sim import batch, datasets, engine
+    from edgedp_sim import batch, datasets, engine
 
     data = datasets.partition(datasets.load("synthetic-logistic", seed=2), 6, seed=2)
     steps, bs = 6, 8
@@ -261,7 +261,7 @@ def test_agents_clipping_in_chunks_equal_the_batch_engine_bitwise(mechanism, mon
         extra["sketch"] = SketchSpec(dim=4)
     p = make_plan(
         mechanism,
-        topologies.parse("ring:6"),
+        edgedp_topologies.parse("ring:6"),
         steps=steps,
         participation=Participation(-(-steps // per_epoch), per_epoch),
         clip_norm=0.5,

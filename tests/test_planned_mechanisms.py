@@ -8,14 +8,14 @@ import sys
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting.participation import Participation
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.planning import factorization, mf_optimal
-from sim import batch, datasets, engine
+from edgedp_sim import batch, datasets, engine
 
-GRAPH = topologies.parse("er:10:0.4:2")
+GRAPH = edgedp_topologies.parse("er:10:0.4:2")
 W = topology.metropolis_hastings(GRAPH)
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=1), 10, seed=1)
 
@@ -75,7 +75,7 @@ def test_mafalda_beats_dp_dsgd_and_antipgd_on_its_objective():
 
 def test_complete_graph_mafalda_equals_dmf():
     # complete graph with MH weights: W = 11ᵀ/n, so H is the prefix-sum Gram (planning/mafalda)
-    g = topologies.complete(6)
+    g = edgedp_topologies.complete(6)
     Wc = topology.metropolis_hastings(g)
     part = Participation(2, 8)
     a = factorization.plan_factor("mafalda", Wc, steps=16, participation=part)

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting import _pndp_gram, pndp
 from edgedp.accounting import sensitivity as sens_lib
@@ -65,7 +65,7 @@ STRATEGIES = {
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("observer", pndp.OBSERVERS)
 def test_matches_brute_force_thm7(spec, T, strategy, observer):
-    g = topologies.parse(spec)
+    g = edgedp_topologies.parse(spec)
     W = topology.metropolis_hastings(g)
     C = STRATEGIES[strategy](T)
     for part in (Participation(T, 1), Participation(2, 2), Participation(1, T)):
@@ -79,7 +79,7 @@ def test_matches_brute_force_thm7(spec, T, strategy, observer):
 
 @pytest.mark.parametrize("observer", pndp.OBSERVERS)
 def test_view_matrices_factorize_and_match_the_independent_build(observer):
-    g = topologies.parse("er:5:0.6:3")
+    g = edgedp_topologies.parse("er:5:0.6:3")
     W = topology.metropolis_hastings(g)
     C_local = STRATEGIES["dense"](4)
     A_, B, C = pndp.view_matrices(
@@ -94,7 +94,7 @@ def test_view_matrices_factorize_and_match_the_independent_build(observer):
 
 def test_statespace_steady_state_equals_dense_on_a_longer_horizon():
     # T well past the Kalman transient, so the time-invariant shortcut is exercised
-    g = topologies.parse("er:14:0.5:2")
+    g = edgedp_topologies.parse("er:14:0.5:2")
     W = topology.metropolis_hastings(g)
     cases = [([0], np.eye(60), "node"), ([3, 7], np.tril(np.ones((60, 60))), "node")]
     cases.append(([3, 7], np.eye(60), "eavesdropper"))
@@ -122,7 +122,7 @@ def test_closed_form_path_of_three_T2():
 def test_complete_graph_gives_no_amplification():
     # W = 11ᵀ/n: every node receives every message, X_vv = I, so PNDP = LDP exactly
     n, T = 6, 8
-    g = topologies.complete(n)
+    g = edgedp_topologies.complete(n)
     r = pndp.pndp_guarantees(_setting(g, np.eye(T), Participation(T, 1), sigma=3.0))
     np.testing.assert_allclose(r.sensitivity, math.sqrt(T), rtol=1e-12)
     np.testing.assert_allclose(r.mu, 1 / 3.0, rtol=1e-12)
@@ -130,7 +130,7 @@ def test_complete_graph_gives_no_amplification():
 
 
 def test_pndp_never_exceeds_ldp_and_gains_beyond_neighbours():
-    g = topologies.parse("er:30:0.2:1")
+    g = edgedp_topologies.parse("er:30:0.2:1")
     r = pndp.pndp_guarantees(_setting(g, np.eye(40), Participation(40, 1), sigma=0.7))
     assert np.all(r.mu <= r.ldp_mu) and r.ldp_mu == pytest.approx(1 / 0.7)
     far = r.distance >= 2
@@ -139,7 +139,7 @@ def test_pndp_never_exceeds_ldp_and_gains_beyond_neighbours():
 
 
 def test_larger_colluding_set_learns_at_least_as_much():
-    g = topologies.parse("er:12:0.3:4")
+    g = edgedp_topologies.parse("er:12:0.3:4")
     W = topology.metropolis_hastings(g)
     T, small, big = 12, [0], [0, 5]
     vs = [v for v in range(12) if v not in big]
@@ -164,7 +164,7 @@ def test_far_nodes_leak_less_on_a_path():
 
 
 def test_identity_dense_factor_equals_dp_dsgd_and_antipgd_plan_works():
-    g = topologies.parse("er:8:0.5:0")
+    g = edgedp_topologies.parse("er:8:0.5:0")
     common = dict(steps=10, participation=Participation(10, 1), clip_norm=1.0, learning_rate=0.1)
     dp = make_plan("dp-dsgd", g, noise_multiplier=1.5, **common)
     eye = make_plan("dense", g, noise_multiplier=1.5, factor=factors.Dense(np.eye(10)), **common)
@@ -182,7 +182,7 @@ def test_identity_dense_factor_equals_dp_dsgd_and_antipgd_plan_works():
 
 
 def test_eavesdropper_learns_no_more_than_the_node():
-    g = topologies.florentine_families()
+    g = edgedp_topologies.florentine_families()
     s = _setting(g, np.eye(25), Participation(25, 1))
     node = pndp.pndp_guarantees(s, attackers=[8])
     eav = pndp.pndp_guarantees(s, attackers=[8], observer="eavesdropper")
@@ -195,7 +195,7 @@ def test_tap_on_a_connected_set_sees_what_its_members_know(spec, attackers, meth
     # 𝒜 connected, |𝒜| >= 2: every member's messages and its neighbours' are on tapped links,
     # so the tap recovers each member's input x_t^a = m_t^a − Σ_w W_aw m_{t−1}^w, gradient
     # plus noise; the gradient is fixed under adjacency, so the tap's Gram equals the nodes'
-    g = topologies.parse(spec)
+    g = edgedp_topologies.parse(spec)
     W = topology.metropolis_hastings(g)
     kw = dict(attackers=attackers, strategy=np.eye(6), edges=g.edges, method=method)
     _, Xn = pndp.victim_grams(W, observer="node", **kw)
@@ -204,7 +204,7 @@ def test_tap_on_a_connected_set_sees_what_its_members_know(spec, attackers, meth
 
 
 def test_pairs_records_and_noise_extremes():
-    g = topologies.parse("ring:5")
+    g = edgedp_topologies.parse("ring:5")
     r = pndp.pndp_guarantees(_setting(g, np.eye(3), Participation(3, 1)), attackers=[0])
     p = r.pairs()
     assert [x.victim for x in p] == [1, 2, 3, 4] and p[0].attackers == (0,)
@@ -220,7 +220,7 @@ def test_numerical_failure_falls_back_to_ldp(monkeypatch):
         raise FloatingPointError("injected")
 
     monkeypatch.setattr(_pndp_gram, "statespace_grams", broken)
-    g = topologies.parse("ring:6")
+    g = edgedp_topologies.parse("ring:6")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = pndp.pndp_guarantees(_setting(g, np.eye(4), Participation(4, 1)), attackers=[0])
@@ -230,7 +230,7 @@ def test_numerical_failure_falls_back_to_ldp(monkeypatch):
 
 
 def test_bad_arguments_are_named():
-    g = topologies.parse("ring:4")
+    g = edgedp_topologies.parse("ring:4")
     s = _setting(g, np.eye(3), Participation(3, 1))
     with pytest.raises(ValueError, match="attackers"):
         pndp.pndp_guarantees(s, attackers=[7])
@@ -249,7 +249,8 @@ def test_bad_arguments_are_named():
 def test_accounting_module_stays_numpy_only():
     code = (
         "import sys, edgedp.accounting.pndp\n"
-        "print(sorted(m for m in ('scipy', 'networkx', 'sim', 'matplotlib') if m in sys.modules))"
+        "print(sorted(m for m in ('scipy', 'networkx', 'edgedp_sim', 'matplotlib')"
+        " if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -286,7 +287,7 @@ def test_cli_account_pndp(tmp_path):
     )
     d = json.loads(out.stdout)
     assert d["trust"] == "pndp" and d["ldp_mu"] == 0.5 and len(d["pairs"]) == 13
-    g = topologies.florentine_families()
+    g = edgedp_topologies.florentine_families()
     ref = pndp.pndp_guarantees(_setting(g, np.eye(12), Participation(12, 1), 2.0), attackers=[0, 8])
     assert [p["mu"] for p in d["pairs"]] == pytest.approx(ref.mu.tolist(), rel=1e-12)
     assert all(p["attackers"] == [0, 8] and p["rdp_alpha2"] <= 0.25 for p in d["pairs"])

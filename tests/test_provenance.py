@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim
-from sim import provenance
+import edgedp_sim
+from edgedp_sim import provenance
 
-ROOT = Path(sim.__file__).resolve().parent.parent
+ROOT = Path(edgedp_sim.__file__).resolve().parent.parent
 
 
 def test_write_json_adds_versions_and_the_source_revision(tmp_path):
@@ -41,11 +41,13 @@ def test_write_json_refuses_what_it_cannot_record(tmp_path):
 _DIRECT = re.compile(r"json\.dump\(|write_text\(\s*json\.dumps\(", re.S)
 
 
-@pytest.mark.parametrize("folder", ["experiments", "sim", "edgedp_cli", "benchmarks", "scripts"])
+@pytest.mark.parametrize(
+    "folder", ["experiments", "edgedp_sim", "edgedp_cli", "benchmarks", "scripts"]
+)
 def test_every_results_writer_goes_through_provenance(folder):
     direct = [
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / folder).rglob("*.py"))
         if _DIRECT.search(path.read_text())
     ]
-    assert direct == [], f"write results with sim.provenance.write_json: {direct}"
+    assert direct == [], f"write results with edgedp_sim.provenance.write_json: {direct}"

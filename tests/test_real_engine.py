@@ -15,18 +15,18 @@ import zmq
 import zmq.auth
 from hostile import harness
 
-import topologies
+import edgedp_topologies
 from edgedp import wire
 from edgedp.accounting.participation import Participation
 from edgedp.models import model_digest
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
+from edgedp_sim import batch, datasets
 from firmware_py import deploy
-from sim import batch, datasets
 
 
 def _write_plan(path, mechanism="dp-dsgd", topology="er:8:0.5:4", steps=12, **kw):
-    g = topologies.parse(topology)
+    g = edgedp_topologies.parse(topology)
     noise = {} if mechanism == "dsgd" else {"noise_multiplier": 1.5}
     p = make_plan(
         mechanism,

@@ -9,16 +9,16 @@ sent from lost states (their noise drawn and discarded).
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import streams
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 from edgedp.noise import noise_digest
 from edgedp.plan import TaskSpec, make_plan
+from edgedp_sim import datasets
 from firmware_py import checkpoint, recovery
-from sim import datasets
 
-GRAPH = topologies.parse("ring:4")
+GRAPH = edgedp_topologies.parse("ring:4")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 4, seed=3)
 PLAN = make_plan(
     "antipgd",

@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from hostile import harness
 
-import topologies
+import edgedp_topologies
 from edgedp import rejoin, streams, wire
 from edgedp.accounting.participation import Participation
 from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import TaskSpec, make_plan
+from edgedp_sim import datasets, engine
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.links import Latency, Network
 from firmware_py import deploy
-from sim import datasets, engine
-from sim.churn import Crash, Faults
-from sim.links import Latency, Network
 
 DATA8 = datasets.partition(datasets.load("synthetic-logistic", seed=2), 8, seed=2)
 
@@ -32,7 +32,7 @@ DATA8 = datasets.partition(datasets.load("synthetic-logistic", seed=2), 8, seed=
 def _plan(mechanism="dp-dsgd", spec="ring:8", steps=40, seed=3):
     return make_plan(
         mechanism,
-        topologies.parse(spec),
+        edgedp_topologies.parse(spec),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,

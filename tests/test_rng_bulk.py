@@ -64,7 +64,7 @@ def test_bulk_laplace_refuses_bad_steps_scales_and_words(bad):
 
 def test_bulk_keys_equal_per_key_derivation():
     # RunKeys.per_trial (the prefix hashed once) = the per-(trial, node) keys, and the bulk
-    # permutations and normals of sim.batch / sim.initial = the per-key draws
+    # permutations and normals of edgedp_sim.batch / edgedp_sim.initial = the per-key draws
     keys = streams.RunKeys(rng.seed_secret(5), "cd" * 32, streams.SIMULATION_RUN)
     labels = (("noise", keys.noise), ("batch", keys.batch), ("initial-state", keys.initial))
     for label, one in labels:

@@ -6,16 +6,16 @@ import math
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import models, noise, rng, streams
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.errors import PlanError
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp_cli.main import main as cli
-from sim import batch, datasets, engine, sensor_fusion
+from edgedp_sim import batch, datasets, engine, sensor_fusion
 
-GRAPH = topologies.parse("er:6:0.6:1")
+GRAPH = edgedp_topologies.parse("er:6:0.6:1")
 SF = sensor_fusion.generate(6, seed=4)
 SF_DATA = SF.federated()
 SF_TASK = TaskSpec(model="least-squares", dataset="sensor-fusion", partition="per-node")

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.errors import TopologyError
 from edgedp.topology import Graph
@@ -50,7 +50,7 @@ def _edge_set(g: nx.Graph) -> set[tuple[int, int]]:
 @pytest.mark.parametrize("case", GRAPHS, ids=lambda c: c.spec)
 @pytest.mark.parametrize("weighting", sorted(topology.WEIGHTINGS))
 def test_weighting_contract(weighting: str, case: Case) -> None:
-    graph = topologies.parse(case.spec)
+    graph = edgedp_topologies.parse(case.spec)
     W = topology.WEIGHTINGS[weighting](graph)
     assert graph.n == case.n
     assert W.dtype == np.float64 and W.shape == (case.n, case.n)
@@ -86,7 +86,7 @@ def test_weights_by_hand_on_path() -> None:
 
 
 def test_star_metropolis_differs_from_uniform() -> None:
-    g = topologies.star(5)  # centre degree 4, leaves degree 1
+    g = edgedp_topologies.star(5)  # centre degree 4, leaves degree 1
     mh = topology.metropolis_hastings(g)
     assert mh[1, 0] == 1 / 5 and mh[1, 1] == 1 - 1 / 5
     un = topology.uniform_neighbour(g)
@@ -105,7 +105,7 @@ def test_custom_returns_validated_float_copy() -> None:
     W[0, 0] = 7.0
     assert src[0][0] == 0.5
     with pytest.raises(TopologyError, match="not an edge"):
-        topology.custom(np.full((3, 3), 1 / 3), topologies.parse("star:3"))
+        topology.custom(np.full((3, 3), 1 / 3), edgedp_topologies.parse("star:3"))
 
 
 # --------------------------------------------------------------------------- validate()
@@ -155,7 +155,7 @@ def test_validate_graph_errors() -> None:
 
 
 def test_validate_tolerance_and_types() -> None:
-    W = topology.metropolis_hastings(topologies.ring(5))
+    W = topology.metropolis_hastings(edgedp_topologies.ring(5))
     W[0, 0] += 1e-12
     topology.validate(W)  # within the default atol=1e-10
     with pytest.raises(TopologyError, match=r"row 0 sums to 1\.00000000000\d+ \(expected 1\)"):
@@ -198,7 +198,7 @@ def test_graph_errors(args: tuple, kwargs: dict, error: type, match: str) -> Non
 
 def test_neighbours_range() -> None:
     with pytest.raises(ValueError, match="u=3 < n=3"):
-        topologies.ring(3).neighbours(3)
+        edgedp_topologies.ring(3).neighbours(3)
 
 
 @st.composite
@@ -239,7 +239,7 @@ def test_components_agree_with_networkx(g: Graph) -> None:
 @pytest.mark.parametrize("n", range(3, 13))
 def test_spectral_gap_ring_closed_form(n: int) -> None:
     # closed form: MH on a ring has weights 1/3, eigenvalues 1/3 + 2/3 cos(2 pi k / n)
-    W = topology.metropolis_hastings(topologies.ring(n))
+    W = topology.metropolis_hastings(edgedp_topologies.ring(n))
     expected = 2 / 3 * (1 - np.cos(2 * np.pi / n))
     assert topology.spectral_gap(W) == pytest.approx(expected, abs=1e-12)
 
@@ -247,7 +247,7 @@ def test_spectral_gap_ring_closed_form(n: int) -> None:
 @pytest.mark.parametrize("n", [1, 2, 5, 9])
 def test_spectral_gap_complete_is_one(n: int) -> None:
     # closed form: MH on K_n is J/n, eigenvalues 1 and 0
-    W = topology.metropolis_hastings(topologies.complete(n))
+    W = topology.metropolis_hastings(edgedp_topologies.complete(n))
     assert topology.spectral_gap(W) == pytest.approx(1.0, abs=1e-12)
 
 
@@ -264,7 +264,7 @@ def test_spectral_gap_nonsymmetric_closed_form(n: int) -> None:
 
 def test_mixing_table_by_hand() -> None:
     # star(4), MH: centre row 1/4 everywhere; leaf rows 1/4 to centre, 3/4 self
-    index, weight = topology.mixing_table(topology.metropolis_hastings(topologies.star(4)))
+    index, weight = topology.mixing_table(topology.metropolis_hastings(edgedp_topologies.star(4)))
     assert index.dtype == np.int64 and weight.dtype == np.float64
     assert index.tolist() == [[0, 1, 2, 3], [0, 1, 1, 1], [0, 2, 2, 2], [0, 3, 3, 3]]
     assert weight.tolist() == [
@@ -283,7 +283,7 @@ def test_mixing_table_keeps_zero_self_weight_in_place() -> None:
 
 @pytest.mark.parametrize("case", GRAPHS, ids=lambda c: c.spec)
 def test_mixing_table_reconstructs_w(case: Case) -> None:
-    g = topologies.parse(case.spec)
+    g = edgedp_topologies.parse(case.spec)
     W = topology.uniform_neighbour(g)
     index, weight = topology.mixing_table(W)
     assert index.shape == weight.shape == (g.n, 1 + int(g.degrees.max()))
@@ -300,44 +300,46 @@ def test_mixing_table_reconstructs_w(case: Case) -> None:
 
 
 def test_real_graphs_match_networkx() -> None:
-    karate = topologies.karate_club()
+    karate = edgedp_topologies.karate_club()
     assert (karate.n, len(karate.edges), karate.name) == (34, 78, "karate")
     assert set(karate.edges) == _edge_set(nx.karate_club_graph())
     ref = nx.florentine_families_graph()
     names = sorted(ref.nodes())
     ids = {name: i for i, name in enumerate(names)}
-    flor = topologies.florentine_families()
+    flor = edgedp_topologies.florentine_families()
     assert (flor.n, len(flor.edges), flor.labels) == (15, 20, tuple(names))
     assert set(flor.edges) == _edge_set(nx.relabel_nodes(ref, ids))
 
 
 @pytest.mark.parametrize("n", [3, 4, 9])
 def test_simple_generators_match_networkx(n: int) -> None:
-    assert set(topologies.ring(n).edges) == _edge_set(nx.cycle_graph(n))
-    assert set(topologies.complete(n).edges) == _edge_set(nx.complete_graph(n))
-    assert set(topologies.star(n).edges) == _edge_set(nx.star_graph(n - 1))
-    assert topologies.erdos_renyi(n, 1.0, seed=5).edges == topologies.complete(n).edges
+    assert set(edgedp_topologies.ring(n).edges) == _edge_set(nx.cycle_graph(n))
+    assert set(edgedp_topologies.complete(n).edges) == _edge_set(nx.complete_graph(n))
+    assert set(edgedp_topologies.star(n).edges) == _edge_set(nx.star_graph(n - 1))
+    assert (
+        edgedp_topologies.erdos_renyi(n, 1.0, seed=5).edges == edgedp_topologies.complete(n).edges
+    )
 
 
 @pytest.mark.parametrize(("rows", "cols"), [(3, 3), (3, 5), (4, 6)])
 def test_torus_matches_networkx(rows: int, cols: int) -> None:
     ref = nx.grid_2d_graph(rows, cols, periodic=True)
     ref = nx.relabel_nodes(ref, {(r, c): r * cols + c for r, c in ref.nodes()})
-    assert set(topologies.torus(rows, cols).edges) == _edge_set(ref)
+    assert set(edgedp_topologies.torus(rows, cols).edges) == _edge_set(ref)
 
 
 @pytest.mark.parametrize(("n", "k"), [(8, 2), (10, 4), (11, 6)])
 def test_small_world_without_rewiring_is_the_lattice(n: int, k: int) -> None:
-    assert set(topologies.small_world(n, k, 0.0).edges) == _edge_set(
+    assert set(edgedp_topologies.small_world(n, k, 0.0).edges) == _edge_set(
         nx.watts_strogatz_graph(n, k, 0)
     )
 
 
 @given(n=st.integers(1, 12), p=st.floats(0.3, 1.0), seed=st.integers(0, 2**32))
 def test_erdos_renyi_connected_and_reproducible(n: int, p: float, seed: int) -> None:
-    g = topologies.erdos_renyi(n, p, seed=seed)
+    g = edgedp_topologies.erdos_renyi(n, p, seed=seed)
     assert g.n == n and topology.is_connected(g)
-    assert g == topologies.erdos_renyi(n, p, seed=seed)
+    assert g == edgedp_topologies.erdos_renyi(n, p, seed=seed)
 
 
 @given(
@@ -347,42 +349,46 @@ def test_erdos_renyi_connected_and_reproducible(n: int, p: float, seed: int) -> 
     seed=st.integers(0, 2**32),
 )
 def test_small_world_connected_and_reproducible(n: int, half_k: int, p: float, seed: int) -> None:
-    g = topologies.small_world(n, 2 * half_k, p, seed=seed)
+    g = edgedp_topologies.small_world(n, 2 * half_k, p, seed=seed)
     assert topology.is_connected(g)
     assert len(g.edges) == n * half_k  # rewiring moves edges, never adds or drops one
-    assert g == topologies.small_world(n, 2 * half_k, p, seed=seed)
+    assert g == edgedp_topologies.small_world(n, 2 * half_k, p, seed=seed)
 
 
 def test_random_generators_depend_on_seed() -> None:
-    assert topologies.erdos_renyi(20, 0.3, seed=0) != topologies.erdos_renyi(20, 0.3, seed=1)
-    assert topologies.small_world(20, 4, 0.5, seed=0) != topologies.small_world(20, 4, 0.5, seed=1)
+    assert edgedp_topologies.erdos_renyi(20, 0.3, seed=0) != edgedp_topologies.erdos_renyi(
+        20, 0.3, seed=1
+    )
+    assert edgedp_topologies.small_world(20, 4, 0.5, seed=0) != edgedp_topologies.small_world(
+        20, 4, 0.5, seed=1
+    )
 
 
 def test_generator_errors() -> None:
     with pytest.raises(TopologyError, match=r"n=30, p=0\.01, seed=0\): no connected graph in 3"):
-        topologies.erdos_renyi(30, 0.01, max_attempts=3)
+        edgedp_topologies.erdos_renyi(30, 0.01, max_attempts=3)
     with pytest.raises(TopologyError, match=r"n=4, p=0\) is never connected"):
-        topologies.erdos_renyi(4, 0.0)
+        edgedp_topologies.erdos_renyi(4, 0.0)
     with pytest.raises(ValueError, match=r"p=1\.5 <= 1"):
-        topologies.erdos_renyi(4, 1.5)
+        edgedp_topologies.erdos_renyi(4, 1.5)
     with pytest.raises(ValueError, match="n=2 >= 3"):
-        topologies.ring(2)
+        edgedp_topologies.ring(2)
     with pytest.raises(ValueError, match="cols=2 >= 3"):
-        topologies.torus(3, 2)
+        edgedp_topologies.torus(3, 2)
     with pytest.raises(ValueError, match="even k"):
-        topologies.small_world(10, 3, 0.1)
+        edgedp_topologies.small_world(10, 3, 0.1)
     with pytest.raises(ValueError, match="even k"):
-        topologies.small_world(4, 4, 0.1)
+        edgedp_topologies.small_world(4, 4, 0.1)
     with pytest.raises(ValueError, match="n=1 >= 2"):
-        topologies.star(1)
+        edgedp_topologies.star(1)
 
 
 def test_generators_mapping() -> None:
-    assert set(topologies.GENERATORS) == {
+    assert set(edgedp_topologies.GENERATORS) == {
         "er", "ring", "torus", "smallworld", "complete", "star", "florentine", "karate"
     }  # fmt: skip
     with pytest.raises(TypeError):
-        topologies.GENERATORS["x"] = topologies.ring  # type: ignore[index]
+        edgedp_topologies.GENERATORS["x"] = edgedp_topologies.ring  # type: ignore[index]
 
 
 def test_package_imports_without_networkx_or_scipy() -> None:
@@ -402,17 +408,17 @@ def test_edge_list_round_trip(g: Graph, name: str, labelled: bool) -> None:
     g = Graph(g.n, g.edges, name=name, labels=labels)
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "g.edges"
-        topologies.save_edge_list(g, path, comments=["provenance line"])
-        assert topologies.load_edge_list(path) == g
+        edgedp_topologies.save_edge_list(g, path, comments=["provenance line"])
+        assert edgedp_topologies.load_edge_list(path) == g
 
 
 def test_load_edge_list_format(tmp_path: Path) -> None:
     path = tmp_path / "mine.edges"
     path.write_text("# a comment\n\n# nodes: 6\n 1\t0  # trailing comment\n2 1\n0 1\n")
-    g = topologies.load_edge_list(path)
+    g = edgedp_topologies.load_edge_list(path)
     assert (g.n, g.edges, g.name, g.labels) == (6, ((0, 1), (1, 2)), "mine", ())
     path.write_text("3 4\n")  # without header: n = max id + 1
-    assert topologies.load_edge_list(path).n == 5
+    assert edgedp_topologies.load_edge_list(path).n == 5
 
 
 @pytest.mark.parametrize(
@@ -435,12 +441,12 @@ def test_load_edge_list_errors(tmp_path: Path, text: str, match: str) -> None:
     path = tmp_path / "bad.edges"
     path.write_text(text)
     with pytest.raises(TopologyError, match=match):
-        topologies.load_edge_list(path)
+        edgedp_topologies.load_edge_list(path)
 
 
 def test_save_edge_list_rejects_multiline_labels(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="one-line labels"):
-        topologies.save_edge_list(Graph(2, [(0, 1)], labels=("a\nb", "c")), tmp_path / "x")
+        edgedp_topologies.save_edge_list(Graph(2, [(0, 1)], labels=("a\nb", "c")), tmp_path / "x")
 
 
 # --------------------------------------------------------------------------- parse()
@@ -449,26 +455,26 @@ def test_save_edge_list_rejects_multiline_labels(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("er:10:0.5", lambda: topologies.erdos_renyi(10, 0.5)),
-        ("er:10:0.5:7", lambda: topologies.erdos_renyi(10, 0.5, seed=7)),
-        ("ring:5", lambda: topologies.ring(5)),
-        ("torus:3:4", lambda: topologies.torus(3, 4)),
-        ("smallworld:10:4:0.2", lambda: topologies.small_world(10, 4, 0.2)),
-        ("smallworld:10:4:0.2:3", lambda: topologies.small_world(10, 4, 0.2, seed=3)),
-        ("complete:4", lambda: topologies.complete(4)),
-        ("star:4", lambda: topologies.star(4)),
-        ("florentine", topologies.florentine_families),
-        ("karate", topologies.karate_club),
+        ("er:10:0.5", lambda: edgedp_topologies.erdos_renyi(10, 0.5)),
+        ("er:10:0.5:7", lambda: edgedp_topologies.erdos_renyi(10, 0.5, seed=7)),
+        ("ring:5", lambda: edgedp_topologies.ring(5)),
+        ("torus:3:4", lambda: edgedp_topologies.torus(3, 4)),
+        ("smallworld:10:4:0.2", lambda: edgedp_topologies.small_world(10, 4, 0.2)),
+        ("smallworld:10:4:0.2:3", lambda: edgedp_topologies.small_world(10, 4, 0.2, seed=3)),
+        ("complete:4", lambda: edgedp_topologies.complete(4)),
+        ("star:4", lambda: edgedp_topologies.star(4)),
+        ("florentine", edgedp_topologies.florentine_families),
+        ("karate", edgedp_topologies.karate_club),
     ],
 )
 def test_parse_specs(spec: str, expected) -> None:
-    assert topologies.parse(spec) == expected()
+    assert edgedp_topologies.parse(spec) == expected()
 
 
 def test_parse_file(tmp_path: Path) -> None:
     path = tmp_path / "k.edges"
-    topologies.save_edge_list(topologies.karate_club(), path)
-    assert topologies.parse(str(path)) == topologies.karate_club()
+    edgedp_topologies.save_edge_list(edgedp_topologies.karate_club(), path)
+    assert edgedp_topologies.parse(str(path)) == edgedp_topologies.karate_club()
 
 
 @pytest.mark.parametrize(
@@ -487,7 +493,7 @@ def test_parse_file(tmp_path: Path) -> None:
 )
 def test_parse_errors(spec: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        topologies.parse(spec)
+        edgedp_topologies.parse(spec)
 
 
 # ---------------------------------------------------------------- mixing table without W

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting import cross_agent as acc
 from edgedp.accounting import gdp
@@ -20,7 +20,7 @@ class Graph:
 
     @property
     def graph(self):
-        return topologies.parse(self.spec)
+        return edgedp_topologies.parse(self.spec)
 
     @property
     def W(self):  # noqa: N802 (paper letter)
@@ -75,7 +75,7 @@ def test_bound_and_ldp_closed_form():
 @pytest.mark.parametrize("epsilon", [3, 10, 40])
 def test_fig1_ordering(p, epsilon):
     # paper 001 Fig. 1 setting (n = 20, C = 0.1, T = 5000, δ = 1e-5): cdp <= mix <= pair <= ldp
-    g = topologies.parse(f"er:20:{p}:0")
+    g = edgedp_topologies.parse(f"er:20:{p}:0")
     W = topology.metropolis_hastings(g)
     c = whisper.calibrate(W, g.edges, epsilon=epsilon, delta=1e-5, clip_norm=0.1, steps=5000)
     rtol = 1e-7  # at p = 1 Whisper and DECOR coincide up to solver accuracy

@@ -41,11 +41,11 @@ __all__ = ["guarantee", "noise_energy"]
 def guarantee(plan, *, steps_done: int | None = None) -> mf.LDPGuarantee:
     """The μ-GDP LDP guarantee of a DOME plan, re-derived from its factor.
 
-    >>> import topologies
+    >>> import edgedp_topologies
     >>> from edgedp.accounting.participation import Participation
     >>> from edgedp.plan import make_plan
     >>> from edgedp.sketch import SketchSpec
-    >>> p = make_plan("dome", topologies.parse("ring:6"), steps=20,
+    >>> p = make_plan("dome", edgedp_topologies.parse("ring:6"), steps=20,
     ...               participation=Participation(4, 5), clip_norm=1.0, learning_rate=0.1,
     ...               noise_multiplier=2.0, sketch=SketchSpec(dim=4))
     >>> g = guarantee(p)
@@ -65,11 +65,11 @@ def noise_energy(plan, *, model_dim: int) -> dict[str, float]:
     E‖S z‖² = k ν² for the sketch (orthonormal S), d ν² for DP-D-SGD's noise at the same σ
     (identity factor; a temporal factor scales both by the same row norm of C_local⁻¹).
 
-    >>> import topologies
+    >>> import edgedp_topologies
     >>> from edgedp.accounting.participation import Participation
     >>> from edgedp.plan import make_plan
     >>> from edgedp.sketch import SketchSpec
-    >>> p = make_plan("dome", topologies.parse("ring:6"), steps=20,
+    >>> p = make_plan("dome", edgedp_topologies.parse("ring:6"), steps=20,
     ...               participation=Participation(4, 5), clip_norm=1.0, learning_rate=0.1,
     ...               noise_multiplier=2.0, sketch=SketchSpec(dim=4))
     >>> noise_energy(p, model_dim=400)

@@ -3,7 +3,7 @@
 Task model name ``least-squares``. θ has exactly ``features`` entries (no bias, unlike
 :class:`~edgedp.models.linear.LinearModel`), init θ₀ = 0, and the per-example gradient is
 2(xᵀθ − y)x. Rows [Mᵢ; √ωᵢ I] with targets [vᵢ; 0] therefore give Σ_rows ∇ = ∇fᵢ of paper
-004's sensor-fusion cost fᵢ(θ) = ‖vᵢ − Mᵢθ‖² + ωᵢ‖θ‖² (Eq. 42); ``sim.sensor_fusion``
+004's sensor-fusion cost fᵢ(θ) = ‖vᵢ − Mᵢθ‖² + ωᵢ‖θ‖² (Eq. 42); ``edgedp_sim.sensor_fusion``
 scales the rows so the engines' batch *mean* is that gradient. Inner products are
 elementwise products reduced over the last axis (not BLAS), so one node's numbers have the
 same bits alone or in a batch.

@@ -144,8 +144,8 @@ def make_plan(
     Raises:
       ValueError: on unknown mechanism/form or inconsistent arguments.
 
-    >>> import topologies
-    >>> p = make_plan("decor", topologies.parse("ring:6"), steps=10,
+    >>> import edgedp_topologies
+    >>> p = make_plan("decor", edgedp_topologies.parse("ring:6"), steps=10,
     ...               participation=Participation(10, 1), clip_norm=1.0, learning_rate=0.1,
     ...               noise_multiplier=2.0).plan
     >>> print(p.mechanism, p.mu, round(p.guarantee().sensitivity, 6))

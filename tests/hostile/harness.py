@@ -26,21 +26,21 @@ import numpy as np
 import zmq
 import zmq.auth
 
-import topologies
+import edgedp_topologies
 from edgedp import models, rng, streams
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.noise import NoiseSource, noise_digest
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.transport.zmq import Peer, ZmqTransport
+from edgedp_sim import batch, datasets
 from firmware_py import checkpoint, config, deploy
-from sim import batch, datasets
 
 
 def write_plan(path: Path, *, mechanism="antipgd", topology="ring:4", steps=6) -> NoisePlan:
     p = make_plan(
         mechanism,
-        topologies.parse(topology),
+        edgedp_topologies.parse(topology),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,

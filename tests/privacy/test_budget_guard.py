@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp.accounting import budget
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.accounting.participation import Participation
@@ -26,7 +26,7 @@ DELTA = 1e-6
 def _whisper():
     return planner.make_plan(
         "whisper",
-        topologies.parse("star:6"),
+        edgedp_topologies.parse("star:6"),
         steps=20,
         participation=Participation(20, 1),
         clip_norm=0.1,
@@ -64,7 +64,7 @@ def test_laplace_budget_counts_the_final_release():
     sched = LaplaceSchedule(gamma=0.5, beta=1, q1=0.2, q2=0.5, delta_grad=1, epsilon=1,
                             adjacency="problem")  # fmt: skip
     p = make_plan(
-        "sr-gt", topologies.parse("ring:5"), steps=3, clip_norm=math.inf, laplace=sched,
+        "sr-gt", edgedp_topologies.parse("ring:5"), steps=3, clip_norm=math.inf, laplace=sched,
         task=TaskSpec(model="least-squares", dataset="sensor-fusion", partition="per-node"),
     )  # fmt: skip
     eps, against = budget.device_epsilon(p, delta=DELTA)

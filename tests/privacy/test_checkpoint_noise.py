@@ -9,13 +9,13 @@ the factor's state is regenerated on resume, bit for bit.
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import _codec, factors
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from sim import datasets
+from edgedp_sim import datasets
 
-GRAPH = topologies.parse("ring:4")
+GRAPH = edgedp_topologies.parse("ring:4")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 4, seed=3)
 T = 10
 FACTORS = {

@@ -19,15 +19,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import topologies
+import edgedp_topologies
 from edgedp import clipping, factors, models, streams, wire
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, PlanError
 from edgedp.plan import NoisePlan, TaskSpec, batch_schedule, make_plan
 from edgedp.planning import compact, mf_optimal
+from edgedp_sim import batch, datasets, engine, runner, scenarios
 from firmware_py import config, daemon, deploy
-from sim import batch, datasets, engine, runner, scenarios
 
 # ---------------------------------------------------------------- clipping
 
@@ -90,7 +90,7 @@ def test_a_finite_vector_whose_squared_norm_overflows_keeps_its_direction():
 
 # ---------------------------------------------------------------- engines
 
-GRAPH = topologies.parse("ring:4")
+GRAPH = edgedp_topologies.parse("ring:4")
 TASK = TaskSpec(model="linear", dataset="synthetic-linear:2:40")  # 8 examples per node
 
 
@@ -232,7 +232,7 @@ def _two_node_plan(**kw):
     steps = 2
     return make_plan(
         "dp-dsgd",
-        topologies.parse("complete:2"),
+        edgedp_topologies.parse("complete:2"),
         steps=steps,
         participation=Participation(steps, 1),
         clip_norm=1.0,

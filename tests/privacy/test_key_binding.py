@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import topologies
+import edgedp_topologies
 from edgedp import streams
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
@@ -28,7 +28,7 @@ STEPS = 3
 def _plan(noise_multiplier=1.0, learning_rate=0.3):
     return make_plan(
         "dp-dsgd",
-        topologies.parse(GRAPH),
+        edgedp_topologies.parse(GRAPH),
         steps=STEPS,
         participation=Participation(STEPS, 1),
         clip_norm=1.0,

@@ -3,8 +3,8 @@
 :func:`run` takes a scenario and attackers, runs ``trials`` noise draws — the batch engine
 in chunks of trials, or the event engine one trial at a time (a fresh plan seed each) when
 the scenario has network effects (latency, loss, dropouts, crashes, churn) — with one
-:class:`~sim.adversary.Probe` per attacker and a :class:`~sim.adversary.GroundTruth` on the
-victim, then per attacker:
+:class:`~edgedp_sim.adversary.Probe` per attacker and a
+:class:`~edgedp_sim.adversary.GroundTruth` on the victim, then per attacker:
 
 * what it computes about the victim's private value 𝒱(k) (its mean clipped gradient):
   :func:`estimates` picks the algorithm's own attack (paper 004 Eq. 44 for sr-gt, the
@@ -39,8 +39,8 @@ from edgedp import mechanisms, models, streams
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.algorithms._gossip import mix_gathered
-from sim import adversary, attacks, batch, engine, initial, leakage
-from sim.adversary import Attacker, ObservationLog
+from edgedp_sim import adversary, attacks, batch, engine, initial, leakage
+from edgedp_sim.adversary import Attacker, ObservationLog
 
 __all__ = [
     "MAX_LINEAR_UNKNOWNS",
@@ -388,8 +388,8 @@ def run(
     """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
 
     Args:
-      sc: a :class:`~sim.scenarios.Scenario`.
-      attackers: who attacks (:func:`sim.adversary.parse_attacker`).
+      sc: a :class:`~edgedp_sim.scenarios.Scenario`.
+      attackers: who attacks (:func:`edgedp_sim.adversary.parse_attacker`).
       trials: Monte Carlo trials N (the MI is estimated over them, per iteration).
       victim: the node whose private gradients are targeted.
       engine_name: ``"auto"`` (event engine iff the scenario has network effects),
@@ -409,12 +409,12 @@ def run(
         to such rescaling, the KSG estimate (max norm, no standardization in NPEET) is not:
         components of very different scale in ℐ hide the dependence from it.
       data: the engines' data instead of ``sc.data()`` — e.g. a
-        :class:`~sim.datasets.PerTrialData` with a fresh private dataset in every trial.
-      audit_trials: also audit every attacker with this many trials (:func:`sim.audit.run`,
+        :class:`~edgedp_sim.datasets.PerTrialData` with a fresh private dataset in every trial.
+      audit_trials: also audit every attacker with this many trials (:func:`edgedp_sim.audit.run`,
         gradient canary) and report ``epsilon_lb`` beside M-NMI and the formal ε; 0: no audit.
       audit_confidence: the confidence of ``epsilon_lb``.
       initial_state: ``"model"`` or ``"normal[:STD]"``: x_i(0) ~ N(0, STD² I) per node and
-        trial (:mod:`sim.initial`; paper 004's Table 4 setup); default the scenario's. The
+        trial (:mod:`edgedp_sim.initial`; paper 004's Table 4 setup); default the scenario's. The
         attackers are granted x(0) (the DP definition quantifies over every initial state).
       final: ``final(models, first_trial) -> (trials,)`` of each chunk's final models
         ``(trials, nodes, d)`` (e.g. paper 004's residual ‖x(K) − 1x*ᵀ‖²), summarized as
@@ -641,7 +641,7 @@ _AUDIT_KEYS = (
 
 def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence, progress):
     """The audit of every attacker (gradient canary) next to its M-NMI and formal ε."""
-    from sim import audit
+    from edgedp_sim import audit
 
     rep = audit.run(
         sc,

@@ -67,9 +67,9 @@ from edgedp import plan as plan_mod
 from edgedp.accounting.participation import Participation
 from edgedp.agent import DROPOUT_RULES
 from edgedp.errors import PlanError
-from sim import datasets, initial
-from sim.churn import Crash, Faults
-from sim.links import Latency, Network
+from edgedp_sim import datasets, initial
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.links import Latency, Network
 
 __all__ = ["ENGINES", "Scenario", "ScenarioError", "from_plan", "load", "parse", "read_toml"]
 
@@ -139,13 +139,14 @@ class Scenario:
     faults: Faults = field(default_factory=Faults)
     eval_every: int = 10
     leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
-    initial_state: str = "model"  # or "normal[:STD]": x_i(0) per node and trial (sim.initial)
-    engine: str = "auto"  # or "batch" / "event": overrides :func:`sim.runner.choose_engine`
+    # "model" or "normal[:STD]": x_i(0) per node and trial (edgedp_sim.initial)
+    initial_state: str = "model"
+    engine: str = "auto"  # or "batch" / "event": overrides :func:`edgedp_sim.runner.choose_engine`
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
         if t.dataset.startswith("sensor-fusion:"):  # paper 004 Eq. 42: sensor-fusion:N:M:P:SEED
-            from sim import sensor_fusion
+            from edgedp_sim import sensor_fusion
 
             n, m, p, seed = _sensor_fusion_spec(t.dataset)
             if n != self.plan.n:
@@ -230,7 +231,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
             raise ScenarioError(f"plan = {str(path)!r}: {exc.strerror}") from None
         except PlanError as exc:
             raise ScenarioError(f"plan = {str(path)!r}: {exc}") from None
-    import topologies
+    import edgedp_topologies
 
     if steps is None:
         raise ScenarioError("steps is required when the scenario builds its own plan")
@@ -238,7 +239,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
     if "spec" not in topo:
         raise ScenarioError('topology.spec is required (e.g. "er:100:0.05:1")')
     try:
-        graph = topologies.parse(str(topo["spec"]))
+        graph = edgedp_topologies.parse(str(topo["spec"]))
     except (ValueError, OSError) as exc:
         raise ScenarioError(f"topology.spec: {exc}") from None
     task = plan_mod.TaskSpec(

@@ -1,7 +1,7 @@
 """The audit's test statistic per attacker: the strongest test its view allows.
 
-For a canary planted on node U (:mod:`sim.canary`), the attacker's observations are
-O = o₀ + R_g(g + canary) + R_s s with the sources s it cannot regenerate (:mod:`sim.
+For a canary planted on node U (:mod:`edgedp_sim.canary`), the attacker's observations are
+O = o₀ + R_g(g + canary) + R_s s with the sources s it cannot regenerate (:mod:`edgedp_sim.
 linear_view`). With the zero background every other gradient is known (zero), so for a
 Gaussian mechanism the two worlds are N(m₀, Σ) and N(m₀ + Δm, Σ), Σ = R_s Var(s) R_sᵀ over
 the sources the attacker does not hold, Δm = R_g·shift — and the Neyman–Pearson test is the
@@ -15,7 +15,7 @@ that view (``mu_view``); a component of Δm outside the range of Σ (a noiseless
 carrying the canary) gives μ = ∞ and the statistic is that component.
 
 Laplace mechanisms (sr-gt, DPOP): an attacker that sees the victim's whole mixing row
-inverts the update (paper 004 Eq. 44, :func:`sim.attacks.sr_gt_estimate`) to
+inverts the update (paper 004 Eq. 44, :func:`edgedp_sim.attacks.sr_gt_estimate`) to
 v_t = ∇f_U(z_U(t)) − ξ_U(t+1)/α_t, whose conditional law given the past is Laplace around the
 gradient; the test is the exact Laplace log-likelihood ratio
 S = Σ_t Σ_j (|v_tj − a⁰_tj| − |v_tj − a¹_tj|)·α_t/ν_{t+1}, bounded by ``epsilon_view``. Other
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgedp import clipping
-from sim import attacks, linear_view
-from sim.adversary import Attacker, ObservationLog
+from edgedp_sim import attacks, linear_view
+from edgedp_sim.adversary import Attacker, ObservationLog
 
 __all__ = ["View", "build"]
 

@@ -7,7 +7,7 @@ on a device (DESIGN §2). Noise keys are ``noise_key(secret(plan.seed), node, tr
 Like an Agent, the engine never lets a non-finite message through: non-finite per-example
 gradients add zero (counted in ``BatchResult.nonfinite``) and a message with NaN/inf
 raises :class:`~edgedp.errors.NonFiniteMessageError` naming the node, trial and round.
-Dropouts, message loss, crashes and churn run as the round masks of :mod:`sim.round_faults`.
+Dropouts, message loss, crashes and churn run as the round masks of :mod:`edgedp_sim.round_faults`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan, batch_schedule
-from sim import evaluation, initial, round_faults
-from sim.churn import Faults
-from sim.datasets import FederatedData
-from sim.links import Network
-from sim.observers import RoundObserver, RoundView
+from edgedp_sim import evaluation, initial, round_faults
+from edgedp_sim.churn import Faults
+from edgedp_sim.datasets import FederatedData
+from edgedp_sim.links import Network
+from edgedp_sim.observers import RoundObserver, RoundView
 
 __all__ = ["BatchResult", "model_digest", "run"]
 
@@ -47,7 +47,7 @@ class BatchResult:
     bytes_sent: int = 0
     aggregate_bytes: int = 0  # adaptive DOME: the spanning tree's k-float frames (in bytes_sent)
     bases: list = field(default_factory=list)  # adaptive DOME: each trial's last basis
-    # faults (sim.round_faults; the same in every trial, counted once)
+    # faults (edgedp_sim.round_faults; the same in every trial, counted once)
     lost_messages: int = 0
     offline_drops: int = 0  # not lost, but the recipient sat the round out or was down
     missing: int = 0  # (node, round, neighbour) triples mixed by the dropout rule
@@ -85,27 +85,27 @@ def run(
     each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.laplace``
     returned (last call of the round) and the state at the start of the round. They only
     read; without observers nothing is recorded and the run is the same bit for bit.
-    ``data`` may be a :class:`~sim.datasets.PerTrialData` (other local data in every trial).
+    ``data`` may be a :class:`~edgedp_sim.datasets.PerTrialData` (other local data in every trial).
 
     ``initial_state``: ``"model"`` (every node starts at the model's init) or
     ``"normal[:STD]"`` — x_i(0) ~ N(0, STD² I) per node and trial from the keyed stream
-    ``keys.initial(node, trial)`` (:mod:`sim.initial`; paper 004's Table 4 setup).
+    ``keys.initial(node, trial)`` (:mod:`edgedp_sim.initial`; paper 004's Table 4 setup).
 
     ``gradient_transform(step, point, sel, rows) -> rows`` (audits plant canaries with it,
-    :mod:`sim.canary`) sees every round's per-example gradients before projection and
+    :mod:`edgedp_sim.canary`) sees every round's per-example gradients before projection and
     clipping: ``point`` ``(trials, nodes, d)`` where they were taken, ``sel`` ``(trials,
     nodes, B)`` the examples of each node's batch (indices into its local data), ``rows``
     ``(trials, nodes, B, d)``. Without it the run is the same bit for bit.
 
     ``faults`` and ``network`` (only its loss and ``compute_s`` are read: the batch engine
     has no latency) with the scenario ``seed`` add dropouts, message loss, crashes and
-    churn as the keyed masks of :mod:`sim.round_faults` — the event engine's draws, so with
+    churn as the keyed masks of :mod:`edgedp_sim.round_faults` — the event engine's draws, so with
     zero latency both engines give the same models (the conditions are in that module).
     The masks are the same in every trial.
     """
     if data.nodes != plan.n:
         raise ValueError(f"Expected data for n={plan.n} nodes, got {data.nodes}.")
-    per_trial = data.x.ndim == 4  # sim.datasets.PerTrialData: other local data every trial
+    per_trial = data.x.ndim == 4  # edgedp_sim.datasets.PerTrialData: other local data every trial
     if per_trial and data.x.shape[0] < first_trial + trials:
         raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
     algo = algorithms.for_mechanism(plan.mechanism)

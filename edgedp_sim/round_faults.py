@@ -5,10 +5,10 @@ the scenario seed (``net_secret``, :func:`network_secret`), drawn from the very 
 event engine reads:
 
 * dropouts: ``Faults.dropout_table`` (node u sits round r out);
-* message loss: the loss draw of :class:`sim.links.LinkDraws` for each directed link
+* message loss: the loss draw of :class:`edgedp_sim.links.LinkDraws` for each directed link
   (its latency draws first, so a table or random latency cannot shift the stream);
 * crashes and churn: ``Faults.crash_schedule`` mapped to rounds by
-  :func:`sim.churn.crash_rounds` (the event engine's clock at zero latency).
+  :func:`edgedp_sim.churn.crash_rounds` (the event engine's clock at zero latency).
 
 A message u→v of round r is mixed by v iff u and v are both active in round r (neither
 sitting out nor down) and the link did not lose it; a node that is not active in a round
@@ -18,7 +18,7 @@ losses ``(T, n·slots)`` packed 8 per byte.
 
 The event engine at zero latency follows this round model as long as no deadline expires
 before a message of its round that is still on its way (``EventResult.rejected == 0``) and
-every crash finds the node and its neighbours on the clock of :func:`sim.churn.crash_round`
+every crash finds the node and its neighbours on the clock of :func:`edgedp_sim.churn.crash_round`
 (no earlier wait delayed them). It departs from it otherwise: a node waiting for a message
 that never comes (lost, or sent by a neighbour that sat the round out and whose next
 message did not reach it) waits for its deadline, and a neighbour whose own deadline comes
@@ -31,8 +31,8 @@ import numpy as np
 
 from edgedp import rng
 from edgedp.plan import NoisePlan
-from sim.churn import Faults, crash_rounds
-from sim.links import Network
+from edgedp_sim.churn import Faults, crash_rounds
+from edgedp_sim.links import Network
 
 __all__ = ["RoundFaults", "network_secret"]
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgedp import rng
-from sim.sensor_fusion import SensorFusion
+from edgedp_sim.sensor_fusion import SensorFusion
 
 __all__ = ["ZeroSumRun", "simulate"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from edgedp import plan as plan_mod
-from sim import datasets
-from sim.demo import VICTIM, DemoConfig, describe, make_plans
+from edgedp_sim import datasets
+from edgedp_sim.demo import VICTIM, DemoConfig, describe, make_plans
 
 __all__ = ["agents_job", "event_job", "leak_job"]
 
@@ -24,8 +24,8 @@ def _data(dataset: str, n: int, seed: int) -> datasets.FederatedData:
 
 
 def _network(config: DemoConfig):
-    from sim.churn import Faults
-    from sim.links import Latency, Network
+    from edgedp_sim.churn import Faults
+    from edgedp_sim.links import Latency, Network
 
     latency = Latency(
         "lognormal", {"median_ms": config.latency_median_ms, "sigma": config.latency_sigma}
@@ -43,7 +43,7 @@ def _network(config: DemoConfig):
 
 def event_job(plan_bytes: bytes, config: DemoConfig, trial: int) -> dict[str, Any]:
     """Noise seed ``trial`` of a plan in the event engine over the demo's network."""
-    from sim import engine
+    from edgedp_sim import engine
 
     base = plan_mod.NoisePlan.from_bytes(plan_bytes)
     data = _data(config.dataset, base.n, base.seed)  # the same split for every noise seed
@@ -81,7 +81,7 @@ def leak_job(
     coordinates of what the attacker computes: a KSG estimate from a few hundred trials
     is meaningful in one dimension, not in the model's 65. DOME's private value is the
     sketched gradient (k floats, no model coordinate): its M-NMI takes the whole of it."""
-    from sim import adversary, leak, scenarios
+    from edgedp_sim import adversary, leak, scenarios
 
     p = plan_mod.NoisePlan.from_bytes(plan_bytes)
     atts = [adversary.parse_attacker(a) for a in attackers]
@@ -108,8 +108,8 @@ def leak_job(
 def agents_job(config: DemoConfig, workdir: Path) -> dict[str, Any]:
     """One plan on real agent processes (CURVE ZeroMQ, 127.0.0.1) vs the event engine."""
     from edgedp import models
+    from edgedp_sim import engine
     from firmware_py import deploy
-    from sim import engine
 
     info = make_plans(
         config,

@@ -2,7 +2,7 @@
 
 SimPy handles events by (time, priority, id): ids grow in the order events are scheduled,
 and a process start (``Initialize``) is URGENT, ahead of every NORMAL event of its
-instant. The event engine (:mod:`sim.engine`) moves its nodes with callbacks instead of
+instant. The event engine (:mod:`edgedp_sim.engine`) moves its nodes with callbacks instead of
 SimPy processes, and schedules one callback wherever a process-per-message model schedules
 an event that does something, so simultaneous events (zero or constant latency) are
 handled in the same order:

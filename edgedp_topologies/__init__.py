@@ -10,7 +10,7 @@ spec string (as used in scenario files and on the command line) into a graph:
 - ``complete:N``: complete graph; ``star:N``: star with centre 0;
 - ``florentine``: Florentine families (Breiger & Pattison 1986);
 - ``karate``: Zachary's karate club (Zachary 1977);
-- a path to an edge-list file (format in :mod:`topologies.edgelist`).
+- a path to an edge-list file (format in :mod:`edgedp_topologies.edgelist`).
 
 This package depends on numpy only (no networkx).
 """
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from edgedp.topology import Graph
-from topologies.edgelist import load_edge_list, save_edge_list
-from topologies.generators import (
+from edgedp_topologies.edgelist import load_edge_list, save_edge_list
+from edgedp_topologies.generators import (
     complete,
     erdos_renyi,
     florentine_families,

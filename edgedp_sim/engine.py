@@ -6,10 +6,10 @@ is known to have moved on), end the round. The uplink sends one message at a tim
 bandwidth each; rounds in flight at once take turns, first come first served); a message
 then travels the link's latency. Loss, per-round dropouts, crashes with restart from the
 last round-boundary snapshot and departures come from keyed draws of the scenario seed
-(sim/links.py, sim/churn.py). A node restarted more than the receive window behind rejoins
-as a device does (:meth:`edgedp.agent.Agent.rejoin`). There is no polling.
+(edgedp_sim/links.py, edgedp_sim/churn.py). A node restarted more than the receive window
+behind rejoins as a device does (:meth:`edgedp.agent.Agent.rejoin`). There is no polling.
 
-Order of simultaneous events. The loop is written as callbacks on a :class:`sim.clock.Clock`
+Order of simultaneous events. The loop is written as callbacks on a :class:`edgedp_sim.clock.Clock`
 rather than as SimPy processes, with one callback wherever a model with a SimPy process per
 node, per transmission and per delivery (a ``Resource`` per uplink, a deadline timeout
 armed at every wake-up) has an event that does something, in SimPy's (time, priority, id)
@@ -19,8 +19,8 @@ A message costs one heap event (its delivery), two with a finite bandwidth (and 
 of its uplink slot); a node's deadline stays one heap entry while it is re-armed at later
 ids or times; wake-ups and uplink grants skip the heap when nothing else is due at their
 instant. With continuous latencies and a finite bandwidth the uplinks' turns are planned
-ahead (:class:`sim.clock.Turns`), so a message is one heap event there too; a tie that
-planning could misorder (:class:`sim.clock.TieError`) restarts the run with slot events.
+ahead (:class:`edgedp_sim.clock.Turns`), so a message is one heap event there too; a tie that
+planning could misorder (:class:`edgedp_sim.clock.TieError`) restarts the run with slot events.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
 (:func:`edgedp.wire.decode`, its max/min taken once); every recipient runs the receiver's
@@ -46,12 +46,12 @@ import numpy as np
 from edgedp import models, rng, streams, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
-from sim import evaluation, initial
-from sim.churn import Crash, Faults
-from sim.clock import Clock, TieError, Turns, Uplink
-from sim.datasets import FederatedData
-from sim.links import LinkDraws, Network
-from sim.observers import LinkObserver
+from edgedp_sim import evaluation, initial
+from edgedp_sim.churn import Crash, Faults
+from edgedp_sim.clock import Clock, TieError, Turns, Uplink
+from edgedp_sim.datasets import FederatedData
+from edgedp_sim.links import LinkDraws, Network
+from edgedp_sim.observers import LinkObserver
 
 __all__ = ["EventResult", "run"]
 
@@ -74,8 +74,8 @@ class EventResult:
     nonfinite: int = 0  # examples whose non-finite gradient was left out of a clipped sum
     crashes: int = 0
     events: int = 0  # callbacks taken from the event queue (heap)
-    instants: int = 0  # callbacks run at their instant without the heap (sim/clock.py)
-    planned_uplinks: bool = False  # uplink turns planned ahead (sim.clock.Turns)
+    instants: int = 0  # callbacks run at their instant without the heap (edgedp_sim/clock.py)
+    planned_uplinks: bool = False  # uplink turns planned ahead (edgedp_sim.clock.Turns)
     simulated_seconds: float = 0.0
 
     @property
@@ -108,7 +108,7 @@ class _Arrival:
 
 
 class _Planned:
-    """A message planned by :class:`sim.clock.Turns`: its delivery (None if lost) and size."""
+    """A message planned by :class:`edgedp_sim.clock.Turns`: delivery (None if lost), size."""
 
     __slots__ = ("cancelled", "u", "v", "r", "message", "size", "lost", "marked")
 
@@ -403,7 +403,7 @@ class _Sim:
         else:  # a delivery process starting now
             self.env.start(self._deliver, u, v, r, message)
 
-    # planned uplinks (sim.clock.Turns): the same counts and draws as _emit, at plan time
+    # planned uplinks (edgedp_sim.clock.Turns): the same counts and draws as _emit, at plan time
     def _delay(self, job: _Job, i: int) -> float:
         return self._message(job, i)[4]
 
@@ -512,7 +512,7 @@ def _length(job: _Job) -> int:
 
 def _distinct_times(network: Network) -> bool:
     """Whether the scenario's event times are (almost surely) distinct: continuous
-    latencies and a finite bandwidth, so uplinks may be planned ahead (sim.clock.Turns)."""
+    latencies and a finite bandwidth, so uplinks may be planned ahead (edgedp_sim.clock.Turns)."""
     p = network.latency.params
     continuous = (
         network.latency.kind == "lognormal" and p["sigma"] > 0 and p["median_ms"] > 0
@@ -550,11 +550,11 @@ def run(
 
     ``observers`` (adversary probes) get ``on_message(sender=, recipient=, round=, frames=,
     time=)`` for every message put on a link, before its loss draw and delivery.
-    ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`sim.initial`; trial 0 of
+    ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`edgedp_sim.initial`; trial 0 of
     the plan's keys, as the batch engine's first trial). ``gradient_transforms`` maps a node
     to the Agent's ``gradient_transform`` (privacy audits plant canaries with it).
-    ``plan_uplinks=False`` makes every uplink slot an event (:class:`sim.clock.Uplink`)
-    even where turns could be planned ahead (:class:`sim.clock.Turns`); the results are
+    ``plan_uplinks=False`` makes every uplink slot an event (:class:`edgedp_sim.clock.Uplink`)
+    even where turns could be planned ahead (:class:`edgedp_sim.clock.Turns`); the results are
     the same (``EventResult.planned_uplinks`` tells which ran).
     """
     if data.nodes != plan.n:

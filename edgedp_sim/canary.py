@@ -1,6 +1,6 @@
 """Canaries for privacy audits: two neighbouring inputs under the plan's certified adjacency.
 
-An audit (:mod:`sim.audit`) runs every trial in one of two worlds and asks an attacker which
+An audit (:mod:`edgedp_sim.audit`) runs every trial in one of two worlds and asks an attacker which
 one it is in. The worlds differ in one example ``j`` of the victim node's local data, in the
 way the plan's adjacency allows (:data:`edgedp.plan.ADJACENCIES`):
 
@@ -32,7 +32,7 @@ the DP definition: the attacker knows all other data exactly, and nothing but th
 and the noise moves the models); ``"data"`` keeps the real data (natural, weaker audit).
 
 The canary acts through the engines' ``gradient_transform`` hook on per-example gradients,
-before projection and clipping (:func:`sim.batch.run`, :class:`edgedp.agent.Agent`).
+before projection and clipping (:func:`edgedp_sim.batch.run`, :class:`edgedp.agent.Agent`).
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 :func:`run` (behind ``edgedp audit``) runs N trials of a scenario, trial i in world
 i mod 2 — canary absent (0) or present (1), the two neighbouring inputs of the plan's
-certified adjacency (:mod:`sim.canary`) — with one :class:`~sim.adversary.Probe` per
-attacker, computes each attacker's test statistic (:mod:`sim.audit_view`: the
+certified adjacency (:mod:`edgedp_sim.canary`) — with one :class:`~edgedp_sim.adversary.Probe` per
+attacker, computes each attacker's test statistic (:mod:`edgedp_sim.audit_view`: the
 Neyman–Pearson likelihood ratio its view allows) and turns the statistic into
 
 * ``epsilon_lb``: a lower bound on ε at the plan's δ holding with the stated confidence —
   the threshold is chosen on the trials with (i // 2) mod 2 = 0 and the error rates are
-  counted on the others, with one-sided Clopper–Pearson bounds (:mod:`sim.audit_stats`);
+  counted on the others, with one-sided Clopper–Pearson bounds (:mod:`edgedp_sim.audit_stats`);
 * ``mu_hat`` with its interval (Gaussian mechanisms): the GDP parameter fitted to the two
   distributions of the statistic, and ``epsilon_mu`` = ε(μ̂, δ);
 * ``mu_view`` (Gaussian) / ``epsilon_view`` (Laplace, full view): the exact privacy loss of
@@ -16,11 +16,11 @@ Neyman–Pearson likelihood ratio its view allows) and turns the statistic into
   and never more than the certificate when the accountant is right;
 
 beside the certified ε (and μ) of the plan's accountant for that attacker
-(:func:`sim.leak.formal_guarantee`) and the ratios ε_lb/ε, μ̂/μ. A certificate that is too
+(:func:`edgedp_sim.leak.formal_guarantee`) and the ratios ε_lb/ε, μ̂/μ. A certificate that is too
 small shows as ``epsilon_lb > epsilon``, a violation at the stated confidence.
 
 Trials run on the batch engine in chunks, or on the event engine one at a time (a fresh
-plan seed each, as :mod:`sim.leak`) when the scenario has latency, loss or faults; there
+plan seed each, as :mod:`edgedp_sim.leak`) when the scenario has latency, loss or faults; there
 the attacker's model of the mechanism is the ideal network's and unseen messages count as
 their expected value — a valid test, weaker when the network changes what is mixed.
 """
@@ -37,9 +37,9 @@ import numpy as np
 
 from edgedp import models, streams
 from edgedp.accounting import gdp
-from sim import adversary, audit_stats, audit_view, batch, engine, leak, linear_view
-from sim import canary as canary_mod
-from sim.adversary import Attacker
+from edgedp_sim import adversary, audit_stats, audit_view, batch, engine, leak, linear_view
+from edgedp_sim import canary as canary_mod
+from edgedp_sim.adversary import Attacker
 
 __all__ = ["DEFAULT_DELTA", "run"]
 
@@ -76,12 +76,12 @@ def run(
     """Audit ``sc``'s plan against each attacker (module docstring); a JSON-ready report.
 
     Args:
-      sc: a :class:`~sim.scenarios.Scenario` (``scenarios.from_plan`` for a bare plan).
-      attackers: who attacks (:func:`sim.adversary.parse_attacker`).
+      sc: a :class:`~edgedp_sim.scenarios.Scenario` (``scenarios.from_plan`` for a bare plan).
+      attackers: who attacks (:func:`edgedp_sim.adversary.parse_attacker`).
       trials: N ≥ 8 (half of them per world; half of each world selects the threshold).
       victim: the node holding the canary.
       canary: ``"gradient"`` (white-box) or ``"example"`` (black-box, crafted input).
-      background: ``"zero"`` or ``"data"`` (:mod:`sim.canary`; default by canary kind).
+      background: ``"zero"`` or ``"data"`` (:mod:`edgedp_sim.canary`; default by canary kind).
       confidence: 1 − α of ε_lb and of the μ interval.
       delta: δ of the certified (ε, δ) and of ε_lb (ignored for pure-ε Laplace plans: 0).
       engine_name: ``"auto"``, ``"batch"`` or ``"event"``.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.provenance import environment, write_json
+from edgedp_sim.provenance import environment, write_json
 
 __all__ = ["environment", "format_table", "write"]
 

@@ -12,12 +12,13 @@ Then:
 2. one plan runs on real ``edgedp-agent`` processes over CURVE-encrypted ZeroMQ on
    127.0.0.1, and their model digest is compared with the event engine's on an ideal
    network (public-seed noise, as ``edgedp local-run``);
-3. adversary probes (:mod:`sim.leak`, with the audit of :mod:`sim.audit` beside them) attack
-   every private mechanism, re-planned at the same guarantee on a 16-node graph: M-NMI needs
-   hundreds of Monte Carlo trials, which the 100-node network does not fit in the demo's time.
+3. adversary probes (:mod:`edgedp_sim.leak`, with the audit of :mod:`edgedp_sim.audit`
+   beside them) attack every private mechanism, re-planned at the same guarantee on a
+   16-node graph: M-NMI needs hundreds of Monte Carlo trials, which the 100-node network
+   does not fit in the demo's time.
 
 :func:`run_demo` writes ``results.json``, the PNG plots and ``report.html``
-(:mod:`sim.demo_report`). Every ε printed comes from a plan's accountant.
+(:mod:`edgedp_sim.demo_report`). Every ε printed comes from a plan's accountant.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 
 from edgedp import _validate
 from edgedp import plan as plan_mod
-from sim import datasets
+from edgedp_sim import datasets
 
 __all__ = ["MECHANISMS", "QUICK", "DemoConfig", "make_plans", "run_demo"]
 
@@ -143,7 +144,7 @@ def make_plans(
     Returns ``{mechanism: {"plan": NoisePlan, "predicted": ratio or None, "predicted_kind":
     str, "planner_seconds": float}}``.
     """
-    import topologies
+    import edgedp_topologies
     from edgedp import topology as topo_mod
     from edgedp.accounting import dome as dome_acc
     from edgedp.planning import cross_agent, factorization
@@ -151,7 +152,7 @@ def make_plans(
 
     spec = topology or config.topology
     steps = steps or config.steps
-    graph = topologies.parse(spec)
+    graph = edgedp_topologies.parse(spec)
     task = _task(config, config.batch_size if batch_size is None else batch_size)
     part = datasets.task_participation(task, nodes=graph.n, steps=steps)
     common = dict(
@@ -231,9 +232,9 @@ def describe(p: plan_mod.NoisePlan, delta: float) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the whole demo
 def _attackers(topology: str) -> list[str]:
-    import topologies
+    import edgedp_topologies
 
-    pair = sorted(topologies.parse(topology).neighbours(VICTIM))[:2]
+    pair = sorted(edgedp_topologies.parse(topology).neighbours(VICTIM))[:2]
     return [f"hbc:{pair[0]},{pair[1]}", "eavesdropper:all", "eavesdropper:all:encrypted"]
 
 
@@ -302,7 +303,7 @@ def run_demo(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Plan, simulate, deploy, probe; write the report. Returns the summary (JSON-ready)."""
-    from sim import demo_jobs, demo_report
+    from edgedp_sim import demo_jobs, demo_report
 
     say = progress or (lambda line: None)
     out = Path(out_dir)

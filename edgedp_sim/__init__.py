@@ -1,4 +1,4 @@
-"""Simulation engines for edgedp: the batch engine (``sim.batch``), datasets and the demo.
+"""Simulation engines for edgedp: the batch engine (``edgedp_sim.batch``), datasets and the demo.
 
 The simulator may use simpy, networkx, matplotlib and scikit-learn; the device library
 :mod:`edgedp` never imports this package.

@@ -18,7 +18,7 @@ from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from sim import datasets
+from edgedp_sim import datasets
 
 __all__ = ["MECHANISMS", "Setting", "build"]
 
@@ -62,9 +62,9 @@ class Setting:
 
 def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
     """A certified plan of ``mechanism`` in ``setting`` (module docstring)."""
-    import topologies
+    import edgedp_topologies
 
-    graph = topologies.parse(setting.topology)
+    graph = edgedp_topologies.parse(setting.topology)
     task = TaskSpec(model=setting.model, dataset=setting.dataset, batch_size=0)
     T = setting.steps  # noqa: N806
     part = Participation(T, 1)

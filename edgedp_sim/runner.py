@@ -15,8 +15,8 @@ import numpy as np
 
 from edgedp import _validate
 from edgedp.accounting import laplace
-from sim import batch, engine, provenance
-from sim.scenarios import Scenario, ScenarioError, parse
+from edgedp_sim import batch, engine, provenance
+from edgedp_sim.scenarios import Scenario, ScenarioError, parse
 
 __all__ = ["choose_engine", "run_scenario", "run_sweep", "sweep_points"]
 
@@ -43,7 +43,7 @@ def _progress(label: str, total: int, enabled: bool):
 def choose_engine(sc: Scenario) -> tuple[str, str]:
     """(engine, why): the event engine only when timing matters — a latency that is not
     zero, a finite bandwidth, or crashes/churn without a round clock (``compute_s = 0``);
-    the batch engine otherwise, faults included (:mod:`sim.round_faults`). An explicit
+    the batch engine otherwise, faults included (:mod:`edgedp_sim.round_faults`). An explicit
     ``engine`` key wins."""
     if sc.engine != "auto":
         return sc.engine, "engine key of the scenario"

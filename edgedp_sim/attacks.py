@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from edgedp.algorithms._gossip import mix_gathered
-from sim.adversary import ObservationLog
+from edgedp_sim.adversary import ObservationLog
 
 __all__ = [
     "LinearView",
@@ -471,7 +471,7 @@ def dsgd_linear_observations(
 
     The members' own gradients and noise come from ``log.own`` (paper 000 Lemma 11).
     ``theta0``: the common initial model ``(d,)``, every node's ``(n, d)``, or every node's
-    per trial ``(trials, n, d)`` (random initial states, :mod:`sim.initial`).
+    per trial ``(trials, n, d)`` (random initial states, :mod:`edgedp_sim.initial`).
     """
     W = np.asarray(mixing_matrix, dtype=np.float64)
     trials, T, _, d = log.messages.shape

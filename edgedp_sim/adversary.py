@@ -17,12 +17,12 @@ A :class:`Probe` turns an :class:`Attacker` into an :class:`ObservationLog` with
 * :class:`LinkObserver` — the event engine calls ``on_message(...)`` for every message put
   on a link, with its wire frames and the simulated time (one trial).
 
-Pass probes as ``observers=`` to :func:`sim.batch.run` or :func:`sim.engine.run`.
+Pass probes as ``observers=`` to :func:`edgedp_sim.batch.run` or :func:`edgedp_sim.engine.run`.
 Algorithms that send one message per recipient (Zip-DL) are recorded per tapped link
 (``link_messages``); the others per sender (``messages``).
 
 :class:`GroundTruth` records the victims' private values (the mean clipped gradient) for
-leakage and reconstruction metrics (:mod:`sim.leakage`, :mod:`sim.attacks`).
+leakage and reconstruction metrics (:mod:`edgedp_sim.leakage`, :mod:`edgedp_sim.attacks`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 
 from edgedp import wire
 from edgedp.plan import NoisePlan
-from sim.observers import LinkObserver, RoundObserver, RoundView
+from edgedp_sim.observers import LinkObserver, RoundObserver, RoundView
 
 __all__ = [
     "Attacker",

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgedp import rng
-from sim.datasets import FederatedData, PerTrialData
+from edgedp_sim.datasets import FederatedData, PerTrialData
 
 __all__ = ["SensorFusion", "generate", "per_trial"]
 
@@ -142,7 +142,7 @@ def generate(
 
 
 def per_trial(instances) -> PerTrialData:
-    """One instance per batch-engine trial (:class:`sim.datasets.PerTrialData`); the test set
+    """One instance per batch-engine trial (:class:`edgedp_sim.datasets.PerTrialData`); the test set
     is the first instance's (its test loss is ‖θ − x*‖² of that instance only)."""
     feds = [sf.federated() for sf in instances]
     if not feds:

@@ -15,7 +15,7 @@ import numpy as np
 from edgedp import _validate
 from edgedp.errors import TopologyError
 from edgedp.topology import Graph, is_connected
-from topologies.edgelist import parse_edge_lines
+from edgedp_topologies.edgelist import parse_edge_lines
 
 __all__ = [
     "complete",
@@ -203,5 +203,7 @@ def karate_club() -> Graph:
 
 
 def _packaged(filename: str) -> Graph:
-    text = resources.files("topologies").joinpath("data", filename).read_text(encoding="utf-8")
+    text = (
+        resources.files("edgedp_topologies").joinpath("data", filename).read_text(encoding="utf-8")
+    )
     return parse_edge_lines(text.splitlines(), source=filename)
