@@ -1,5 +1,5 @@
 # ruff: noqa: N803, N806  (paper letters W, A: see docs/NOTATION.md)
-"""Tests for edgedp.topology (graphs, gossip matrices, checks) and the topologies package."""
+"""Tests for edgedp.topology (graphs, gossip matrices, checks) and the edgedp_topologies package."""
 
 from __future__ import annotations
 
@@ -393,7 +393,7 @@ def test_generators_mapping() -> None:
 
 def test_package_imports_without_networkx_or_scipy() -> None:
     code = (
-        "import sys, topologies, edgedp.topology; "
+        "import sys, edgedp_topologies, edgedp.topology; "
         "bad = {'networkx', 'scipy'} & set(sys.modules); assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
