@@ -89,6 +89,9 @@ class Mechanism:
       sketchable: a ``dome`` plan may carry its cross-agent noise in the sketched space.
       command_line: ``edgedp plan FAMILY`` can build it (False: only the Python API, e.g. a
         dense factor the caller computed).
+      attack: the name of the algorithm-specific reconstruction attack the simulator's
+        leakage runs use against it (``edgedp_sim.attacks.ATTACKS``); the default is the
+        update inversion of the D-SGD family.
     """
 
     name: str
@@ -102,6 +105,7 @@ class Mechanism:
     planned: bool = False
     sketchable: bool = False
     command_line: bool = True
+    attack: str = "update-inversion"
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower():

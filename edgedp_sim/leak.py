@@ -38,8 +38,7 @@ import numpy as np
 from edgedp import mechanisms, models, streams
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
-from edgedp.algorithms._gossip import mix_gathered
-from edgedp_sim import adversary, attacks, batch, engine, initial, leakage
+from edgedp_sim import adversary, attacks, batch, engine, initial, leakage, linear_attack
 from edgedp_sim.adversary import Attacker, ObservationLog
 
 __all__ = [
@@ -156,35 +155,6 @@ def sample_warnings(entry: dict[str, Any], *, trials: int, dim: int) -> list[str
     return out
 
 
-def _zipdl_estimate(log: ObservationLog, plan, victim: int, theta0) -> np.ndarray:
-    """Zip-DL: the victim's weighted outgoing messages cancel the message-wise noise.
-
-    Σ_j w_j m_{u→j} / Σ_j w_j = θ_u − η(g + √D ν z)/B (the self slot carries the common
-    part only), and θ_u = Σ_j W[u, j] m_{j→u} of the previous round (θ₀ first) — so an
-    attacker seeing every link of the victim gets g + √D ν z/B.
-    """
-    if log.link_messages is None:
-        raise ValueError(f"Attacker {log.attacker.label} sees no Zip-DL message.")
-    idx = {link: i for i, link in enumerate(log.links)}
-    row = [int(v) for v in plan.mixing_index[victim]]
-    weights = np.asarray(plan.mixing_weight[victim], dtype=np.float64)
-    others = [v for v in row if v != victim]
-    need = [(victim, v) for v in others] + [(v, victim) for v in others]
-    missing = [link for link in need if link not in idx]
-    if missing:
-        raise ValueError(
-            f"Attacker {log.attacker.label} misses the Zip-DL links {missing} of node {victim}."
-        )
-    m = log.link_messages
-    out_w = [w for v, w in zip(row, weights, strict=True) if v != victim]
-    out_avg = mix_gathered(out_w, m[:, :, [idx[(victim, v)] for v in others]]) / sum(out_w)
-    theta = np.empty_like(out_avg)
-    theta[:, 0] = theta0
-    prev = [out_avg[:, :-1] if v == victim else m[:, :-1, idx[(v, victim)]] for v in row]
-    theta[:, 1:] = mix_gathered(weights, np.stack(prev, axis=2))
-    return (theta - out_avg) / plan.learning_rate
-
-
 def estimates(
     log: ObservationLog, plan, *, victim: int, theta0, first_trial: int = 0
 ) -> tuple[np.ndarray, np.ndarray | None, str]:
@@ -204,34 +174,12 @@ def estimates(
         if seen is not None and np.isfinite(seen).any():
             return seen, None, "the victim's sketched messages as seen (no inversion)"
         return attacks.traffic_features(log), None, "traffic only (no message of the victim seen)"
+    attack = attacks.algorithm_attack(mech)
     try:
-        if mech == "sr-gt":
-            info = attacks.sr_gt_estimate(log, victim=victim, plan=plan)
-            point = attacks.sr_gt_estimate(log, victim=victim, plan=plan, form="inversion")
-            return info, point, "paper 004 Eq. 44 (sr-gt)"
-        if mech == "dpop":
-            point = attacks.dpop_estimate(log, victim=victim, plan=plan)
-            z = log.sent_by(victim)
-            return np.concatenate([z, point], axis=-1), point, "inversion of Eq. 45 (dpop)"
-        if mech == "zipdl":
-            point = _zipdl_estimate(log, plan, victim, theta0)
-            return point, point, "Zip-DL weighted-sum inversion"
-        kw = dict(victim=victim, plan=plan, theta0=theta0, first_trial=first_trial)
-        if mech == "whisper":
-            point = attacks.whisper_estimate(log, **kw)
-            return point, point, "inversion minus known seed/edge noise (whisper)"
-        if mech == "decor":
-            point = attacks.decor_estimate(log, **kw)
-            return point, point, "inversion minus known pairwise secrets (decor)"
-        point = attacks.dsgd_inversion(
-            log,
-            victim=victim,
-            mixing_index=plan.mixing_index,
-            mixing_weight=plan.mixing_weight,
-            theta0=theta0,
-            learning_rate=plan.learning_rate,
+        info, point = attack.estimate(
+            log, plan=plan, victim=victim, theta0=theta0, first_trial=first_trial
         )
-        return point, point, "update inversion (D-SGD family)"
+        return info, point, attack.description
     except ValueError:
         pass  # the attacker does not see enough messages for the algorithm's own attack
     unknowns = plan.steps * (plan.n - len(log.members))
@@ -240,7 +188,7 @@ def estimates(
     # engine's probes see traffic only, not the members' internals
     small = small and (not log.members or "gradient" in log.own)
     if small and mech in _DSGD_FAMILY and plan.cross_agent is None:
-        view = attacks.dsgd_linear_view(
+        view = linear_attack.dsgd_linear_view(
             log,
             mixing_matrix=plan.mixing_matrix(),
             learning_rate=plan.learning_rate,
@@ -248,17 +196,17 @@ def estimates(
             batch_size=log.batch_size,
             noise_factor=plan.factor.materialize(plan.steps),
         )
-        y = attacks.dsgd_linear_observations(
+        y = linear_attack.dsgd_linear_observations(
             log, view, mixing_matrix=plan.mixing_matrix(), theta0=initial
         )
-        point = view.of(attacks.solve(view, y, method="gls"), victim)
+        point = view.of(linear_attack.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
     if small and plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
-        view = attacks.cross_linear_view(log, plan, batch_size=log.batch_size)
-        y = attacks.cross_linear_observations(
+        view = linear_attack.cross_linear_view(log, plan, batch_size=log.batch_size)
+        y = linear_attack.cross_linear_observations(
             log, view, plan, theta0=initial, first_trial=first_trial
         )
-        point = view.of(attacks.solve(view, y, method="gls"), victim)
+        point = view.of(linear_attack.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS, cross-agent noise covariance)"
     if victim in log.senders and np.isfinite(log.sent_by(victim)).any():
         return log.sent_by(victim), None, "the victim's messages as seen (no inversion)"

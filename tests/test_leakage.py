@@ -13,7 +13,7 @@ import edgedp_topologies
 from edgedp import models
 from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
-from edgedp_sim import adversary, attacks, batch, datasets, engine, leakage
+from edgedp_sim import adversary, attacks, batch, datasets, engine, leakage, linear_attack
 
 npeet = pytest.importorskip("npeet_plus.estimators")
 
@@ -222,7 +222,7 @@ def test_encrypted_eavesdropper_learns_nothing():
     )
     assert clear.m_nmi > 0.9
     with pytest.raises(ValueError, match="sees no message"):
-        attacks.dsgd_linear_view(
+        linear_attack.dsgd_linear_view(
             enc.log,
             mixing_matrix=p.mixing_matrix(),
             learning_rate=0.3,
@@ -263,17 +263,17 @@ def test_linear_estimators_agree_with_the_inversion(mechanism):
     )
     errors = {}
     for probe in probes:
-        view = attacks.dsgd_linear_view(probe.log, **kw)
-        y = attacks.dsgd_linear_observations(
+        view = linear_attack.dsgd_linear_view(probe.log, **kw)
+        y = linear_attack.dsgd_linear_observations(
             probe.log, view, mixing_matrix=p.mixing_matrix(), theta0=theta0
         )
         for method in ("ls", "gls"):
-            est = view.of(attacks.solve(view, y, method=method), 0)
+            est = view.of(linear_attack.solve(view, y, method=method), 0)
             errors[probe.log.attacker.label, method] = attacks.reconstruction_error(est, v).mse_mean
             if probe.log.attacker.kind != "links":  # enough equations: the exact inversion
                 np.testing.assert_allclose(est, _invert(p, probe.log, theta0), atol=1e-10)
         prior = dict(prior_mean=float(v.mean()), prior_var=float(v.var()))
-        mmse = view.of(attacks.solve(view, y, method="mmse", **prior), 0)
+        mmse = view.of(linear_attack.solve(view, y, method="mmse", **prior), 0)
         errors[probe.log.attacker.label, "mmse"] = attacks.reconstruction_error(mmse, v).mse_mean
     for label in ("hbc:1,2", "eavesdropper:all"):  # a prior never hurts the Bayes risk
         assert errors[label, "mmse"] < errors[label, "gls"]
@@ -286,8 +286,12 @@ def test_gls_is_the_classical_formula_for_a_regular_noise_covariance():
     A, B = g.standard_normal((7, 3)), g.standard_normal((7, 7))
     S = B @ B.T
     classical = np.linalg.solve(A.T @ np.linalg.solve(S, A), A.T @ np.linalg.inv(S))
-    np.testing.assert_allclose(attacks.linear_estimator(A, B, method="gls"), classical, atol=1e-9)
-    np.testing.assert_allclose(attacks.linear_estimator(A, None), np.linalg.pinv(A), atol=1e-12)
+    np.testing.assert_allclose(
+        linear_attack.linear_estimator(A, B, method="gls"), classical, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        linear_attack.linear_estimator(A, None), np.linalg.pinv(A), atol=1e-12
+    )
 
 
 # ---------------------------------------------------------------- event engine, specs, slots
@@ -618,9 +622,9 @@ def test_gls_under_the_cross_agent_covariance(mechanism):
     estimate = {"decor": attacks.decor_estimate, "whisper": attacks.whisper_estimate}[mechanism]
     mse = {}
     for probe in probes:
-        view = attacks.cross_linear_view(probe.log, p, batch_size=BATCH)
-        y = attacks.cross_linear_observations(probe.log, view, p, theta0=theta0)
-        gls = view.of(attacks.solve(view, y, method="gls"), 0)
+        view = linear_attack.cross_linear_view(probe.log, p, batch_size=BATCH)
+        y = linear_attack.cross_linear_observations(probe.log, view, p, theta0=theta0)
+        gls = view.of(linear_attack.solve(view, y, method="gls"), 0)
         kind = probe.log.attacker.kind
         mse[kind] = attacks.reconstruction_error(gls, truth.of(0)).mse_mean
         if kind != "links":  # every message of the round seen: as many equations as unknowns,
@@ -659,3 +663,15 @@ def test_per_trial_data_is_each_trial_run_on_its_own_instance():
     assert together.digests == alone
     with pytest.raises(ValueError, match="trials up to"):
         batch.run(p, sensor_fusion.per_trial(inst), trials=4, first_trial=1)
+
+
+def test_every_registered_mechanism_names_an_attack_the_simulator_defines() -> None:
+    from edgedp import mechanisms
+
+    for name in mechanisms.names():
+        attack = attacks.algorithm_attack(name)
+        assert attack in attacks.ATTACKS.values()
+    assert attacks.algorithm_attack("sr-gt").description == "paper 004 Eq. 44 (sr-gt)"
+    assert attacks.algorithm_attack("dp-dsgd") is attacks.ATTACKS["update-inversion"]
+    with pytest.raises(ValueError, match="expected one of"):
+        attacks.algorithm_attack("no-such-mechanism")

@@ -71,5 +71,6 @@ MECHANISMS = (
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
         sketchable=True,
+        attack="decor-known-secrets",
     ),
 )

@@ -110,5 +110,6 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=laplace.plan_guarantee,
         factor=factors.Identity,
+        attack="dpop-inversion",
     ),
 )

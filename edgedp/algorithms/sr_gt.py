@@ -124,5 +124,6 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=laplace.plan_guarantee,
         factor=factors.Identity,
+        attack="sr-gt-eq44",
     ),
 )

@@ -69,5 +69,6 @@ MECHANISMS = (
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
         sketchable=True,
+        attack="whisper-known-noise",
     ),
 )

@@ -94,5 +94,6 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
+        attack="zipdl-weighted-sum",
     ),
 )
