@@ -24,7 +24,7 @@ import numpy as np
 import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
-from edgedp.planning import compact, mafalda, mf_optimal
+from edgedp.planning import compact, compact_banded, compact_blt, mafalda, mf_optimal
 
 D = 10**6
 BANDWIDTHS = (2, 8, 32, 100)
@@ -45,7 +45,7 @@ def free_toeplitz(H: np.ndarray, part: Participation, dense_loss: float) -> tupl
     t0 = time.perf_counter()
     T = H.shape[0]
     toe = compact._Toeplitz(H, part)
-    c = compact._sqrt_coefficients(T)
+    c = compact_banded._sqrt_coefficients(T)
 
     def objective(x, smooth):
         full = np.concatenate([[1.0], x])
@@ -74,18 +74,18 @@ def run(title: str, H: np.ndarray, part: Participation, toeplitz: bool) -> None:
     for p in BANDWIDTHS:
         if p >= T:
             continue
-        fit = compact.fit_banded(
+        fit = compact_banded.fit_banded(
             H, participation=part, bandwidth=p, refine=False, dense_loss=dense.loss
         )
         line(f"banded-toeplitz p={p}", fit)
         if p <= part.b:
-            fit = compact.fit_banded(
+            fit = compact_banded.fit_banded(
                 H, participation=part, bandwidth=p, dense_loss=dense.loss, max_iterations=300
             )
             line(f"banded p={p}", fit)
     previous = None
     for n in BUFFERS:
-        fit = compact.fit_blt(
+        fit = compact_blt.fit_blt(
             H, participation=part, buffers=n, initial=previous, dense_loss=dense.loss
         )
         previous = fit.factor
@@ -93,7 +93,7 @@ def run(title: str, H: np.ndarray, part: Participation, toeplitz: bool) -> None:
     print(f"    decays {np.round(previous.decays, 4)} weights {np.round(previous.weights, 4)}")
     previous = None
     for n in BUFFERS:
-        fit = compact.fit_blt(
+        fit = compact_blt.fit_blt(
             H,
             participation=part,
             buffers=n,

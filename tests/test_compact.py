@@ -12,7 +12,7 @@ import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting import sensitivity as sens_mod
 from edgedp.accounting.participation import Participation
-from edgedp.planning import compact, mafalda, mf_optimal
+from edgedp.planning import compact, compact_banded, compact_blt, mafalda, mf_optimal
 
 T = 256
 PART = Participation(4, 64)
@@ -30,7 +30,7 @@ def blt_fits(prefix):
     fits, previous = [], None
     for n in range(1, 5):
         fits.append(
-            compact.fit_blt(
+            compact_blt.fit_blt(
                 H, participation=PART, buffers=n, initial=previous, dense_loss=dense, restarts=4
             )
         )
@@ -111,7 +111,7 @@ def test_toeplitz_gradient_matches_finite_differences(workload):
 
 def test_banded_objective_gradient_matches_finite_differences():
     steps, p = 50, 5
-    obj = compact._BandedObjective(_mafalda_gram(steps), p, 2)
+    obj = compact_banded._BandedObjective(_mafalda_gram(steps), p, 2)
     x = np.random.default_rng(1).random(int(obj.valid.sum())) + 0.5
     value, grad = obj(x)
     for i in (0, 7, 100, x.size - 2):
@@ -158,7 +158,7 @@ def test_blt_fits_are_valid_and_improve_with_buffers(prefix, blt_fits):
 
 def test_blt_signed_fit_is_certified_with_the_upper_bound(prefix, blt_fits):
     H, dense = prefix
-    fit = compact.fit_blt(
+    fit = compact_blt.fit_blt(
         H,
         participation=PART,
         buffers=3,
@@ -175,7 +175,7 @@ def test_blt_signed_fit_is_certified_with_the_upper_bound(prefix, blt_fits):
 def test_blt_fit_on_mafalda_workload():
     H = _mafalda_gram(48)
     part = Participation(3, 16)
-    fit = compact.fit_blt(H, participation=part, buffers=2, restarts=3)
+    fit = compact_blt.fit_blt(H, participation=part, buffers=2, restarts=3)
     _check_valid(fit, H, part)
     assert fit.loss_ratio >= 1 - 1e-4
     identity = mf_optimal.loss(np.eye(48), H, part)
@@ -185,7 +185,7 @@ def test_blt_fit_on_mafalda_workload():
 def test_blt_fit_reports_progress_and_unpacks(prefix):
     H, dense = prefix
     calls = []
-    fit = compact.fit_blt(
+    fit = compact_blt.fit_blt(
         H,
         participation=PART,
         buffers=1,
@@ -209,7 +209,7 @@ def test_blt_streaming_and_inverse_property(buffers, seed):
     C, C_inv = f.strategy(steps), f.materialize(steps)
     np.testing.assert_allclose(C @ C_inv, np.eye(steps), atol=1e-8 * np.abs(C_inv).max())
     theta, omega = np.array(f.decays), np.array(f.weights)
-    _, _, P, Q = compact._blt_column(theta, omega, steps)  # rational form c(x) = P/Q
+    _, _, P, Q = compact_blt._blt_column(theta, omega, steps)  # rational form c(x) = P/Q
     # tolerance: lfilter and the streaming recursion round differently
     np.testing.assert_allclose(
         compact._impulse(Q, P, steps),
@@ -239,13 +239,13 @@ def test_bad_blt_and_arguments_are_refused(prefix):
     with pytest.raises(ValueError, match="missing field"):
         factors.from_dict({"kind": "blt", "decays": [0.5]})
     with pytest.raises(TypeError, match="Participation"):
-        compact.fit_blt(H, participation=(4, 64), buffers=1)
+        compact_blt.fit_blt(H, participation=(4, 64), buffers=1)
     with pytest.raises(ValueError, match="buffers"):
-        compact.fit_blt(H, participation=PART, buffers=0)
+        compact_blt.fit_blt(H, participation=PART, buffers=0)
     with pytest.raises(ValueError, match="dense_loss"):
-        compact.fit_banded(H, participation=PART, bandwidth=2, dense_loss=-1.0)
+        compact_banded.fit_banded(H, participation=PART, bandwidth=2, dense_loss=-1.0)
     with pytest.raises(ValueError, match="symmetric"):
-        compact.fit_banded(np.tril(H), participation=PART, bandwidth=2, dense_loss=dense)
+        compact_banded.fit_banded(np.tril(H), participation=PART, bandwidth=2, dense_loss=dense)
 
 
 # --- banded ------------------------------------------------------------------------------
@@ -254,7 +254,9 @@ def test_bad_blt_and_arguments_are_refused(prefix):
 def test_banded_bandwidth_one_is_normalized_identity():
     # closed form: C = I, sens² = k' = 3, tr(H) = T(T+1)/2 = 21 for T = 6 → loss 63
     H = mf_optimal.prefix_sum_gram(6)
-    fit = compact.fit_banded(H, participation=Participation(3, 2), bandwidth=1, dense_loss=1.0)
+    fit = compact_banded.fit_banded(
+        H, participation=Participation(3, 2), bandwidth=1, dense_loss=1.0
+    )
     np.testing.assert_allclose(fit.factor.strategy(6), np.eye(6))
     assert fit.loss == pytest.approx(63.0, rel=1e-12)
 
@@ -262,10 +264,10 @@ def test_banded_bandwidth_one_is_normalized_identity():
 @pytest.mark.parametrize("bandwidth", [2, 16, 64])
 def test_banded_fit_within_separation(prefix, bandwidth):
     H, dense = prefix
-    toeplitz = compact.fit_banded(
+    toeplitz = compact_banded.fit_banded(
         H, participation=PART, bandwidth=bandwidth, refine=False, dense_loss=dense
     )
-    fit = compact.fit_banded(
+    fit = compact_banded.fit_banded(
         H, participation=PART, bandwidth=bandwidth, dense_loss=dense, max_iterations=150
     )
     for f in (toeplitz, fit):
@@ -280,7 +282,7 @@ def test_banded_fit_within_separation(prefix, bandwidth):
 def test_banded_ratios_shrink_with_bandwidth(prefix):
     H, dense = prefix
     ratios = [
-        compact.fit_banded(
+        compact_banded.fit_banded(
             H, participation=PART, bandwidth=p, dense_loss=dense, refine=False
         ).loss_ratio
         for p in (2, 8, 32, 64)
@@ -290,7 +292,7 @@ def test_banded_ratios_shrink_with_bandwidth(prefix):
 
 def test_banded_wider_than_separation_is_nonnegative_toeplitz(prefix):
     H, dense = prefix
-    fit = compact.fit_banded(H, participation=PART, bandwidth=100, dense_loss=dense)
+    fit = compact_banded.fit_banded(H, participation=PART, bandwidth=100, dense_loss=dense)
     _check_valid(fit, H, PART)
     assert fit.method == "banded-toeplitz" and fit.exact
     assert np.all(fit.factor.strategy(T) >= 0)
@@ -298,7 +300,7 @@ def test_banded_wider_than_separation_is_nonnegative_toeplitz(prefix):
 
 def test_banded_full_bandwidth_is_the_dense_optimum(prefix):
     H, dense = prefix
-    fit = compact.fit_banded(H, participation=PART, bandwidth=T, dense_loss=dense)
+    fit = compact_banded.fit_banded(H, participation=PART, bandwidth=T, dense_loss=dense)
     _check_valid(fit, H, PART)
     assert fit.method == "dense"
     assert fit.loss_ratio == pytest.approx(1.0, abs=1e-9)
@@ -307,6 +309,6 @@ def test_banded_full_bandwidth_is_the_dense_optimum(prefix):
 def test_banded_fit_on_mafalda_workload():
     H = _mafalda_gram(48)
     part = Participation(3, 16)
-    fit = compact.fit_banded(H, participation=part, bandwidth=8, max_iterations=100)
+    fit = compact_banded.fit_banded(H, participation=part, bandwidth=8, max_iterations=100)
     _check_valid(fit, H, part)
     assert fit.loss_ratio >= 1 - 1e-4 and fit.sensitivity**2 == pytest.approx(3.0)

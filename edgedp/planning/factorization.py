@@ -123,7 +123,7 @@ def _compact(
     buffers,
     workload_gram,
 ):
-    from edgedp.planning import compact
+    from edgedp.planning import compact_banded, compact_blt
 
     H = _mafalda_gram(mixing_matrix, steps, workload_gram)  # noqa: N806
     dense = mf_optimal.optimize(
@@ -132,13 +132,13 @@ def _compact(
     if mechanism == "banded":
         if bandwidth is None:
             raise ValueError("mechanism='banded' needs a bandwidth (e.g. --bandwidth 8).")
-        fit = compact.fit_banded(
+        fit = compact_banded.fit_banded(
             H, participation=participation, bandwidth=bandwidth, dense_loss=dense.loss
         )
     else:
         if buffers is None:
             raise ValueError("mechanism='blt' needs a number of buffers (e.g. --buffers 2).")
-        fit = compact.fit_blt(
+        fit = compact_blt.fit_blt(
             H, participation=participation, buffers=buffers, dense_loss=dense.loss
         )
     return PlannedFactor(

@@ -25,7 +25,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, PlanError
 from edgedp.plan import NoisePlan, TaskSpec, batch_schedule, make_plan
-from edgedp.planning import compact, mf_optimal
+from edgedp.planning import compact_blt, mf_optimal
 from edgedp_sim import batch, datasets, engine, runner, scenarios
 from firmware_py import config, daemon, deploy
 
@@ -335,7 +335,7 @@ def test_planner_blts_are_accepted():
     steps = 64
     H = mf_optimal.prefix_sum_gram(steps)
     for signed in (False, True):
-        fit = compact.fit_blt(
+        fit = compact_blt.fit_blt(
             H, participation=Participation(4, 16), buffers=2, signed=signed, restarts=2
         )
         assert factors.blt_inverse_radius(fit.factor.decays, fit.factor.weights) < 1
