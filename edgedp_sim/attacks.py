@@ -206,8 +206,9 @@ def known_cross_noise(
     return out
 
 
-def _cross_estimate(log, *, victim, plan, shared_seed, theta0, first_trial) -> np.ndarray:
-    est = dsgd_inversion(
+def _plan_inversion(log: ObservationLog, *, victim: int, plan: Any, theta0: Any) -> np.ndarray:
+    """:func:`dsgd_inversion` with the plan's mixing row and learning rate."""
+    return dsgd_inversion(
         log,
         victim=victim,
         mixing_index=plan.mixing_index,
@@ -215,6 +216,10 @@ def _cross_estimate(log, *, victim, plan, shared_seed, theta0, first_trial) -> n
         theta0=theta0,
         learning_rate=plan.learning_rate,
     )
+
+
+def _cross_estimate(log, *, victim, plan, shared_seed, theta0, first_trial) -> np.ndarray:
+    est = _plan_inversion(log, victim=victim, plan=plan, theta0=theta0)
     members = set(log.members)
     neighbours = [v for v in plan.mixing_index[victim].tolist() if v != victim and v in members]
     if not neighbours and not shared_seed:
@@ -337,23 +342,13 @@ def _point(fn: Callable[..., np.ndarray], *, cross: bool) -> Callable[..., tuple
     return attack
 
 
-def _inversion(log, *, plan, victim, theta0, first_trial):
-    point = dsgd_inversion(
-        log,
-        victim=victim,
-        mixing_index=plan.mixing_index,
-        mixing_weight=plan.mixing_weight,
-        theta0=theta0,
-        learning_rate=plan.learning_rate,
-    )
-    return point, point
-
-
 #: Every algorithm-specific attack by name; a mechanism names its own in its registry record
 #: (:attr:`edgedp.mechanisms.Mechanism.attack`).
 ATTACKS: Mapping[str, Attack] = MappingProxyType(
     {
-        "update-inversion": Attack("update inversion (D-SGD family)", _inversion),
+        "update-inversion": Attack(
+            "update inversion (D-SGD family)", _point(_plan_inversion, cross=False)
+        ),
         "sr-gt-eq44": Attack("paper 004 Eq. 44 (sr-gt)", _sr_gt),
         "dpop-inversion": Attack("inversion of Eq. 45 (dpop)", _dpop),
         "zipdl-weighted-sum": Attack(

@@ -49,60 +49,28 @@ def check_plan(plan) -> None:
 
 
 _rules = sys.modules[__name__]
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+
+
+def _mechanism(name: str, **fields) -> mechanisms.Mechanism:
+    """An MF-D-SGD mechanism: these rules, Gaussian noise, the μ-GDP matrix accountant."""
+    return mechanisms.Mechanism(
+        name,
+        _rules,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        **fields,
+    )
+
+
+#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`): ``planned`` ones
+#: get their factor from :mod:`edgedp.planning.factorization`.
 MECHANISMS = (
-    mechanisms.Mechanism(
-        "antipgd",
-        _rules,
-        family="mf",
-        noise="gaussian",
-        trust_model=TRUST_MODEL,
-        accountant=mf.plan_guarantee,
-        factor=factors.AntiPGD,
-    ),
-    mechanisms.Mechanism(
-        "dmf",
-        _rules,
-        family="mf",
-        noise="gaussian",
-        trust_model=TRUST_MODEL,
-        accountant=mf.plan_guarantee,
-        planned=True,
-    ),
-    mechanisms.Mechanism(
-        "mafalda",
-        _rules,
-        family="mf",
-        noise="gaussian",
-        trust_model=TRUST_MODEL,
-        accountant=mf.plan_guarantee,
-        planned=True,
-    ),
-    mechanisms.Mechanism(
-        "banded",
-        _rules,
-        family="mf",
-        noise="gaussian",
-        trust_model=TRUST_MODEL,
-        accountant=mf.plan_guarantee,
-        planned=True,
-    ),
-    mechanisms.Mechanism(
-        "blt",
-        _rules,
-        family="mf",
-        noise="gaussian",
-        trust_model=TRUST_MODEL,
-        accountant=mf.plan_guarantee,
-        planned=True,
-    ),
-    mechanisms.Mechanism(
-        "dense",
-        _rules,
-        family="mf",
-        noise="gaussian",
-        trust_model=TRUST_MODEL,
-        accountant=mf.plan_guarantee,
-        command_line=False,  # a dense factor the caller computed (Python API)
-    ),
+    _mechanism("antipgd", factor=factors.AntiPGD),
+    _mechanism("dmf", planned=True),
+    _mechanism("mafalda", planned=True),
+    _mechanism("banded", planned=True),
+    _mechanism("blt", planned=True),
+    _mechanism("dense", command_line=False),  # a dense factor the caller computed (Python API)
 )
