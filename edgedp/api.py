@@ -372,9 +372,8 @@ def simulate(
         zero latency), ``"event"`` (SimPy: latency, bandwidth, deadlines and every fault)
         or ``"auto"``: the event engine only when timing matters
         (:func:`edgedp_sim.runner.choose_engine`; the scenario's ``engine`` key wins).
-      trials: independent noise draws. Batch: the plan's noise streams of trials 0..N-1
-        (trial 0 is the event engine's on an ideal network). Event: trial i runs the plan
-        with seed + i (the data stays the plan's).
+      trials: independent noise draws: the plan's noise streams of trials 0..N-1 in either
+        engine (on an ideal network the event engine's trial i is the batch engine's).
       eval_every: rounds between evaluations (default: the scenario's).
       progress: called with the number of rounds done (trial 0).
 
@@ -424,11 +423,11 @@ def simulate(
         eng = _need("edgedp_sim.engine")
         runs = []
         for i in range(trials):
-            p = plan if i == 0 else dataclasses.replace(plan, seed=plan.seed + i)
             runs.append(
                 eng.run(
-                    p,
+                    plan,
                     data,
+                    trial=i,
                     network=sc.network,
                     faults=sc.faults,
                     seed=sc.seed,

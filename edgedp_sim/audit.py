@@ -27,7 +27,6 @@ their expected value — a valid test, weaker when the network changes what is m
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -159,15 +158,15 @@ def run(
             if progress is not None:
                 progress(f"simulated {done}/{trials} trials (batch engine)")
     else:
+        keys = streams.RunKeys.simulation(plan)
         for i in range(trials):
-            plan_i = dataclasses.replace(plan, seed=plan.seed + 1_000_003 * (i + 1))
-            keys = streams.RunKeys.simulation(plan_i)
-            position = can.position(keys, 0, data.local_size)
-            probes = [adversary.Probe(a, plan_i, trials=1, dim=d) for a in attackers]
+            position = can.position(keys, i, data.local_size)
+            probes = [adversary.Probe(a, plan, trials=1, dim=d) for a in attackers]
             t0 = time.perf_counter()
             engine.run(
-                plan_i,
+                plan,
                 data,
+                trial=i,
                 network=sc.network,
                 faults=sc.faults,
                 seed=sc.seed + i,
@@ -177,7 +176,7 @@ def run(
             )
             t1 = time.perf_counter()
             for j, (view, probe) in enumerate(zip(views, probes, strict=True)):
-                scores[j][i] = audit_view.statistic(view, probe.log, keys=[(keys, 0)], **common)[0]
+                scores[j][i] = audit_view.statistic(view, probe.log, keys=[(keys, i)], **common)[0]
             sim_seconds += t1 - t0
             stat_seconds += time.perf_counter() - t1
             if progress is not None and ((i + 1) % max(1, trials // 20) == 0 or i + 1 == trials):

@@ -58,7 +58,7 @@ class DemoConfig:
     clip_norm: float = 1.0
     learning_rate: float = 0.2
     sketch_dim: int = 16  # DOME: floats per message (the model has 65)
-    seed: int = 2026  # plans, data split; noise seed i adds 1_000_003 * i
+    seed: int = 2026  # plans, data split; noise draw i is the plan's trial i
     eval_every: int = 5
     # --- the simulated network (event engine) ---
     latency_median_ms: float = 20.0

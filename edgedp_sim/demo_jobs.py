@@ -7,7 +7,6 @@ processes and on the event engine (ideal network) and compares their model diges
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -47,12 +46,11 @@ def event_job(plan_bytes: bytes, config: DemoConfig, trial: int) -> dict[str, An
 
     base = plan_mod.NoisePlan.from_bytes(plan_bytes)
     data = _data(config.dataset, base.n, base.seed)  # the same split for every noise seed
-    p = dataclasses.replace(base, seed=base.seed + 1_000_003 * trial) if trial else base
     network, faults = _network(config)
     started, cpu = time.perf_counter(), time.process_time()
     res = engine.run(
-        p, data, network=network, faults=faults, seed=config.network_seed,
-        eval_every=config.eval_every,
+        base, data, network=network, faults=faults, seed=config.network_seed,
+        eval_every=config.eval_every, trial=trial,
     )  # fmt: skip
     return {
         "mechanism": base.mechanism,

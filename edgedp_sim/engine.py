@@ -143,7 +143,9 @@ class _Sim:
         initial_state: str = "model",
         gradient_transforms: Mapping[int, Callable] | None = None,
         planned: bool = False,
+        trial: int = 0,
     ) -> None:
+        self.trial = trial
         self.gradient_transforms = dict(gradient_transforms or {})
         self.observers = tuple(observers)
         # ground-truth recorders: the observers that also want each node's round
@@ -166,7 +168,9 @@ class _Sim:
         # one share per node (each hashes the whole plan), reused by restarts
         self.shares = [plan.share(u) for u in range(n)]
         self.agents = [self._new_agent(u) for u in range(n)]
-        start = initial.states(initial_state, self.keys, nodes=n, dim=self.model.dim)
+        start = initial.states(
+            initial_state, self.keys, nodes=n, dim=self.model.dim, first_trial=trial
+        )
         if start is not None:  # before the first snapshot: a restart resumes from it
             for u, agent in enumerate(self.agents):
                 agent.theta = start[0, u]
@@ -214,7 +218,7 @@ class _Sim:
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
             gradient_transform=self.gradient_transforms.get(u),
-            **self.keys.agent(u, self.shares[u].neighbours),
+            **self.keys.agent(u, self.shares[u].neighbours, trial=self.trial),
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:
@@ -545,14 +549,18 @@ def run(
     initial_state: str = "model",
     gradient_transforms: Mapping[int, Callable] | None = None,
     plan_uplinks: bool = True,
+    trial: int = 0,
 ) -> EventResult:
     """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal).
 
     ``observers`` (adversary probes) get ``on_message(sender=, recipient=, round=, frames=,
     time=)`` for every message put on a link, before its loss draw and delivery.
-    ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`edgedp_sim.initial`; trial 0 of
-    the plan's keys, as the batch engine's first trial). ``gradient_transforms`` maps a node
-    to the Agent's ``gradient_transform`` (privacy audits plant canaries with it).
+    ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`edgedp_sim.initial`).
+    ``trial`` picks the noise draw: every node stream (noise, batch order, cross-agent
+    noise, initial state) is the plan's key for ``(trial, node)``, so trial ``t`` here draws
+    what the batch engine's trial ``t`` draws; the network and faults come from ``seed``.
+    ``gradient_transforms`` maps a node to the Agent's ``gradient_transform`` (privacy
+    audits plant canaries with it).
     ``plan_uplinks=False`` makes every uplink slot an event (:class:`edgedp_sim.clock.Uplink`)
     even where turns could be planned ahead (:class:`edgedp_sim.clock.Turns`); the results are
     the same (``EventResult.planned_uplinks`` tells which ran).
@@ -576,7 +584,7 @@ def run(
     # state: neither is run twice, so their runs keep the uplinks' events
     if plan_uplinks and _distinct_times(network) and not observers and not gradient_transforms:
         try:
-            return _Sim(*args, planned=True).run()
+            return _Sim(*args, planned=True, trial=trial).run()
         except TieError:  # two events at one instant: the order needs the full event model
             pass
-    return _Sim(*args).run()
+    return _Sim(*args, trial=trial).run()

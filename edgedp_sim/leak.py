@@ -1,7 +1,7 @@
 """Leakage runs: Monte Carlo trials with adversary probes, scored by M-NMI and reconstruction.
 
 :func:`run` takes a scenario and attackers, runs ``trials`` noise draws — the batch engine
-in chunks of trials, or the event engine one trial at a time (a fresh plan seed each) when
+in chunks of trials, or the event engine one trial at a time (the plan's keys of that trial) when
 the scenario has network effects (latency, loss, dropouts, crashes, churn) — with one
 :class:`~edgedp_sim.adversary.Probe` per attacker and a
 :class:`~edgedp_sim.adversary.GroundTruth` on the victim, then per attacker:
@@ -27,7 +27,6 @@ guarantee covers the attacker.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -284,7 +283,7 @@ def _observe_event(
     point: dict[int, list] = {i: [] for i in range(len(attackers))}
     names: dict[int, str] = {}
     for tr in range(trials):
-        plan = dataclasses.replace(sc.plan, seed=sc.plan.seed + 1_000_003 * (tr + 1))
+        plan = sc.plan
         probes = [adversary.Probe(a, plan, trials=1, dim=dim) for a in attackers]
         truth = adversary.GroundTruth([victim], trials=1, steps=plan.steps, dim=dim)
         engine.run(
@@ -296,14 +295,19 @@ def _observe_event(
             eval_every=plan.steps,
             observers=[*probes, truth],
             initial_state=initial_state,
+            trial=tr,
         )
         start = initial.states(
-            initial_state, streams.RunKeys.simulation(plan), nodes=plan.n, dim=dim
+            initial_state, streams.RunKeys.simulation(plan), nodes=plan.n, dim=dim, first_trial=tr
         )
         truth_parts.append(truth.of(victim))
         for i, probe in enumerate(probes):
             a, p, names[i] = estimates(
-                probe.log, plan, victim=victim, theta0=theta0 if start is None else start
+                probe.log,
+                plan,
+                victim=victim,
+                theta0=theta0 if start is None else start,
+                first_trial=tr,
             )
             info[i].append(a)
             point[i].append(p)

@@ -48,6 +48,17 @@ def test_ideal_network_equals_batch_engine_bitwise(mechanism, batch_size):
     assert ev.dropped_messages == 0 and ev.missing == 0
 
 
+@pytest.mark.parametrize("initial_state", ["model", "normal:0.5"])
+def test_event_engine_trial_t_draws_the_batch_engines_trial_t(initial_state):
+    """Every node stream of trial t (noise, batch order, initial state) is the plan's key
+    for (t, node) in both engines: trials differ from each other and agree across engines."""
+    p = _plan("dp-dsgd", batch_size=8)
+    stacked = batch.run(p, DATA10, trials=3, initial_state=initial_state).digests
+    events = [engine.run(p, DATA10, trial=t, initial_state=initial_state) for t in range(3)]
+    assert [ev.model_digest for ev in events] == list(stacked)
+    assert len(set(stacked)) == 3
+
+
 def test_latency_and_bandwidth_give_the_exact_round_times():
     # two nodes, constant 10 ms latency, 1 Mbit/s: a round = serialization + latency
     p = _plan("dsgd", spec="complete:2", steps=4)

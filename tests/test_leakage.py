@@ -570,6 +570,22 @@ def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
     assert all(entry["nmi_curve"][t] is not None for t in range(4) if counts[t] > 7)
 
 
+@pytest.mark.parametrize("initial_state", ["model", "normal"])
+def test_leak_event_trials_are_the_batch_trials(tmp_path, initial_state):
+    """Without network effects the event engine's trial t is the batch engine's trial t
+    (same keys, same plan): the leakage reports agree to the bit."""
+    from edgedp_sim import adversary, leak, scenarios
+
+    sc = scenarios.load(_small_table4(tmp_path, steps=5))
+    att = [adversary.parse_attacker(a) for a in ("hbc:1,2", "eavesdropper:all")]
+    kw = dict(trials=16, initial_state=initial_state)
+    ev = leak.run(sc, att, engine_name="event", **kw)
+    ba = leak.run(sc, att, engine_name="batch", **kw)
+    assert ev["engine"] == "event" and ba["engine"] == "batch"
+    for e, b in zip(ev["attackers"], ba["attackers"], strict=True):
+        assert (e["m_nmi"], e["nmi_curve"], e["mse"]) == (b["m_nmi"], b["nmi_curve"], b["mse"])
+
+
 def test_zero_sum_masking_is_transparent_to_the_eavesdropper():
     from edgedp_sim import sensor_fusion, zero_sum
 
