@@ -8,7 +8,7 @@ Four functions and the typed results they return (docs/API.md lists them with ex
   scenario's network and faults, over several noise draws;
 - :func:`leak` — empirical leakage (M-NMI, reconstruction) to curious nodes and eavesdroppers.
 
-This module imports only the standard library: planning (scipy), the CLI's plan builder and
+This module imports only the standard library: planning (scipy), the plan builder and
 the simulator (simpy, sklearn) are imported inside the functions, so ``import edgedp`` stays
 a device import. Bad arguments raise ``ValueError`` (or ``TypeError``) with one-line messages.
 """
@@ -47,11 +47,7 @@ EXTRAS = {
     "onnxruntime": "onnx",
 }
 
-#: ``make_plan`` keywords whose ``edgedp plan`` option has another name.
-_RENAMED = {"target_epsilon": "target_eps"}
-#: Namespace entries that are the CLI's business, never plan options.
-_NOT_OPTIONS = {"json", "quiet", "func", "command", "family", "out", "sign", "target_eps"}
-#: Namespace entries set from make_plan's own arguments.
+#: Request fields set from make_plan's own arguments, never through ``**options``.
 _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
 
 
@@ -127,7 +123,8 @@ def make_plan(
       participation: ``"k,b"``, ``(k, b)`` or a Participation; default: what the task runs
         (Gaussian mechanisms; Laplace ones count every round and take none).
       clip_norm: Δ, the per-example L2 clip norm.
-      learning_rate: the stepsize (default 0.5; sr-gt/dpop: γ of their schedule).
+      learning_rate: the stepsize (default 0.5; sr-gt/dpop take none: γ is their first
+        stepsize).
       model, dataset, partition, batch_size, seed: the task (``edgedp plan`` options).
       **options: any other ``edgedp plan`` option with ``_`` for ``-`` (``bandwidth``,
         ``buffers``, ``form``, ``rank``, ``gossip_rounds``, ``sketch_dim``, ``gamma``,
@@ -136,19 +133,26 @@ def make_plan(
     Returns:
       The NoisePlan (frozen; ``plan.to_bytes()`` is what ``edgedp plan FAMILY OUT`` writes).
 
+    The options become an :class:`edgedp.planning.request.PlanRequest` built by
+    :func:`edgedp.planning.build.build`, the builder of ``edgedp plan`` and of scenario files.
+
     Raises:
-      ValueError: a bad value, with the message ``edgedp plan`` prints.
+      ValueError: a bad value, or an option of another mechanism family, with the message
+        ``edgedp plan`` prints.
       TypeError: an unknown option.
     """
-    from edgedp_cli import _common
-    from edgedp_cli import main as cli
+    from edgedp.planning import build
+    from edgedp.planning.request import PlanRequest
 
-    args = _plan_namespace(cli, mechanism, topology, steps)
     given = dict(
         options,
-        target_epsilon=target_epsilon,
+        mechanism=mechanism,
+        topology=topology,
+        steps=steps,
+        target_eps=target_epsilon,
         delta=delta,
         noise_multiplier=noise_multiplier,
+        participation=_participation_text(participation),
         clip_norm=clip_norm,
         learning_rate=learning_rate,
         model=model,
@@ -157,51 +161,21 @@ def make_plan(
         batch_size=batch_size,
         seed=seed,
     )
-    for key, value in given.items():
-        name = _RENAMED.get(key, key)
-        if key in _NOT_OPTIONS | _ARGUMENTS or not hasattr(args, name):
-            valid = sorted(set(vars(args)) - _NOT_OPTIONS - _ARGUMENTS)
+    if "target_eps" in options:
+        raise TypeError("make_plan() got an unknown option 'target_eps'; use target_epsilon")
+    known = set(PlanRequest.__dataclass_fields__)
+    for key in options:
+        if key not in known or key in _ARGUMENTS:
+            valid = sorted(known - _ARGUMENTS - {"target_eps"})
             raise TypeError(f"make_plan() got an unknown option {key!r}; valid: {valid}")
-        setattr(args, name, value)
-    args.json = True  # no progress lines on stderr
-    from edgedp import plan as plan_mod
-
-    try:
-        if mechanism not in plan_mod.LAPLACE_MECHANISMS:
-            args.participation = _participation_text(args, participation)
-        elif participation is not None:
-            args.participation = _participation_text(args, participation)
-        plan, _report, _text = cli.build_plan(args)
-    except _common.UsageError as exc:
-        raise ValueError(str(exc)) from None
-    return plan
+    # options of other families stay at their defaults (a request refuses them otherwise)
+    request = PlanRequest.from_mapping({k: v for k, v in given.items() if v is not None})
+    return build.build(request, report=False).plan
 
 
-def _plan_namespace(cli, mechanism: str, topology: str, steps: int):
-    """The ``edgedp plan`` defaults, with the three required options set."""
-    del cli
-    from edgedp_cli import plan_cmd
-
-    plan_cmd.family_of(mechanism)  # ValueError naming the mechanisms
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"Expected steps={steps!r} to be an integer >= 1.")
-    return plan_cmd.namespace(mechanism, topology, steps)
-
-
-def _participation_text(args, participation) -> str | None:
-    """``"k,b"`` of ``participation``; None -> the task's own (noisy Gaussian plans)."""
-    if participation is None:
-        if args.mechanism == "dsgd" or args.noise_multiplier == 0:
-            return f"{args.steps},1"
-        from edgedp_cli import _common
-
-        datasets = _need("edgedp_sim.datasets")
-        graph = _common.parse_graph(args.topology)
-        run = datasets.task_participation(
-            _common.task_from_args(args), nodes=graph.n, steps=args.steps
-        )
-        return f"{run.k},{run.b}"
-    if isinstance(participation, str):
+def _participation_text(participation) -> str | None:
+    """``"k,b"`` of ``participation`` (None: what the task runs)."""
+    if participation is None or isinstance(participation, str):
         return participation
     if isinstance(participation, tuple) and len(participation) == 2:
         return f"{participation[0]},{participation[1]}"
@@ -252,14 +226,14 @@ def account(
     Raises:
       ValueError: a bad ``attacker``, ``delta`` or ``steps_done``.
     """
-    from edgedp_cli import main as cli
+    from edgedp.planning.report import plan_report
 
     if not 0 < delta < 1:
         raise ValueError(f"Expected delta={delta!r} in (0, 1).")
     if attacker is None:
         if steps_done is not None and not 0 <= steps_done <= plan.steps:
             raise ValueError(f"Expected steps_done={steps_done!r} in [0, {plan.steps}].")
-        report = cli.plan_report(plan, delta, steps_done)
+        report = plan_report(plan, delta, steps_done)
         laplace = plan.laplace is not None
         eps = report["epsilon_spent"] if laplace else report["epsilon"]
         return Guarantee(

@@ -8,6 +8,7 @@ optional extra this install lacks).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -25,15 +26,12 @@ __all__ = [
     "add_output_flags",
     "chatty",
     "check_out",
-    "check_task_participation",
     "emit",
     "key_value_lines",
     "load_plan",
     "parse_graph",
     "parse_participation",
     "participation_hint",
-    "task_from_args",
-    "task_model",
     "write_plan",
 ]
 
@@ -118,53 +116,15 @@ def parse_graph(spec: str):
         raise UsageError(str(exc)) from None
 
 
-def task_from_args(args):
-    """The TaskSpec of ``plan``'s --model, --dataset, --partition, --batch-size and --loss."""
-    from edgedp.plan import TaskSpec
-
-    return TaskSpec(
-        model=args.model,
-        dataset=args.dataset,
-        partition=args.partition,
-        batch_size=args.batch_size,
-        loss=args.loss or "",
-    )
-
-
-def task_model(task):
-    """(model, dataset) of ``task``, built once so a bad model/loss fails at plan time."""
-    from edgedp import models
-    from edgedp_sim import datasets
-
-    try:
-        data = datasets.load(task.dataset, seed=0)
-        return models.for_task(task, data.x_train.shape[1]), data
-    except ValueError as exc:
-        raise UsageError(f"task: {exc}") from None
-
-
-def check_task_participation(args, task, nodes: int, participation) -> None:
-    """Refuse a --participation that is not what ``task`` runs on ``nodes`` nodes over
-    ``args.steps`` steps (an ε for it would certify nothing runnable); noiseless plans
-    (dsgd, --noise-multiplier 0) certify nothing and are not checked."""
-    from edgedp_sim import datasets
-
-    if args.mechanism == "dsgd" or args.noise_multiplier == 0:
-        return
-    try:
-        datasets.check_participation(participation, task, nodes=nodes, steps=args.steps)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def participation_hint(args) -> str:
     """`` (this task runs K,B)`` for plan's arguments, or "" if the task cannot be read."""
-    from edgedp_sim import datasets
+    from edgedp.planning import build
+    from edgedp.planning.request import PlanRequest
 
     try:
-        graph = parse_graph(args.topology)
-        run = datasets.task_participation(task_from_args(args), nodes=graph.n, steps=args.steps)
-    except (UsageError, ValueError, TypeError):
+        request = PlanRequest.from_namespace(args)
+        run = build.default_participation(dataclasses.replace(request, participation=None))
+    except (ValueError, TypeError, OSError):
         return ""
     return f" (this task runs --participation {run.k},{run.b})"
 

@@ -7,11 +7,7 @@ post-mixing variance Tr(W R Wᵀ)/n per step next to DP-D-SGD's at the same guar
 
 from __future__ import annotations
 
-import numpy as np
-
-from edgedp_cli._common import UsageError
-
-__all__ = ["add_plan_arguments", "build_plan_cross"]
+__all__ = ["add_plan_arguments", "text"]
 
 
 def add_plan_arguments(p) -> None:
@@ -44,50 +40,8 @@ def add_plan_arguments(p) -> None:
     )
 
 
-def build_plan_cross(args, g, task, participation, model_dim: int):
-    """The rest of ``edgedp plan`` once main.build_plan has checked the shared options:
-    ``(plan, report, text)``."""
-    from edgedp.planning import cross_agent as planner
-    from edgedp_cli import dome_cmd
-
-    sketch = dome_cmd.sketch_from_args(args, model_dim, g)
-    try:
-        planned = planner.make_plan(
-            args.mechanism,
-            g,
-            steps=args.steps,
-            participation=participation,
-            clip_norm=args.clip_norm,
-            learning_rate=args.learning_rate,
-            noise_multiplier=args.noise_multiplier,
-            target_epsilon=args.target_eps,
-            delta=args.delta,
-            weighting=args.weighting,
-            task=task,
-            seed=args.seed,
-            topology_name=args.topology,
-            form=args.form,
-            rank=args.rank,
-            ridge=args.ridge,
-            message_variance=args.message_variance,
-            gossip_rounds=args.gossip_rounds,
-            sketch=sketch,
-        )
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
-    plan = planned.plan
-    payload = planner.report(plan, delta=args.delta if args.delta is not None else 1e-6)
-    payload["planner_seconds"] = planned.info["planner_seconds"]
-    if sketch is not None:
-        payload.update(dome_cmd.report(plan, model_dim))
-    spec, nu2 = plan.cross_agent, plan.noise_std**2
-    total = np.diag(spec.covariance(plan.edges))
-    payload["agent_independent_variance"] = (nu2 * spec.diag).tolist()
-    payload["agent_noise_variance"] = (nu2 * total).tolist()
-    return plan, payload, _text
-
-
-def _text(r: dict) -> str:
+def text(r: dict) -> str:
+    """The human-readable report of a cross-agent plan."""
     lines = [
         f"{r['mechanism']} on {r['topology']}: n={r['n']}, T={r['steps']}, participation "
         f"{r['participation']}, sigma={r['noise_multiplier']:.6g}, nu={r['noise_std']:.6g}",

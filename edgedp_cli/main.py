@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import sys
 from collections.abc import Sequence
 
 import numpy as np
 
 from edgedp import mechanisms
+from edgedp.planning.report import plan_report
 from edgedp_cli._common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -25,18 +25,14 @@ from edgedp_cli._common import (
     UsageError,
     add_output_flags,
     chatty,
-    check_task_participation,
     emit,
     key_value_lines,
     load_plan,
     parse_graph,
-    parse_participation,
     participation_hint,
-    task_from_args,
-    task_model,
 )
 
-__all__ = ["build_parser", "build_plan", "main", "plan_report"]
+__all__ = ["build_parser", "build_plan", "main"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -134,120 +130,24 @@ def spectral_gap(W, *, quiet: bool = False) -> float:  # noqa: N803
 
 
 def build_plan(args):
-    """Everything ``edgedp plan FAMILY`` does but writing the file (also
-    :func:`edgedp.make_plan`); ``args`` holds every family's options
-    (:func:`edgedp_cli.plan_cmd.complete`).
+    """Everything ``edgedp plan FAMILY`` does but writing the file: the parsed flags as a
+    :class:`~edgedp.planning.request.PlanRequest`, built by
+    :func:`edgedp.planning.build.build` (the builder of scenario files and
+    :func:`edgedp.make_plan` too).
 
     Returns ``(plan, report, text)``: the NoisePlan, the report ``plan`` prints (a dict) and
     a function turning the report (with ``out`` added) into the human-readable text.
     Raises :class:`UsageError` naming the bad option.
     """
-    from edgedp import plan as plan_mod
+    from edgedp.planning import build as builder
+    from edgedp.planning.request import PlanRequest
 
-    if args.mechanism in plan_mod.LAPLACE_MECHANISMS:
-        from edgedp_cli import tune_cmd
-
-        return tune_cmd.build_plan_laplace(args)
-    if args.participation is None:
+    laplace = mechanisms.get(args.mechanism).family == "laplace"
+    if not laplace and args.participation is None:
+        # the command line wants the participation said: the ε is for it
         raise UsageError(
             f"--mechanism {args.mechanism} needs --participation k,b{participation_hint(args)}"
         )
-    if args.learning_rate is None:
-        args.learning_rate = 0.5
-    g = parse_graph(args.topology)
-    if args.mechanism != "dsgd" and (args.target_eps is None) == (args.noise_multiplier is None):
-        raise UsageError(
-            "give exactly one of --target-eps E (with --delta) or --noise-multiplier S"
-        )
-    if args.target_eps is not None and args.delta is None:
-        raise UsageError("--target-eps needs --delta D (e.g. --delta 1e-6)")
-    task = task_from_args(args)
-    participation = parse_participation(args.participation)
-    model_dim = task_model(task)[0].dim
-    check_task_participation(args, task, g.n, participation)
-    if args.mechanism in plan_mod.CROSS_AGENT_MECHANISMS:
-        from edgedp_cli import cross_cmd
-
-        return cross_cmd.build_plan_cross(args, g, task, participation, model_dim)
-    factor, planned, gram = None, None, None
-    if args.mechanism in PLANNED_MECHANISMS:
-        factor, planned, gram = _planned_factor(args, g, participation)
-    from edgedp_cli import dome_cmd
-
-    sketch = dome_cmd.sketch_from_args(args, model_dim, g)
-    factor = factor or dome_cmd.factor_from_args(args)
-    try:
-        p = plan_mod.make_plan(
-            args.mechanism,
-            g,
-            steps=args.steps,
-            participation=participation,
-            factor=factor,
-            clip_norm=args.clip_norm,
-            learning_rate=args.learning_rate,
-            weighting=args.weighting,
-            noise_multiplier=args.noise_multiplier,
-            target_epsilon=args.target_eps,
-            delta=args.delta,
-            task=task,
-            seed=args.seed,
-            topology_name=args.topology,
-            sketch=sketch,
-        )
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
-    payload = plan_report(p, args.delta if args.delta is not None else 1e-6)
-    if p.noise_multiplier > 0:
-        payload["loss_ratio_to_dp_dsgd"] = _loss_ratio(p, gram)
-    if sketch is not None:
-        payload.update(dome_cmd.report(p, model_dim))
-    if planned is not None:
-        payload.update(
-            factorization_loss=planned.loss,
-            dual_bound=planned.dual_bound,
-            gap=planned.gap,
-            converged=planned.converged,
-            planner_seconds=planned.seconds,
-        )
-        if planned.loss_ratio_to_dense is not None:
-            payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
-            payload["device_state_floats_per_dim"] = p.factor.state_bytes(1) // 8
-    return p, payload, key_value_lines
-
-
-def _loss_ratio(p, gram=None) -> float:
-    """The plan's expected loss over DP-D-SGD's at the same guarantee (1 for DP-D-SGD).
-
-    ``gram``: ``(W, H)``, the MAFALDA workload Gram H of W already computed for planning
-    (used when W is the plan's mixing matrix)."""
-    from edgedp import factors
-    from edgedp.planning import factorization
-
-    if isinstance(p.factor, factors.Identity):  # C = I is DP-D-SGD: the ratio is 1 exactly
-        return 1.0
-    W = p.mixing_matrix()  # noqa: N806
-    H = gram[1] if gram is not None and np.array_equal(gram[0], W) else None  # noqa: N806
-    return factorization.relative_loss(
-        p.factor.strategy(p.steps), W, participation=p.participation, workload_gram=H
-    )
-
-
-#: Mechanisms whose temporal factor the offline planner computes for the topology.
-PLANNED_MECHANISMS = mechanisms.names(planned=True)
-
-
-def _planned_factor(args, graph, participation):
-    """(factor, planning result, (W, H) with H the MAFALDA workload Gram or None)."""
-    from edgedp import topology
-    from edgedp.planning import factorization, mafalda
-
-    W = topology.WEIGHTINGS[args.weighting](graph)  # noqa: N806
-    H = None  # noqa: N806
-    if args.mechanism != "dmf" and args.steps >= 1:  # mafalda, banded, blt plan on H
-        try:
-            H = mafalda.workload_gram(W, steps=args.steps)  # noqa: N806
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
 
     def progress(iteration, loss, bound):
         if chatty(args):
@@ -257,83 +157,22 @@ def _planned_factor(args, graph, participation):
             )
             sys.stderr.flush()
 
+    def warn(line: str) -> None:  # said even with --json: the factor is further from optimal
+        sys.stderr.write(f"edgedp plan: warning: {line}\n")
+
     try:
-        planned = factorization.plan_factor(
-            args.mechanism,
-            W,
-            steps=args.steps,
-            participation=participation,
-            progress=progress,
-            bandwidth=args.bandwidth,
-            buffers=args.buffers,
-            tolerance=args.tolerance,
-            max_iterations=args.max_iterations,
-            workload_gram=H,
-        )
-    except ValueError as exc:
+        built = builder.build(PlanRequest.from_namespace(args), progress=progress, warn=warn)
+    except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    if chatty(args):
-        sys.stderr.write("\n")
-    if not planned.converged:  # said even with --json: the factor is further from optimal
-        sys.stderr.write(
-            f"edgedp plan: warning: the {args.mechanism} planner stopped unconverged after "
-            f"{planned.iterations} iterations with a duality gap of {planned.gap:.1%} "
-            f"(--tolerance {args.tolerance:g}); the plan and its epsilon are valid, but its "
-            f"expected error may be up to {planned.gap:.1%} above the optimum's: raise "
-            "--max-iterations\n"
-        )
-    return planned.factor, planned, None if H is None else (W, H)
+    finally:
+        if chatty(args) and mechanisms.get(args.mechanism).planned:
+            sys.stderr.write("\n")
+    assert built.report is not None
+    if mechanisms.get(args.mechanism).family == "cross":
+        from edgedp_cli import cross_cmd
 
-
-def plan_report(p, delta: float, steps_done: int | None = None) -> dict:
-    if p.laplace is not None:
-        from edgedp_cli import tune_cmd
-
-        return tune_cmd.laplace_report(p, steps_done, delta=delta)
-    if p.noise_multiplier > 0:
-        from edgedp.accounting import gdp
-
-        g = p.guarantee(steps_done=steps_done)
-        mu, eps, exact = g.mu, g.epsilon(delta), g.exact
-        eps_replace = gdp.epsilon(p.replace_one_factor * mu, delta=delta)
-    else:
-        mu, eps, exact, eps_replace = math.inf, math.inf, True, math.inf
-    payload = {
-        "mechanism": p.mechanism,
-        "topology": p.topology,
-        "n": p.n,
-        "steps": p.steps,
-        "participation": f"{p.participation.k},{p.participation.b}",
-        "noise_multiplier": p.noise_multiplier,
-        "sensitivity": p.sensitivity,
-        "sensitivity_exact": exact,
-        "noise_std": p.noise_std,
-        "clip_norm": p.clip_norm,
-        "adjacency": p.adjacency,
-        "mu": mu,
-        "epsilon": eps,
-        "delta": delta,
-        "epsilon_replace_one": eps_replace,
-        "trust_model": _trust(p),
-        "plan_hash": p.plan_hash,
-    }
-    if p.cross_agent is not None and p.noise_multiplier > 0:
-        payload.update(_trust_epsilons(p, delta, steps_done))
-    return payload
-
-
-def _trust_epsilons(p, delta: float, steps_done: int | None) -> dict:
-    """ε per trust model of a cross-agent plan (eavesdropper, insider, neighbourhood)."""
-    from edgedp.accounting import cross_agent as cross_acc
-
-    report = cross_acc.trust_report(p, delta=delta, steps_done=steps_done)
-    return {f"epsilon_{name}": value for name, value in report.items()}
-
-
-def _trust(p) -> str:
-    from edgedp import algorithms
-
-    return algorithms.for_mechanism(p.mechanism).TRUST_MODEL
+        return built.plan, built.report, cross_cmd.text
+    return built.plan, built.report, key_value_lines
 
 
 def cmd_account(args) -> None:

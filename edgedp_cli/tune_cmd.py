@@ -1,26 +1,20 @@
 """Laplace mechanisms of paper 004 on the command line: ``edgedp tune sr-gt`` and the plan options.
 
 ``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
-:mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan laplace`` (main.build_plan) hands
-over to :func:`build_plan_laplace`, which builds the Laplace schedule (Eq. 5 with the
-noise of each message paired with the state it releases: :mod:`edgedp.accounting.laplace`)
-and reports ``epsilon_spent`` by the messages of the horizon, ``epsilon_with_final_release``
-(the noised final model a device publishes), ``epsilon`` (infinite horizon), the same under
-replace-one adjacency, and (ε, δ) from a privacy-loss distribution.
+:mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan laplace`` takes the options below;
+:func:`edgedp.planning.build.build` builds the Laplace schedule (Eq. 5 with the noise of
+each message paired with the state it releases: :mod:`edgedp.accounting.laplace`) and
+:func:`edgedp.planning.report.laplace_report` reports ``epsilon_spent`` by the messages of
+the horizon, ``epsilon_with_final_release`` (the noised final model a device publishes),
+``epsilon`` (infinite horizon), the same under replace-one adjacency, and (ε, δ) from a
+privacy-loss distribution.
 """
 
 from __future__ import annotations
 
-from edgedp_cli._common import (
-    UsageError,
-    emit,
-    key_value_lines,
-    parse_graph,
-    task_from_args,
-    task_model,
-)
+from edgedp_cli._common import UsageError, emit
 
-__all__ = ["add_plan_arguments", "build_plan_laplace", "laplace_report", "register"]
+__all__ = ["add_plan_arguments", "register"]
 
 
 def add_plan_arguments(p) -> None:
@@ -48,153 +42,6 @@ def add_plan_arguments(p) -> None:
         "replaced (delta certified from the clip norm), or Definition 1 of paper 004 "
         "(delta taken as given; --clip-norm inf allowed)",
     )
-
-
-def build_plan_laplace(args):
-    """``edgedp plan laplace``: ``(plan, report, text)`` (report with its ε)."""
-    from edgedp import plan as plan_mod
-    from edgedp.accounting import laplace
-
-    m = args.mechanism
-    if args.noise_multiplier is not None:
-        raise UsageError(f"--mechanism {m} is pure eps-DP (Laplace): drop --noise-multiplier")
-    if args.delta is not None and not 0 < args.delta < 1:
-        raise UsageError(f"--delta must be in (0, 1), got {args.delta!r}")
-    if args.participation is not None:
-        raise UsageError(f"--mechanism {m} counts every round: drop --participation")
-    if args.target_eps is None:
-        raise UsageError(f"--mechanism {m} needs --target-eps E")
-    missing = [f"--{k}" for k in ("gamma", "q1", "q2") if getattr(args, k) is None]
-    if m == "sr-gt" and args.beta is None:
-        missing.append("--beta")
-    if missing:
-        raise UsageError(f"--mechanism {m} needs {' '.join(missing)} (paper 004 Eq. 5)")
-    if m == "dpop" and args.beta not in (None, 0.0):
-        raise UsageError("--mechanism dpop has no tracking variable: drop --beta")
-    g = parse_graph(args.topology)
-    task = task_from_args(args)
-    clip = args.clip_norm
-    delta_grad = args.delta_grad
-    example = args.adjacency != "problem"
-    if not 0 < args.target_eps < float("inf"):
-        raise UsageError(f"--target-eps must be > 0 and finite, got {args.target_eps!r}")
-    if example:
-        need = _example_delta(task, g.n, clip, args.adjacency)
-        delta_grad = need[0] if delta_grad is None else delta_grad
-    elif delta_grad is None:
-        raise UsageError("--adjacency problem needs --delta-grad D (your L1 gradient-gap bound)")
-    else:
-        task_model(task)
-    try:
-        sched = laplace.LaplaceSchedule(
-            gamma=args.gamma,
-            beta=args.beta or 0.0,
-            q1=args.q1,
-            q2=args.q2,
-            delta_grad=delta_grad,
-            epsilon=args.target_eps,
-            adjacency=args.adjacency,
-        )
-        if example:
-            laplace.check_task(sched, clip_norm=clip, dim=need[1], batch_size=need[2])
-        p = plan_mod.make_plan(
-            m,
-            g,
-            steps=args.steps,
-            clip_norm=clip,
-            learning_rate=args.learning_rate,
-            laplace=sched,
-            weighting=args.weighting,
-            task=task,
-            seed=args.seed,
-            topology_name=args.topology,
-        )
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
-    payload = laplace_report(p, delta=args.delta if args.delta is not None else 1e-6)
-    return p, payload, key_value_lines
-
-
-def _example_delta(task, nodes: int, clip: float, adjacency: str) -> tuple[float, int, int]:
-    """(δ, d, B) for the task's model and local batch: Δ√d/B, or 2Δ√d/B for replace-one."""
-    from edgedp.accounting import laplace
-
-    model, data = task_model(task)
-    local = len(data.y_train) // nodes
-    if local < 1:
-        raise UsageError(f"{task.dataset} has too few examples for {nodes} nodes")
-    batch = task.batch_size or local
-    try:
-        value = laplace.example_delta(
-            clip_norm=clip, dim=model.dim, batch_size=batch, adjacency=adjacency
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    return value, model.dim, batch
-
-
-def laplace_report(p, steps_done: int | None = None, *, delta: float = 1e-6) -> dict:
-    """What ``plan`` and ``account`` print for a Laplace plan."""
-    from edgedp import algorithms
-    from edgedp.accounting import laplace
-
-    s = p.laplace
-    done = p.steps if steps_done is None else steps_done
-    spent = laplace.epsilon_spent(s, done)
-    final = laplace.epsilon_spent(s, done, final_release=True)
-    return {
-        "mechanism": p.mechanism,
-        "topology": p.topology,
-        "n": p.n,
-        "steps": p.steps,
-        "gamma": s.gamma,
-        "beta": s.beta,
-        "q1": s.q1,
-        "q2": s.q2,
-        "delta_grad": s.delta_grad,
-        "adjacency": s.adjacency,
-        "clip_norm": p.clip_norm,
-        "first_noise_scale": s.noise_scale(0),
-        "last_noise_scale": s.noise_scale(p.steps - 1),
-        "last_stepsize": s.stepsize(p.steps - 1),
-        "epsilon_spent": spent,
-        "epsilon_with_final_release": final,
-        "epsilon": laplace.epsilon(s),
-        "epsilon_replace_one": laplace.replace_one_epsilon(s, laplace.epsilon(s)),
-        "delta": 0.0,
-        **_pld_fields(s, done, delta),
-        "final_model": (
-            "the state x(K) carries one un-noised gradient step and is not covered; "
-            "edgedp-agent publishes the noised release x(K) + Lap(nu_{K+1}) "
-            "(epsilon_with_final_release)"
-        ),
-        "trust_model": algorithms.for_mechanism(p.mechanism).TRUST_MODEL,
-        "plan_hash": p.plan_hash,
-    }
-
-
-def _pld_fields(schedule, rounds: int, delta: float) -> dict:
-    """(ε, δ) of the messages and final release from a privacy-loss distribution."""
-    try:
-        from edgedp.planning import laplace_pld
-    except ImportError:  # a device-only install has no dp-accounting
-        return {
-            "pld_epsilon": None,
-            "pld_note": "pip install 'edgedp[plan]' for (epsilon, delta)",
-        }
-    try:
-        eps = laplace_pld.epsilon_at(schedule, rounds, delta=delta, final_release=True)
-    except ImportError:
-        return {
-            "pld_epsilon": None,
-            "pld_note": "pip install 'edgedp[plan]' for (epsilon, delta)",
-        }
-    return {
-        "pld_epsilon": eps,
-        "pld_delta": delta,
-        "pld_note": "messages and final release; randomized-response dominating pairs "
-        "composed by dp-accounting's PLD (valid for any dimension, not tight)",
-    }
 
 
 def cmd_tune(args) -> None:

@@ -110,6 +110,24 @@ class SensorFusion:
         )
 
 
+def parse_spec(text: str) -> tuple[int, int, int, int]:
+    """``sensor-fusion:SENSORS:OBSERVATIONS:DIM:SEED`` (a task dataset) -> (n, m, p, seed).
+
+    >>> parse_spec("sensor-fusion:100:3:2:0")
+    (100, 3, 2, 0)
+    """
+    name, *rest = str(text).split(":")
+    try:
+        if name != "sensor-fusion" or len(rest) != 4:
+            raise ValueError
+        n, m, p, seed = (int(x) for x in rest)
+    except ValueError:
+        raise ValueError(
+            f"task.dataset = {text!r}: expected sensor-fusion:SENSORS:OBSERVATIONS:DIM:SEED"
+        ) from None
+    return n, m, p, seed
+
+
 def generate(
     nodes: int,
     *,

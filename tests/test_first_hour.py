@@ -101,7 +101,7 @@ def test_sparse_spectral_gap_matches_the_dense_one():
 
 
 def test_dp_dsgd_loss_ratio_is_one_without_an_eigendecomposition():
-    from edgedp.planning import factorization
+    from edgedp.planning import factorization, report
 
     p = make_plan(
         "dp-dsgd",
@@ -112,7 +112,7 @@ def test_dp_dsgd_loss_ratio_is_one_without_an_eigendecomposition():
         learning_rate=0.5,
         noise_multiplier=1.0,
     )
-    assert isinstance(p.factor, factors.Identity) and cli._loss_ratio(p) == 1.0
+    assert isinstance(p.factor, factors.Identity) and report.loss_ratio(p) == 1.0
     exact = factorization.relative_loss(
         p.factor.strategy(6), p.mixing_matrix(), participation=p.participation
     )

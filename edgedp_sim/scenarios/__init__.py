@@ -62,11 +62,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgedp import _validate
+from edgedp import _validate, mechanisms
 from edgedp import plan as plan_mod
 from edgedp.accounting.participation import Participation
 from edgedp.agent import DROPOUT_RULES
 from edgedp.errors import PlanError
+from edgedp.planning import build
+from edgedp.planning import request as request_mod
+from edgedp.planning.request import PlanRequest
 from edgedp_sim import datasets, initial
 from edgedp_sim.churn import Crash, Faults
 from edgedp_sim.links import Latency, Network
@@ -90,19 +93,31 @@ _TOP = (
     "engine",
 )
 ENGINES = ("auto", "batch", "event")
-_LAPLACE_KEYS = ("gamma", "beta", "q1", "q2", "delta_grad", "adjacency")
+_LAPLACE_KEYS = request_mod.FAMILY_OPTIONS["laplace"]
 _TOPOLOGY_KEYS = ("spec", "weighting")
 _TASK_KEYS = ("model", "dataset", "partition", "batch_size", "loss")
+# request fields that a scenario sets from elsewhere ([topology], [task], top-level keys)
+_NOT_PRIVACY = ("mechanism", "topology", "steps", "target_eps", "weighting", "seed", *_TASK_KEYS)
+# [privacy]: the mechanism, the plan seed, and every plan option (edgedp.planning.request)
+# under its request name but target_epsilon (the request's target_eps)
+_REQUEST_NAME = {"target_epsilon": "target_eps"}
 _PRIVACY_KEYS = (
     "mechanism",
+    "seed",
+    "target_epsilon",
+    *(k for k in request_mod.PlanRequest.__dataclass_fields__ if k not in _NOT_PRIVACY),
+)
+_NUMBERS = (
     "target_epsilon",
     "noise_multiplier",
     "delta",
     "clip_norm",
     "learning_rate",
-    "participation",
-    "seed",
-    *_LAPLACE_KEYS,
+    "gamma",
+    "beta",
+    "q1",
+    "q2",
+    "delta_grad",
 )
 _NETWORK_KEYS = (
     "latency",
@@ -148,7 +163,10 @@ class Scenario:
         if t.dataset.startswith("sensor-fusion:"):  # paper 004 Eq. 42: sensor-fusion:N:M:P:SEED
             from edgedp_sim import sensor_fusion
 
-            n, m, p, seed = _sensor_fusion_spec(t.dataset)
+            try:
+                n, m, p, seed = sensor_fusion.parse_spec(t.dataset)
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
             if n != self.plan.n:
                 raise ScenarioError(
                     f"task.dataset {t.dataset!r} has {n} sensors, not {self.plan.n}"
@@ -160,16 +178,6 @@ class Scenario:
             scheme=t.partition,
             seed=self.plan.seed,
         )
-
-
-def _sensor_fusion_spec(text: str) -> tuple[int, int, int, int]:
-    try:
-        n, m, p, seed = (int(x) for x in text.split(":")[1:])
-    except ValueError:
-        raise ScenarioError(
-            f"task.dataset = {text!r}: expected sensor-fusion:SENSORS:OBSERVATIONS:DIM:SEED"
-        ) from None
-    return n, m, p, seed
 
 
 def _table(raw: dict, key: str) -> dict:
@@ -231,106 +239,89 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
             raise ScenarioError(f"plan = {str(path)!r}: {exc.strerror}") from None
         except PlanError as exc:
             raise ScenarioError(f"plan = {str(path)!r}: {exc}") from None
-    import edgedp_topologies
-
     if steps is None:
         raise ScenarioError("steps is required when the scenario builds its own plan")
     topo, task_t, priv = _table(raw, "topology"), _table(raw, "task"), _table(raw, "privacy")
     if "spec" not in topo:
         raise ScenarioError('topology.spec is required (e.g. "er:100:0.05:1")')
+    mech = str(priv.get("mechanism", "dp-dsgd"))
     try:
-        graph = edgedp_topologies.parse(str(topo["spec"]))
+        laplace = mechanisms.get(mech).family == "laplace"
+    except ValueError as exc:
+        raise ScenarioError(f"privacy.mechanism: {exc}") from None
+    values: dict[str, Any] = {
+        "mechanism": mech,
+        "topology": str(topo["spec"]),
+        "steps": steps,
+        "weighting": str(topo.get("weighting", "metropolis-hastings")),
+        "seed": int(priv.get("seed", raw.get("seed", 0))),
+        "model": str(task_t.get("model", "logistic")),
+        "dataset": str(task_t.get("dataset", "digits-parity")),
+        "partition": str(task_t.get("partition", "iid")),
+        "batch_size": int(task_t.get("batch_size", 0)),
+        "loss": str(task_t.get("loss", "")) or None,
+    }
+    for key, value in priv.items():
+        if key in _NUMBERS:
+            value = _number(priv, "privacy", key, 0)
+        if key not in ("mechanism", "seed"):
+            values[_REQUEST_NAME.get(key, key)] = value
+    if laplace:  # paper 004's setting: Definition 1 adjacency, no clipping
+        needed = ("gamma", "q1", "q2", "target_epsilon")
+        if priv.get("adjacency", "problem") == "problem":  # else from the clip norm and task
+            needed += ("delta_grad",)
+        missing = [k for k in needed if k not in priv]
+        if missing:
+            raise ScenarioError(f"privacy.{missing[0]} is required for mechanism = {mech!r}")
+        values.setdefault("clip_norm", math.inf)
+        values.setdefault("adjacency", "problem")
+    else:
+        if set(_LAPLACE_KEYS) & set(priv):
+            raise ScenarioError(
+                f"privacy.{sorted(set(_LAPLACE_KEYS) & set(priv))} are for sr-gt/dpop"
+            )
+        if mech != "dsgd" and "target_epsilon" in priv:
+            values.setdefault("delta", 1e-6)
+        elif mech != "dsgd" and "noise_multiplier" not in priv:
+            raise ScenarioError("privacy needs target_epsilon (with delta) or noise_multiplier")
+        values["participation"] = _participation(priv, mech, values, steps)
+    try:
+        request = PlanRequest.from_mapping(values)
+        return build.build(request, report=False).plan
+    except (ValueError, TypeError) as exc:
+        raise ScenarioError(f"[privacy]/[task]: {exc}") from None
+
+
+def _participation(priv: dict, mech: str, values: dict, steps: int) -> str:
+    """``"k,b"``: privacy.participation if given (refused unless it covers what the task
+    runs), else the task's own (datasets.task_participation)."""
+    import edgedp_topologies
+
+    try:
+        graph = edgedp_topologies.parse(values["topology"])
     except (ValueError, OSError) as exc:
         raise ScenarioError(f"topology.spec: {exc}") from None
-    task = plan_mod.TaskSpec(
-        model=str(task_t.get("model", "logistic")),
-        dataset=str(task_t.get("dataset", "digits-parity")),
-        partition=str(task_t.get("partition", "iid")),
-        batch_size=int(task_t.get("batch_size", 0)),
-        loss=str(task_t.get("loss", "")),
-    )
-    mech = str(priv.get("mechanism", "dp-dsgd"))
-    if mech in plan_mod.LAPLACE_MECHANISMS:
-        return _laplace_plan(mech, graph, task, priv, raw, steps, str(topo["spec"]))
-    if set(_LAPLACE_KEYS) & set(priv):
-        raise ScenarioError(f"privacy.{sorted(set(_LAPLACE_KEYS) & set(priv))} are for sr-gt/dpop")
-    try:  # the participation the engines will run (datasets.task_participation)
+    keys = ("model", "dataset", "partition", "batch_size")
+    task = plan_mod.TaskSpec(**{k: values[k] for k in keys}, loss=values["loss"] or "")
+    try:
         run = datasets.task_participation(task, nodes=graph.n, steps=steps)
     except ValueError as exc:
         raise ScenarioError(f"[task]: {exc}") from None
-    part = run
-    if "participation" in priv:
+    if "participation" not in priv:
+        return f"{run.k},{run.b}"
+    try:
+        part = Participation.from_string(str(priv["participation"]))
+    except ValueError as exc:
+        raise ScenarioError(f"privacy.participation: {exc}") from None
+    noisy = mech != "dsgd" and priv.get("noise_multiplier", 1) != 0
+    if noisy and not part.covers(run):  # refused as `edgedp plan` refuses it
         try:
-            part = Participation.from_string(str(priv["participation"]))
+            datasets.check_participation(
+                part, task, nodes=graph.n, steps=steps, name="privacy.participation"
+            )
         except ValueError as exc:
-            raise ScenarioError(f"privacy.participation: {exc}") from None
-        noisy = mech != "dsgd" and priv.get("noise_multiplier", 1) != 0
-        if noisy and not part.covers(run):  # refused as `edgedp plan` refuses it
-            try:
-                datasets.check_participation(
-                    part, task, nodes=graph.n, steps=steps, name="privacy.participation"
-                )
-            except ValueError as exc:
-                raise ScenarioError(str(exc)) from None
-    noise = {}
-    if mech != "dsgd":
-        if "target_epsilon" in priv:
-            noise = {
-                "target_epsilon": _number(priv, "privacy", "target_epsilon", 0),
-                "delta": _number(priv, "privacy", "delta", 1e-6),
-            }
-        elif "noise_multiplier" in priv:
-            noise = {"noise_multiplier": _number(priv, "privacy", "noise_multiplier", 0)}
-        else:
-            raise ScenarioError("privacy needs target_epsilon (with delta) or noise_multiplier")
-    try:
-        return plan_mod.make_plan(
-            mech,
-            graph,
-            steps=steps,
-            participation=part,
-            clip_norm=_number(priv, "privacy", "clip_norm", 1.0),
-            learning_rate=_number(priv, "privacy", "learning_rate", 0.5),
-            weighting=str(topo.get("weighting", "metropolis-hastings")),
-            task=task,
-            seed=int(priv.get("seed", raw.get("seed", 0))),
-            topology_name=str(topo["spec"]),
-            **noise,
-        )
-    except (ValueError, TypeError) as exc:
-        raise ScenarioError(f"[privacy]/[task]: {exc}") from None
-
-
-def _laplace_plan(mech, graph, task, priv, raw, steps, spec) -> plan_mod.NoisePlan:
-    """sr-gt / dpop (paper 004): a Laplace schedule from privacy.gamma, beta, q1, q2,
-    delta_grad, adjacency and target_epsilon (pure ε-DP: no delta)."""
-    from edgedp.accounting.laplace import LaplaceSchedule
-
-    missing = [k for k in ("gamma", "q1", "q2", "delta_grad", "target_epsilon") if k not in priv]
-    if missing:
-        raise ScenarioError(f"privacy.{missing[0]} is required for mechanism = {mech!r}")
-    try:
-        sched = LaplaceSchedule(
-            gamma=_number(priv, "privacy", "gamma", 0),
-            beta=_number(priv, "privacy", "beta", 0.0),
-            q1=_number(priv, "privacy", "q1", 0),
-            q2=_number(priv, "privacy", "q2", 0),
-            delta_grad=_number(priv, "privacy", "delta_grad", 0),
-            epsilon=_number(priv, "privacy", "target_epsilon", 0),
-            adjacency=str(priv.get("adjacency", "problem")),
-        )
-        return plan_mod.make_plan(
-            mech,
-            graph,
-            steps=steps,
-            clip_norm=_number(priv, "privacy", "clip_norm", math.inf),
-            laplace=sched,
-            task=task,
-            seed=int(priv.get("seed", raw.get("seed", 0))),
-            topology_name=spec,
-        )
-    except (ValueError, TypeError) as exc:
-        raise ScenarioError(f"[privacy]/[task]: {exc}") from None
+            raise ScenarioError(str(exc)) from None
+    return f"{part.k},{part.b}"
 
 
 def parse(

@@ -1,0 +1,135 @@
+"""One plan builder: the command line, scenario files and the Python API build every mechanism
+through ``edgedp.planning.build`` and write the same bytes for the same options."""
+
+import hashlib
+import math
+
+import pytest
+
+import edgedp
+from edgedp import mechanisms
+from edgedp.plan import NoisePlan
+from edgedp.planning.request import FAMILY_OPTIONS, SHARED_OPTIONS, PlanRequest
+from edgedp_cli import main as cli
+from edgedp_cli import plan_cmd
+from edgedp_sim import scenarios
+
+BASE = {"topology": "ring:8", "steps": 20, "seed": 3, "clip_norm": 0.5}
+SIGMA = {"noise_multiplier": 1.5, "participation": "20,1"}
+EPS = {"target_eps": 4.0, "delta": 1e-5, "participation": "20,1"}
+LAPLACE = {"gamma": 0.1, "q1": 0.5, "q2": 0.9, "target_eps": 2.0, "adjacency": "zero-out"}
+
+#: One set of options per command-line mechanism (request names).
+CASES = {
+    "dsgd": {"participation": "20,1"},
+    "dp-dsgd": SIGMA,
+    "antipgd": EPS,
+    "dmf": {**SIGMA, "max_iterations": 30},
+    "mafalda": {**EPS, "max_iterations": 30},
+    "banded": {**EPS, "bandwidth": 3},
+    "blt": {**SIGMA, "buffers": 2, "max_iterations": 30},
+    "whisper": {**SIGMA, "form": "lowrank", "rank": 2},
+    "decor": {**EPS, "ridge": 1e-4},
+    "zipdl": {**SIGMA, "message_variance": 0.5},
+    "muffliato": {**SIGMA, "gossip_rounds": 2},
+    "dome": {**SIGMA, "sketch_dim": 4, "sketch_basis": "gaussian", "optimizer": "adam"},
+    "sr-gt": {**LAPLACE, "beta": 2.0},
+    "dpop": LAPLACE,
+}
+
+
+def test_every_command_line_mechanism_has_a_case():
+    assert set(CASES) == set(mechanisms.names(command_line=True))
+
+
+def _argv(mechanism: str, options: dict, out) -> list[str]:
+    family = mechanisms.get(mechanism).family
+    argv = ["plan", family, str(out), "--json", "-q"]
+    if len(plan_cmd.FAMILIES[family]) > 1:
+        argv += ["--mechanism", mechanism]
+    for name, value in {**BASE, **options}.items():
+        flag = "--" + name.replace("_", "-")
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+def _scenario(mechanism: str, options: dict) -> dict:
+    privacy = {"mechanism": mechanism, "seed": BASE["seed"], "clip_norm": BASE["clip_norm"]}
+    for name, value in options.items():
+        privacy["target_epsilon" if name == "target_eps" else name] = value
+    return {
+        "name": "same-bytes",
+        "steps": BASE["steps"],
+        "topology": {"spec": BASE["topology"]},
+        "privacy": privacy,
+    }
+
+
+def _api(mechanism: str, options: dict):
+    kw = {("target_epsilon" if k == "target_eps" else k): v for k, v in options.items()}
+    return edgedp.make_plan(
+        mechanism,
+        BASE["topology"],
+        steps=BASE["steps"],
+        seed=BASE["seed"],
+        clip_norm=BASE["clip_norm"],
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("mechanism", sorted(CASES))
+def test_three_front_ends_write_the_same_plan(mechanism, tmp_path, capsys):
+    options = CASES[mechanism]
+    out = tmp_path / "p.plan"
+    assert cli.main(_argv(mechanism, options, out)) == 0, capsys.readouterr().err
+    written = out.read_bytes()
+    from_api = _api(mechanism, options).to_bytes()
+    from_scenario = scenarios.parse(_scenario(mechanism, options)).plan.to_bytes()
+    digests = {hashlib.sha256(b).hexdigest() for b in (written, from_api, from_scenario)}
+    assert len(digests) == 1
+    assert NoisePlan.from_bytes(written).mechanism == mechanism
+
+
+def test_request_defaults_are_the_command_lines():
+    """Every flag of every `edgedp plan FAMILY` defaults to the request's field default, and
+    each family parser has exactly the request's options of that family."""
+    fields = PlanRequest.__dataclass_fields__
+    cli_only = {"help", "out", "json", "quiet", "sign", "mechanism", "func"}
+    for family, parser in plan_cmd._family_parsers().items():
+        dests = {a.dest for a in parser._actions} - cli_only
+        assert dests == {"topology", "steps", *SHARED_OPTIONS, *FAMILY_OPTIONS[family]}, family
+        for action in parser._actions:
+            if action.dest in dests - {"topology", "steps"}:
+                assert action.default == fields[action.dest].default, (family, action.dest)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "option", "value"),
+    [("dp-dsgd", "rank", 4), ("sr-gt", "noise_multiplier", 1.0), ("mafalda", "sketch_dim", 4)],
+)
+def test_an_option_of_another_family_is_refused_by_every_front_end(mechanism, option, value):
+    options = {**CASES[mechanism], option: value}
+    with pytest.raises(ValueError, match=f"{option} is not an option of mechanism"):
+        PlanRequest(mechanism=mechanism, topology="ring:8", steps=20, **options)
+    with pytest.raises(ValueError, match=f"{option} is not an option"):
+        _api(mechanism, options)
+    with pytest.raises(scenarios.ScenarioError, match=f"{option} is not an option"):
+        scenarios.parse(_scenario(mechanism, options))
+
+
+def test_scenario_defaults_for_laplace_are_paper_004s():
+    """A scenario's sr-gt takes Definition 1 adjacency and no clipping unless it says so."""
+    raw = _scenario("sr-gt", {"gamma": 0.1, "beta": 2.0, "q1": 0.5, "q2": 0.9})
+    raw["privacy"].update(target_epsilon=1.0, delta_grad=0.3)
+    del raw["privacy"]["clip_norm"]
+    plan = scenarios.parse(raw).plan
+    assert plan.laplace.adjacency == "problem" and math.isinf(plan.clip_norm)
+
+
+def test_unknown_request_options_name_the_valid_ones():
+    with pytest.raises(TypeError, match="unknown plan option 'rnak'"):
+        PlanRequest.from_mapping(
+            {"mechanism": "whisper", "topology": "ring:8", "steps": 2, "rnak": 2}
+        )
+    with pytest.raises(TypeError, match="unknown option 'rnak'"):
+        edgedp.make_plan("whisper", "ring:8", steps=2, rnak=2)
