@@ -7,7 +7,9 @@ ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise se
 drew noise for is refused; keep descriptors in reserve (:mod:`firmware_py.resources`) and
 cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`); resume
 from the newest usable checkpoint (:mod:`firmware_py.recovery`: a damaged latest one is
-rolled back to ``checkpoint.prev`` when nothing sent is lost). Per round: if a majority of
+rolled back to ``checkpoint.prev`` when nothing sent is lost). The rounds are those of
+:func:`edgedp.rounds.rounds` (the round loop the simulators share), carried out here with
+ZeroMQ, wall-clock deadlines and durable records. Per round: if a majority of
 the neighbours is past the receive window, skip to their round
 (:meth:`edgedp.agent.Agent.rejoin`; nothing sent, the skipped rounds' noise drawn and
 discarded) and checkpoint; ``begin_round`` (local noisy step), record the round as sent
@@ -73,7 +75,7 @@ import numpy as np
 import zmq
 import zmq.auth
 
-from edgedp import cross_agent, footprint, keys, models, rng, sketch_adaptive, streams
+from edgedp import cross_agent, footprint, keys, models, rng, rounds, sketch_adaptive, streams
 from edgedp.accounting import budget
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
@@ -439,114 +441,134 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     watch = logs.RoundWatch(
         logger, agent.neighbours, {n.id: n.endpoint for n in cfg.neighbours}, plan.plan_hash
     )
+
+    def rejoined(cmd: rounds.Rejoined) -> None:
+        logs.event(
+            logger,
+            logging.WARNING,
+            "rejoin",
+            f"rejoining at round {cmd.target}; rounds {cmd.behind}..{cmd.target - 1} skipped "
+            "(nothing sent, their noise drawn and discarded)",
+            round=cmd.target,
+            skipped=cmd.skipped,
+        )
+        metrics.write(
+            {
+                "event": "rejoin",
+                "time": time.time(),
+                "node": cfg.id,
+                "from": cmd.behind,
+                "round": cmd.target,
+                "skipped": cmd.skipped,
+            }
+        )
+        # before the sent record of `target`: a resume must not start behind it
+        checkpointed()  # one writer of the checkpoint at a time
+        durable("checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot()))
+
+    def send(out) -> None:
+        message = _message_digest(out)  # while the checkpoint may still be written
+        resend = record.check_resend(out.round, message)
+        if resend is not None:  # nothing sent; never happens unless the state was altered
+            checkpointed()
+            raise RefusedError(EXIT_UNSAFE, resend)
+        # the state this round starts from is durable before the round is recorded as
+        # sent, and the record before anything is sent (a stop here sends nothing)
+        checkpointed()
+        durable(
+            "sent-round record",
+            functools.partial(record.write, cfg.run_id, out.round, message),
+        )
+        if stream_ledger is not None and out.round == first_round:  # after the record:
+            # a kill in between resumes from it instead of refusing a fresh start
+            durable(
+                "stream ledger",
+                functools.partial(
+                    stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
+                ),
+            )
+        metrics.write(_sent_line(cfg.id, out, message))
+        for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
+            transport.send((v,), out.frames_for(v))
+
+    def deliver(deadline: float) -> bool:
+        """One message delivered to the agent (True), or the deadline or a stop (False)."""
+        while not stop["signal"]:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            item = transport.recv(int(min(remaining, 0.25) * 1000) + 1)
+            if item is None:
+                continue
+            agent.receive(item[0], authenticated_sender=item[1])
+            if agent.plan_rejected_by_all(MISMATCH_LIMIT):
+                raise RefusedError(
+                    EXIT_PLAN,
+                    "every neighbour announces a different plan hash; "
+                    "refusing to run a plan they do not share",
+                )
+            return True
+        return False
+
+    def ended(report, started: float, out) -> None:
+        metrics.write(
+            {
+                "event": "round",
+                "time": time.time(),
+                "node": cfg.id,
+                "round": report.round,
+                "missing": list(report.missing),
+                "clipped": report.clipped,
+                "nonfinite": report.nonfinite,
+                "update_norm": report.update_norm,
+                "noise": out.noise_digest,
+                "seconds": round(time.monotonic() - started, 4),
+                "rejected": dict(agent.metrics.rejected),
+                "refused": dict(transport.refused),
+                "refused_handshakes": transport.refused_handshakes,
+                "dropped": transport.dropped,
+            }
+        )
+        watch.round_end(report.round, report, agent, transport)
+
     try:
-        while not agent.done:
-            target = agent.rejoin_target()
-            if target is not None:  # a majority of the neighbours is past the window
-                behind, skipped = agent.round, agent.rejoin(target)
-                logs.event(
-                    logger,
-                    logging.WARNING,
-                    "rejoin",
-                    f"rejoining at round {target}; rounds {behind}..{target - 1} skipped "
-                    "(nothing sent, their noise drawn and discarded)",
-                    round=target,
-                    skipped=skipped,
-                )
-                metrics.write(
-                    {
-                        "event": "rejoin",
-                        "time": time.time(),
-                        "node": cfg.id,
-                        "from": behind,
-                        "round": target,
-                        "skipped": skipped,
-                    }
-                )
-                # before the sent record of `target`: a resume must not start behind it
-                checkpointed()  # one writer of the checkpoint at a time
-                durable(
-                    "checkpoint", functools.partial(checkpoint.save, ckpt_path, agent.snapshot())
-                )
-            try:  # while the last round's checkpoint is written in the background
-                out = agent.begin_round()
+        driver = rounds.rounds(agent)  # the one round loop (edgedp.rounds)
+        reply: bool | None = None
+        started, deadline, out = 0.0, 0.0, None
+        while True:
+            try:  # begin_round / end_round run inside the driver
+                cmd = driver.send(reply)
+            except StopIteration:
+                break
             except NonFiniteMessageError as exc:  # nothing sent; the checkpoint is intact
                 checkpointed()
                 metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
-            message = _message_digest(out)  # while the checkpoint may still be written
-            resend = record.check_resend(out.round, message)
-            if resend is not None:  # nothing sent; never happens unless the state was altered
-                checkpointed()
-                raise RefusedError(EXIT_UNSAFE, resend)
-            # the state this round starts from is durable before the round is recorded as
-            # sent, and the record before anything is sent (a stop here sends nothing)
-            checkpointed()
-            durable(
-                "sent-round record",
-                functools.partial(record.write, cfg.run_id, out.round, message),
-            )
-            if stream_ledger is not None and out.round == first_round:  # after the record:
-                # a kill in between resumes from it instead of refusing a fresh start
-                durable(
-                    "stream ledger",
-                    functools.partial(
-                        stream_ledger.record, plan.plan_hash, cfg.run_id, cfg.id, fingerprint
-                    ),
-                )
-            metrics.write(_sent_line(cfg.id, out, message))
-            for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
-                transport.send((v,), out.frames_for(v))
-            started = time.monotonic()
-            limit = cfg.startup_timeout if out.round == first_round else cfg.round_timeout
-            while not agent.ready() and not stop["signal"]:
-                missing = agent.missing()
-                if missing and set(agent.hopeless()) == set(missing):
-                    break
-                remaining = limit - (time.monotonic() - started)
-                if remaining <= 0:
-                    break
-                item = transport.recv(int(min(remaining, 0.25) * 1000) + 1)
-                if item is None:
-                    continue
-                agent.receive(item[0], authenticated_sender=item[1])
-                if agent.plan_rejected_by_all(MISMATCH_LIMIT):
-                    raise RefusedError(
-                        EXIT_PLAN,
-                        "every neighbour announces a different plan hash; "
-                        "refusing to run a plan they do not share",
-                    )
-            if stop["signal"]:
-                return 128 + stop["signal"]
-            try:
-                report = agent.end_round()
             except sketch_adaptive.MissingAggregateError as exc:  # adaptive dome, faults
                 raise RefusedError(EXIT_UNSAFE, str(exc)) from None
             except NonFiniteStateError as exc:  # not adopted; the checkpoint is intact
                 metrics.write(_error_line(cfg.id, agent, exc))
                 raise RefusedError(EXIT_DIVERGED, str(exc)) from None
-            metrics.write(
-                {
-                    "event": "round",
-                    "time": time.time(),
-                    "node": cfg.id,
-                    "round": report.round,
-                    "missing": list(report.missing),
-                    "clipped": report.clipped,
-                    "nonfinite": report.nonfinite,
-                    "update_norm": report.update_norm,
-                    "noise": out.noise_digest,
-                    "seconds": round(time.monotonic() - started, 4),
-                    "rejected": dict(agent.metrics.rejected),
-                    "refused": dict(transport.refused),
-                    "refused_handshakes": transport.refused_handshakes,
-                    "dropped": transport.dropped,
-                }
-            )
-            watch.round_end(report.round, report, agent, transport)
-            # metrics first: a crash in between repeats a line instead of losing one; the
-            # checkpoint is written while the next round is computed (joined before its send)
-            pending = checkpoint.Pending(ckpt_path, checkpoint.copy_arrays(agent.snapshot()))
+            reply = None
+            if stop["signal"]:  # nothing more is sent or recorded after a stop signal
+                return 128 + stop["signal"]
+            if isinstance(cmd, rounds.Rejoined):
+                rejoined(cmd)
+            elif isinstance(cmd, rounds.Send):
+                out = cmd.out
+                send(out)
+                started = time.monotonic()
+                limit = cfg.startup_timeout if out.round == first_round else cfg.round_timeout
+                deadline = started + limit
+            elif isinstance(cmd, rounds.Wait):
+                reply = deliver(deadline)
+                if stop["signal"]:  # the round is left unmixed: it resumes from the checkpoint
+                    return 128 + stop["signal"]
+            elif isinstance(cmd, rounds.Ended):
+                ended(cmd.report, started, out)
+                # metrics first: a crash in between repeats a line instead of losing one; the
+                # checkpoint is written while the next round is computed (joined before its send)
+                pending = checkpoint.Pending(ckpt_path, checkpoint.copy_arrays(agent.snapshot()))
         checkpointed()
         buf = io.BytesIO()
         np.save(buf, agent.final_release())  # covered by the plan's guarantee

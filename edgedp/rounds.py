@@ -1,0 +1,122 @@
+"""The round loop of a node, once: a generator of commands that each runtime interprets.
+
+:func:`rounds` drives one :class:`~edgedp.agent.Agent` through its plan and says what the
+runtime must do — the way SimPy's ``RealtimeEnvironment`` differs from ``Environment`` only
+in how it waits, the device daemon (``firmware_py.daemon``: ZeroMQ, wall-clock deadlines,
+durable records before each send) and the simulators differ only in how they carry out
+these commands:
+
+* :class:`Rejoined` — the node fell past its neighbours' receive window and skipped to
+  ``target`` (nothing sent for the skipped rounds, their noise drawn and discarded);
+* :class:`Skipped` — the node sat round ``round`` out (the ``skip`` policy said so: the
+  simulator's dropout table);
+* :class:`Send` — the round's messages, to be put on the links (``first``: the first round
+  this runtime begins, which waits ``startup`` instead of the round timeout);
+* :class:`Wait` — wait for a message or the round's deadline; the runtime resumes the
+  generator with True when something was delivered to the agent, False when the deadline
+  passed (the round then ends with the dropout rule for the missing neighbours);
+* :class:`Ended` — the round is mixed and over (its report).
+
+A round policy is one function around this loop (e.g. a ``skip`` predicate), not a change to
+every runtime. The generator raises what the Agent raises (a non-finite message or state);
+a runtime that stops in a :class:`Wait` simply does not resume it.
+
+>>> cmds = rounds(_Scripted(rounds_left=1))
+>>> [type(c).__name__ for c in cmds]
+['Send', 'Wait', 'Ended']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Ended", "Rejoined", "Send", "Skipped", "Wait", "rounds"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejoined:
+    """Rounds ``behind .. target - 1`` were skipped (``skipped`` of them)."""
+
+    behind: int
+    target: int
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Round ``round`` was sat out (nothing sent, nothing mixed)."""
+
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Put ``out`` (an :class:`~edgedp.agent.Outgoing`) on the links."""
+
+    out: Any
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for a delivery or the deadline (resume with True / False)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """The round is over: ``report`` is the Agent's :class:`~edgedp.agent.RoundReport`."""
+
+    report: Any
+
+
+Command = Rejoined | Skipped | Send | Wait | Ended
+
+
+def rounds(
+    agent, *, skip: Callable[[int], bool] | None = None
+) -> Generator[Command, bool | None, None]:
+    """The commands of ``agent``'s rounds until its plan is done (module docstring).
+
+    ``skip(round)``: whether the node sits that round out (after any rejoin).
+    """
+    first = True
+    while not agent.done:
+        target = agent.rejoin_target()
+        if target is not None:  # a majority of the neighbours is past the receive window
+            behind = agent.round
+            yield Rejoined(behind, target, agent.rejoin(target))
+            continue  # the skip may have ended the plan
+        if skip is not None and skip(agent.round):
+            r = agent.round
+            agent.skip_round()
+            yield Skipped(r)
+            continue
+        yield Send(agent.begin_round(), first)
+        first = False
+        while agent.waits():
+            if not (yield Wait()):
+                break
+        yield Ended(agent.end_round())
+
+
+class _Scripted:
+    """A stand-in agent for the doctest: it waits until its runtime says the deadline passed."""
+
+    def __init__(self, rounds_left: int) -> None:
+        self.round, self.left, self.done = 0, rounds_left, rounds_left == 0
+
+    def rejoin_target(self) -> None:
+        return None
+
+    def begin_round(self) -> str:
+        return f"round {self.round}"
+
+    def waits(self) -> bool:
+        return True
+
+    def end_round(self) -> str:
+        self.round += 1
+        self.done = self.round == self.left
+        return "mixed"
