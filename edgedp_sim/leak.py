@@ -231,6 +231,27 @@ def _chunks(total: int, size: int):
         first += size
 
 
+def _estimate(probes, plan, victim, theta0, initial_state, trials, info, point, names) -> None:
+    """Each probe's information set and point estimate for trials ``(first, count)``,
+    appended to ``info``/``point`` (the attackers are granted every node's x(0))."""
+    first, count = trials
+    keys = streams.RunKeys.simulation(plan)
+    dim = np.shape(theta0)[-1]
+    start = initial.states(
+        initial_state, keys, nodes=plan.n, dim=dim, trials=count, first_trial=first
+    )
+    for i, probe in enumerate(probes):
+        a, p, names[i] = estimates(
+            probe.log,
+            plan,
+            victim=victim,
+            theta0=theta0 if start is None else start,
+            first_trial=first,
+        )
+        info[i].append(a)
+        point[i].append(p)
+
+
 def _observe_batch(
     sc, attackers, *, trials, victim, chunk, progress, data, dim, theta0, initial_state, final
 ):
@@ -240,7 +261,6 @@ def _observe_batch(
     names: dict[int, str] = {}
     truth_parts, finals = [], []
     done = 0
-    keys = streams.RunKeys.simulation(plan)
     for first, count in _chunks(trials, chunk):
         probes = [adversary.Probe(a, plan, trials=count, dim=dim) for a in attackers]
         truth = adversary.GroundTruth([victim], trials=count, steps=plan.steps, dim=dim)
@@ -255,20 +275,8 @@ def _observe_batch(
         )
         if final is not None:
             finals.append(np.asarray(final(res.models, first), dtype=np.float64))
-        start = initial.states(
-            initial_state, keys, nodes=plan.n, dim=dim, trials=count, first_trial=first
-        )
         truth_parts.append(truth.of(victim))
-        for i, probe in enumerate(probes):
-            a, p, names[i] = estimates(
-                probe.log,
-                plan,
-                victim=victim,
-                theta0=theta0 if start is None else start,
-                first_trial=first,
-            )
-            info[i].append(a)
-            point[i].append(p)
+        _estimate(probes, plan, victim, theta0, initial_state, (first, count), info, point, names)
         done += count
         if progress is not None:
             progress(f"simulated {done}/{trials} trials")
@@ -297,20 +305,8 @@ def _observe_event(
             initial_state=initial_state,
             trial=tr,
         )
-        start = initial.states(
-            initial_state, streams.RunKeys.simulation(plan), nodes=plan.n, dim=dim, first_trial=tr
-        )
         truth_parts.append(truth.of(victim))
-        for i, probe in enumerate(probes):
-            a, p, names[i] = estimates(
-                probe.log,
-                plan,
-                victim=victim,
-                theta0=theta0 if start is None else start,
-                first_trial=tr,
-            )
-            info[i].append(a)
-            point[i].append(p)
+        _estimate(probes, plan, victim, theta0, initial_state, (tr, 1), info, point, names)
         if progress is not None and ((tr + 1) % max(1, trials // 20) == 0 or tr + 1 == trials):
             progress(f"simulated {tr + 1}/{trials} trials (event engine)")
     return truth_parts, info, point, names, []
