@@ -1,8 +1,9 @@
 """The event engine: a SimPy event queue driving the same :class:`edgedp.agent.Agent` as devices.
 
-Every node runs the device's round loop: begin its round, hand the messages to its uplink,
-wait for its neighbours' messages (or the round deadline, or until every missing neighbour
-is known to have moved on), end the round. The uplink sends one message at a time (size /
+Every node runs the device's round loop, :func:`edgedp.rounds.rounds` (the daemon's too):
+begin its round, hand the messages to its uplink, wait for its neighbours' messages (or the
+round deadline, or until every missing neighbour is known to have moved on), end the round;
+the scenario's dropout table is its skip policy. The uplink sends one message at a time (size /
 bandwidth each; rounds in flight at once take turns, first come first served); a message
 then travels the link's latency. Loss, per-round dropouts, crashes with restart from the
 last round-boundary snapshot and departures come from keyed draws of the scenario seed
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import models, rng, streams, wire
+from edgedp import models, rng, rounds, streams, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial
@@ -91,11 +92,21 @@ class _Wait:
     """A node waiting in its round for a message or the deadline (one SimPy ``Condition``
     of a process-per-node model; ``done`` once it has fired)."""
 
-    __slots__ = ("u", "incarnation", "agent", "start", "limit", "done")
+    __slots__ = ("driver", "done")
 
-    def __init__(self, u: int, incarnation: int, agent: Agent, start: float, limit: float):
-        self.u, self.incarnation, self.agent = u, incarnation, agent
-        self.start, self.limit, self.done = start, limit, False
+    def __init__(self, driver: _Driver) -> None:
+        self.driver, self.done = driver, False
+
+
+class _Driver:
+    """One incarnation of node ``u``: its Agent, the round loop driving it
+    (:func:`edgedp.rounds.rounds`), and the round's wait (start, limit)."""
+
+    __slots__ = ("u", "incarnation", "agent", "loop", "first", "start", "limit")
+
+    def __init__(self, u: int, incarnation: int, agent: Agent, loop, first: bool) -> None:
+        self.u, self.incarnation, self.agent, self.loop = u, incarnation, agent, loop
+        self.first, self.start, self.limit = first, 0.0, 0.0
 
 
 class _Arrival:
@@ -239,70 +250,78 @@ class _Sim:
             self.snapshots[u] = copy.deepcopy(agent.snapshot())
 
     # ------------------------------------------------------------------ a node
-    def _node(self, u: int, incarnation: int, first: bool, agent: Agent) -> None:
-        """Node ``u``'s round loop from the start of a round until it has to wait.
+    def _start(self, u: int, incarnation: int, first: bool, agent: Agent) -> None:
+        """Node ``u`` (this incarnation, on ``agent``) runs the device's round loop,
+        :func:`edgedp.rounds.rounds`, with the scenario's dropouts as its skip policy."""
+        dropped = self.dropped[u]
+        loop = rounds.rounds(agent, skip=lambda r: bool(dropped[r]))
+        self._advance(_Driver(u, incarnation, agent, loop, first), None)
 
-        ``agent`` is the Agent this incarnation started with: a node that crashed in the
-        instant of a skipped round still finishes its skips (and may begin one more round)
-        on it, as a process that only checks for a crash when it wakes up."""
-        env = self.env
-        while not agent.done:
-            target = agent.rejoin_target()
-            if target is not None:  # fell past the receive window: skip to the neighbours
-                behind = agent.round
-                self.result.skipped_rounds += agent.rejoin(target)
-                for r in range(behind, target):
-                    self._finish_round(u, r)
-                self._snapshot(u, agent)
-            r = agent.round
-            if self.dropped[u, r]:
-                agent.skip_round()
+    def _advance(self, d: _Driver, reply: bool | None) -> None:
+        """Carry out node ``d.u``'s commands until it has to wait for an event.
+
+        A node that crashed in the instant of a skipped round still finishes its skips (and
+        may begin one more round) on its agent, as a process that only checks for a crash
+        when it wakes up."""
+        env, u = self.env, d.u
+        while True:
+            try:
+                cmd = d.loop.send(reply)
+            except StopIteration:
+                return
+            reply = None
+            kind = type(cmd)
+            if kind is rounds.Wait:
+                remaining = d.start + d.limit - env.now
+                if remaining > 0:  # not ready, and not every missing neighbour moved on
+                    wait = _Wait(d)
+                    self.arrival[u] = _Arrival(wait)
+                    self._arm(u, env.now + remaining, wait)
+                    return
+                reply = False  # the deadline has passed: the round ends
+            elif kind is rounds.Ended:
+                self._ended(d, cmd.report)
+            elif kind is rounds.Send:
+                if self.network.compute_s:
+                    env.at(env.now + self.network.compute_s, self._computed, d, cmd.out)
+                    return
+                self._put_on_uplink(d, cmd.out)
+            elif kind is rounds.Skipped:
                 self.result.skipped_rounds += 1
-                self._finish_round(u, r)
-                env.soon(self._node, u, incarnation, first, agent)  # timeout(0)
+                self._finish_round(u, cmd.round)
+                env.soon(self._advance, d, None)  # timeout(0)
                 return
-            out = agent.begin_round()
-            if self.network.compute_s:
-                t = env.now + self.network.compute_s
-                env.at(t, self._computed, u, incarnation, first, agent, out)
-                return
-            if not self._begin_wait(u, incarnation, first, agent, out):
-                return
-            first = False
+            else:  # Rejoined: fell past the receive window, skipped to the neighbours
+                self.result.skipped_rounds += cmd.skipped
+                for r in range(cmd.behind, cmd.target):
+                    self._finish_round(u, r)
+                self._snapshot(u, d.agent)
 
-    def _computed(self, u: int, incarnation: int, first: bool, agent: Agent, out) -> None:
-        if self.incarnation[u] == incarnation and self._begin_wait(
-            u, incarnation, first, agent, out
-        ):
-            self._node(u, incarnation, False, agent)
+    def _put_on_uplink(self, d: _Driver, out) -> None:
+        """The round's messages go to the uplink; its wait starts now."""
+        self.env.start(self._transmit, d.u, out)
+        d.start = self.env.now
+        d.limit = self.network.startup_timeout_s if d.first else self.network.round_timeout_s
+        d.first = False
 
-    def _begin_wait(self, u: int, incarnation: int, first: bool, agent: Agent, out) -> bool:
-        self.env.start(self._transmit, u, out)
-        limit = self.network.startup_timeout_s if first else self.network.round_timeout_s
-        return self._wait(_Wait(u, incarnation, agent, self.env.now, limit))
+    def _computed(self, d: _Driver, out) -> None:
+        if self.incarnation[d.u] == d.incarnation:
+            self._put_on_uplink(d, out)
+            self._advance(d, None)
 
-    def _wait(self, wait: _Wait) -> bool:
-        """Wait for a message or the deadline; True when the round has ended."""
-        agent, now = wait.agent, self.env.now
-        if agent.waits():  # not ready, and not every missing neighbour has moved on
-            remaining = wait.start + wait.limit - now
-            if remaining > 0:
-                wait = _Wait(wait.u, wait.incarnation, agent, wait.start, wait.limit)
-                self.arrival[wait.u] = _Arrival(wait)
-                self._arm(wait.u, now + remaining, wait)
-                return False
-        u, r = wait.u, agent.round
-        report = agent.end_round()
+    def _ended(self, d: _Driver, report) -> None:
+        u, agent = d.u, d.agent
+        r = report.round
         self.result.missing += len(report.missing)
         for obs in self.round_observers:  # the round's private gradient
             obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
         self._snapshot(u, agent)
         self._finish_round(u, r)
-        return True
 
     def _wake(self, wait: _Wait) -> None:
-        if self.incarnation[wait.u] == wait.incarnation and self._wait(wait):
-            self._node(wait.u, wait.incarnation, False, wait.agent)
+        d = wait.driver
+        if self.incarnation[d.u] == d.incarnation:
+            self._advance(d, True)
 
     def _fire(self, wait: _Wait) -> None:
         if not wait.done:
@@ -479,12 +498,12 @@ class _Sim:
         agent.restore(copy.deepcopy(self.snapshots[u]))
         self.agents[u] = agent
         self.up[u] = True
-        self.env.start(self._node, u, self.incarnation[u], False, agent)
+        self.env.start(self._start, u, self.incarnation[u], False, agent)
 
     def run(self) -> EventResult:
         env = self.env
         for u in range(self.plan.n):
-            env.start(self._node, u, 0, True, self.agents[u])
+            env.start(self._start, u, 0, True, self.agents[u])
         for c in self.crashes:
             env.start(self._crash_start, c)
         env.drain()
