@@ -9,6 +9,7 @@ The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.ma
 simulator only when called, so ``import edgedp`` stays a device import.
 """
 
+from edgedp import _numerics  # noqa: F401  (first: fixes numpy's CPU dispatch before numpy loads)
 from edgedp.api import (
     AttackerLeak,
     Guarantee,

@@ -1,0 +1,1 @@
+import edgedp._numerics  # noqa: F401  (first: fixes numpy's CPU dispatch before numpy loads)

@@ -1,5 +1,6 @@
 """Device daemon (``edgedp-agent``): config, plan and data loading, ZeroMQ gossip, checkpoints.
 
-The daemon is not built yet: the Agent state machine, the wire format and the ZeroMQ
-transport it needs are the device-runtime work (see docs/ARCHITECTURE.md, "Status").
+:mod:`firmware_py.daemon` is the entry point; docs/DEVICES.md is the operator's guide.
 """
+
+import edgedp._numerics  # noqa: F401  (first: fixes numpy's CPU dispatch before numpy loads)

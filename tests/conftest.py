@@ -1,5 +1,8 @@
 """Shared test configuration: one deterministic hypothesis profile and small fixtures."""
 
+import edgedp._numerics  # noqa: F401  (before numpy: the dispatch every edgedp process uses)
+
+# isort: split
 import numpy as np
 import pytest
 from hypothesis import settings
