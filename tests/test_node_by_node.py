@@ -8,8 +8,7 @@ own permutation, and mixes exactly the messages of its plan share's neighbours, 
 ``mechanisms.get(name).rules`` (``init_state`` / ``send`` / ``receive`` / ``model``) with a
 ``StepContext`` it builds itself. It covers the sgd, mf and laplace families (9 mechanisms).
 Cross-agent (whisper, decor, zipdl, muffliato) and sketched (dome) noise is drawn jointly
-over edges or in a shared basis; those are pinned by the batch = event engine (Agent)
-equivalence of tests/test_golden_mechanisms.py instead.
+over edges or in a shared basis: tests/test_node_by_node_cross.py is their reference.
 """
 
 import numpy as np
