@@ -20,6 +20,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.algorithms import _gossip
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
+from edgedp_sim import audit_plans
 
 
 def _toy_rules():
@@ -71,6 +72,14 @@ def test_a_mechanism_registered_in_one_place_plans_certifies_and_runs(test_mecha
     assert api.simulate(p, engine="event").model_digests == res.model_digests
     with pytest.raises(ValueError, match="already registered"):
         mechanisms.register(test_mechanism)
+
+
+def test_the_audit_plans_come_from_the_registry(test_mechanism):
+    noisy = {m for m in mechanisms.names(command_line=True) if mechanisms.get(m).noisy}
+    assert set(audit_plans.MECHANISMS) == noisy - {"test-sgd"}  # listed at import
+    assert "test-sgd" in audit_plans.noisy_mechanisms() and "dsgd" not in audit_plans.MECHANISMS
+    p = audit_plans.build("test-sgd", audit_plans.Setting(steps=4))
+    assert p.mechanism == "test-sgd" and p.guarantee().mu == pytest.approx(p.mu)
 
 
 def test_unknown_and_malformed_mechanisms_are_refused():
