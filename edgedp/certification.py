@@ -1,13 +1,18 @@
-"""Certification of a plan: its sections fit its mechanism and its accountant agrees.
+"""Certification of a plan: load it, verify its hash and signature, re-derive its guarantee.
 
 Every plan is certified when it is made (:func:`edgedp.plan.make_plan`) and again when it
-is loaded (:meth:`edgedp.plan.NoisePlan.from_bytes`): the mechanism's registry record
-(:mod:`edgedp.mechanisms`) says which sections (Laplace schedule, cross-agent covariance,
-sketch) it carries, whether it must add noise, and which adjacency its accountant
-certifies; the sensitivity is recomputed from the factor and must equal the stored one.
-Where only the T×T Gram matrix gives the exact value, the stored one is checked against
-two cheap bounds and, between them, accepted only from a trusted (signed) plan — see the
-module docstring of :mod:`edgedp.plan`.
+is loaded (:func:`load`, behind :meth:`edgedp.plan.NoisePlan.from_bytes`). Its sections fit
+its two axes by construction (:mod:`edgedp.plan_axes`); the mechanism's registry record
+(:mod:`edgedp.mechanisms`) says whether it must add noise and which adjacency its
+accountant certifies; the sensitivity is recomputed from the factor and must equal the
+stored one. Devices do it without T×T matrices (:mod:`edgedp.accounting.factor_sensitivity`:
+O(T) or O(T·p²) for identity, AntiPGD, banded and BLT factors). When the exact value needs
+the T×T Gram matrix (a dense C with negative entries, or a signed BLT, beyond
+``factor_sensitivity.DENSE_STEPS``) the device checks the stored value against two cheap
+bounds on it: below the lower bound it is refused; at or above the upper bound it is
+accepted (it is certainly enough noise); in between it is accepted only inside a plan
+signed by the device's trusted planning key, whose planner computed it from the Gram
+matrix (:func:`edgedp.plan.make_plan`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from edgedp import mechanisms
+from edgedp import _codec, footprint, mechanisms, signing
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import factor_sensitivity
 from edgedp.accounting import laplace as laplace_acc
@@ -24,10 +29,81 @@ from edgedp.errors import PlanError
 if TYPE_CHECKING:
     from edgedp.plan import NoisePlan
 
-__all__ = ["GAUSSIAN_ADJACENCY", "certify"]
+__all__ = ["GAUSSIAN_ADJACENCY", "PLAN_VERSION", "certify", "load"]
+
+#: The plan format this module reads and :class:`~edgedp.plan.NoisePlan` writes.
+PLAN_VERSION = 2
 
 #: The adjacency every Gaussian plan certifies (module docstring of :mod:`edgedp.plan`).
 GAUSSIAN_ADJACENCY = "zero-out"
+
+
+def load(
+    data: bytes,
+    *,
+    trusted_key: str | None = None,
+    max_memory: int | None = None,
+    gram: bool = False,
+) -> NoisePlan:
+    """Decode a plan file, check version, hash and signature, size, rebuild, and re-certify.
+
+    A signature, when present, must verify; with ``trusted_key`` (the operator's planning
+    public key, hex) the plan must be signed by it (PlanError otherwise). With
+    ``max_memory`` (bytes) a plan whose load would need more is refused
+    (:class:`edgedp.footprint.PlanTooLargeError`) before its factor is built. ``gram``
+    (planner-side tools) recomputes a sensitivity that needs the T×T Gram matrix
+    instead of checking it by bounds and signature.
+    """
+    from edgedp.plan import NoisePlan  # the record this module certifies
+
+    footprint.check(2 * len(data), max_memory, f"a plan file of {len(data):,} bytes")
+    try:
+        outer = _codec.decode(data)
+        d = outer["plan"]
+        stored_hash = outer["hash"]
+        envelope = outer.get("signature")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PlanError(f"Not a NoisePlan file: {exc}") from None
+    if envelope is not None or trusted_key is not None:
+        if envelope is None:
+            raise PlanError(
+                "The plan is not signed, but this device trusts only plans signed by its "
+                "planning key (sign it with `edgedp sign PLAN --key planner.key`)."
+            )
+        try:
+            signing.verify(envelope, str(stored_hash), trusted_key)
+        except signing.SignatureError as exc:
+            raise PlanError(str(exc)) from None
+    if d.get("version") == 1:
+        raise PlanError(
+            "Plan version 1 predates stated adjacencies and the corrected Laplace noise "
+            "scale; re-create it with `edgedp plan` (same arguments)."
+        )
+    if d.get("version") != PLAN_VERSION:
+        raise PlanError(
+            f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})."
+        )
+    try:
+        needed, what = footprint.plan_bytes(d, len(data))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise PlanError(f"Malformed NoisePlan field: {exc}") from None
+    footprint.check(needed, max_memory, what)
+    try:
+        plan = NoisePlan.from_dict(d)
+    except PlanError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"Malformed NoisePlan field: {exc}") from None
+    if plan.plan_hash != stored_hash:
+        raise PlanError("NoisePlan hash mismatch: the file was modified or corrupted.")
+    certify(plan, trusted=trusted_key is not None, gram=gram)
+    if plan.mechanism != "dsgd" and not plan.private:
+        raise PlanError(
+            f"This {plan.mechanism} plan adds no noise (noise_multiplier 0 or epsilon inf): "
+            "a private mechanism never runs without noise; plan 'dsgd' for a run "
+            "without privacy."
+        )
+    return plan
 
 
 def certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> None:
@@ -43,21 +119,12 @@ def certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> No
         mech = mechanisms.get(plan.mechanism)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
-    if (plan.laplace is not None) != (mech.noise == "laplace"):
-        raise PlanError(
-            f"A laplace section belongs exactly to mechanisms {mechanisms.names(noise='laplace')}, "
-            f"not {plan.mechanism!r}."
-        )
     want = plan.laplace.adjacency if plan.laplace is not None else GAUSSIAN_ADJACENCY
     if plan.adjacency != want:
         raise PlanError(
             f"Plan adjacency {plan.adjacency!r} is not what its accountant certifies ({want!r})."
         )
     _certify_cross_agent(plan)
-    if plan.sketch is not None and mech.family != "dome":
-        raise PlanError(
-            f"A sketch section belongs exactly to 'dome' plans, not {plan.mechanism!r}."
-        )
     try:
         mech.rules.check_plan(plan)
     except ValueError as exc:
@@ -129,26 +196,10 @@ def _check_bounds(plan: NoisePlan, fs, *, trusted: bool) -> None:
 
 
 def _certify_cross_agent(plan: NoisePlan) -> None:
-    spec = plan.cross_agent
-    family = mechanisms.get(plan.mechanism).family
-    sketched = family == "dome" and spec is not None
-    if (
-        spec is not None
-        and sketched
-        and (spec.kind not in mechanisms.names(sketchable=True) or plan.sketch is None)
-    ):
-        raise PlanError(
-            "A dome plan may carry a cross_agent section of kind "
-            f"{mechanisms.names(sketchable=True)}, not {spec.kind!r}."
-        )
-    if not sketched and (spec is not None) != (family == "cross"):
-        raise PlanError(
-            "A cross_agent section belongs exactly to mechanisms "
-            f"{mechanisms.names(family='cross')}, not {plan.mechanism!r}; build them with "
-            "edgedp.planning.cross_agent.make_plan."
-        )
+    spec = plan.cross_agent  # fits the plan's axes (edgedp.plan_axes.axes)
     if spec is None:
         return
+    sketched = plan.message_kind.sketched
     kind_ok = spec.kind == plan.mechanism or sketched
     if not kind_ok or spec.n != plan.n or plan.factor.kind != "identity":
         raise PlanError(

@@ -2,19 +2,18 @@
 
 A plan is an immutable description (CONVENTIONS C2): the topology and its gossip table, the
 horizon T, the participation schema, the temporal factor, the noise multiplier σ, the clip
-norm Δ, the learning rate, the task it was planned for and a simulation seed. Its hash is
-the SHA-256 of its canonical msgpack encoding; neighbours compare hashes before they talk.
-Loading a plan re-certifies it: the sensitivity is recomputed by the accountant from the
-factor and must equal the stored one, so a tampered or stale plan is refused. Devices do
-it without T×T matrices (:mod:`edgedp.accounting.factor_sensitivity`: O(T) or O(T·p²)
-for identity, AntiPGD, banded and BLT factors). When the exact value needs the T×T Gram
-matrix (a dense C with negative entries, or a signed BLT, beyond
-``factor_sensitivity.DENSE_STEPS``) the device checks the stored value against two cheap
-bounds on it: below the lower bound it is refused; at or above the upper bound it is
-accepted (it is certainly enough noise); in between it is accepted only inside a plan
-signed by the device's trusted planning key, whose planner computed it from the Gram
-matrix (:func:`make_plan`). A plan too large for the device (``max_memory``) is refused
-before its factor is built (:mod:`edgedp.footprint`).
+norm Δ, the learning rate, the task it was planned for (:class:`~edgedp.task.TaskSpec`) and
+a simulation seed. It is a record with two typed axes (:mod:`edgedp.plan_axes`): what a
+node adds (:class:`~edgedp.plan_axes.NoiseKind`) and what a message is
+(:class:`~edgedp.plan_axes.MessageKind`); the per-family sections (``laplace``,
+``cross_agent``, ``sketch``) are typed fields that belong to exactly one point of that grid.
+Its hash is the SHA-256 of its canonical msgpack encoding, computed once; neighbours compare
+hashes before they talk. Loading a plan re-certifies it (:mod:`edgedp.certification`): the
+sensitivity is recomputed by the accountant from the factor and must equal the stored one,
+so a tampered or stale plan is refused; devices do it without T×T matrices, and a value
+only the Gram matrix can check is accepted between two cheap bounds only in a plan signed
+by the device's trusted planning key. A plan too large for the device (``max_memory``) is
+refused before its factor is built (:mod:`edgedp.footprint`).
 
 Every plan states the adjacency its guarantee is for (``adjacency``; CONVENTIONS, DESIGN §6).
 Gaussian plans certify **zero-out** adjacency: one example of one node is replaced by one
@@ -29,58 +28,28 @@ the Laplace noise scale (:mod:`edgedp.accounting.laplace`); version 1 files are 
 
 A private mechanism never runs without noise: a plan of a noisy mechanism whose σ is 0
 (or whose Laplace ε is ∞) is refused when loaded; only ``dsgd`` is noise-free by name.
-
-Each device receives a :class:`NodeShare` — its own row of the gossip table and the noise
-parameters — and nothing else (no other node's neighbours, no secrets).
-
-Laplace mechanisms (``sr-gt``, ``dpop``; paper 004) carry an optional ``laplace`` section —
-a :class:`~edgedp.accounting.laplace.LaplaceSchedule` (γ, β, q₁, q₂, δ, ε, adjacency) —
-that is part of the encoding and hash only when present, so Gaussian plans keep their
-hashes. Their Gaussian fields are inert: identity factor, σ = 0, participation (T, 1)
-(every round is counted), and ``learning_rate`` holds γ = α₁ for display only — the
-schedule is authoritative.
-
-Cross-agent mechanisms (``whisper``, ``decor``, ``zipdl``, ``muffliato``; papers 001, 000
-App. A.4–A.6) carry an optional ``cross_agent`` section — a
-:class:`~edgedp.cross_agent.CrossAgentSpec` with the normalized covariance factors — likewise
-encoded and hashed only when present; build them with
-:func:`edgedp.planning.cross_agent.make_plan`. Their guarantee comes from
-:mod:`edgedp.accounting.cross_agent` (``sensitivity`` is the Mahalanobis one, so
-ν = σ·sens·Δ and μ = 1/σ as everywhere). Pairwise secrets and the shared seed are never in
-a plan.
-
-DOME plans (``dome``; paper 002) carry an optional ``sketch`` section — a
-:class:`~edgedp.sketch.SketchSpec` (k, basis family, public seed, refresh, optimizer) — also
-encoded and hashed only when present. Their guarantee is MF-D-SGD's for the plan's factor
-(identity by default): :mod:`edgedp.accounting.dome`.
+Each device receives only its :class:`~edgedp.node_share.NodeShare` (:meth:`NoisePlan.share`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from edgedp import (
-    _codec,
-    _validate,
-    bounds,
-    certification,
-    factors,
-    footprint,
-    mechanisms,
-    signing,
-    topology,
-)
+from edgedp import _codec, _validate, bounds, certification, factors, mechanisms, signing, topology
 from edgedp import cross_agent as cross_mod
 from edgedp import sketch as sketch_mod
-from edgedp.accounting import factor_sensitivity, gdp, mf
+from edgedp.accounting import gdp, mf
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
-from edgedp.errors import PlanError
+from edgedp.node_share import NodeShare
+from edgedp.node_share import of as _share_of
+from edgedp.plan_axes import MessageKind, NoiseKind, axes
+from edgedp.task import TaskSpec, batch_schedule  # batch_schedule: checked against a plan
 
 __all__ = [
     "ADJACENCIES",
@@ -92,65 +61,11 @@ __all__ = [
     "make_plan",
 ]
 
-PLAN_VERSION = 2
+PLAN_VERSION = certification.PLAN_VERSION
 
 #: Adjacencies a plan can certify (module docstring); Gaussian plans certify zero-out.
 ADJACENCIES = laplace_acc.ADJACENCIES
 GAUSSIAN_ADJACENCY = certification.GAUSSIAN_ADJACENCY
-
-# Mechanism names and kinds come from the registry (edgedp.mechanisms); these tuples are
-# the built-in ones, for readers that list them.
-#: Mechanisms whose noise is the Laplace schedule of paper 004 (Eq. 5), not a Gaussian factor.
-LAPLACE_MECHANISMS = mechanisms.names(noise="laplace")
-#: Mechanisms whose Gaussian noise is correlated across agents (a ``cross_agent`` section).
-CROSS_AGENT_MECHANISMS = mechanisms.names(family="cross")
-#: Cross-agent kinds a ``dome`` plan may carry: one noise vector per node and step, mixed
-#: once (Zip-DL's per-message noise and Muffliato's K gossip rounds are not sketched).
-SKETCHED_CROSS_KINDS = mechanisms.names(sketchable=True)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """The learning task a plan was made for (defaults: the demo's task).
-
-    ``batch_size = 0`` means every step uses the node's whole local dataset, i.e. every
-    example participates at every step: participation (T, 1).
-    """
-
-    model: str = "logistic"
-    dataset: str = "digits-parity"
-    partition: str = "iid"
-    batch_size: int = 0
-    loss: str = ""  # "" = the model's default (bce logistic, mse linear, ce softmax/mlp)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {
-            "model": self.model,
-            "dataset": self.dataset,
-            "partition": self.partition,
-            "batch_size": self.batch_size,
-        }
-        if self.loss:  # only when set, so plans without a loss keep their hashes
-            d["loss"] = self.loss
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TaskSpec:
-        return cls(
-            str(d["model"]),
-            str(d["dataset"]),
-            str(d["partition"]),
-            int(d["batch_size"]),
-            str(d.get("loss", "")),
-        )
-
-    def pinned(self) -> TaskSpec:
-        """The task with an ``onnx:PATH`` model pinned to the file's hash (``models.pin_onnx``)."""
-        if not self.model.startswith("onnx:"):
-            return self
-        from edgedp import models
-
-        return replace(self, model=models.pin_onnx(self.model))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -180,30 +95,28 @@ class NoisePlan:
     sketch: sketch_mod.SketchSpec | None = None
     adjacency: str = GAUSSIAN_ADJACENCY
     message_bound: float | None = None
+    #: The two axes (:mod:`edgedp.plan_axes`), set once from the mechanism and the sections.
+    noise_kind: NoiseKind = field(init=False, compare=False)
+    message_kind: MessageKind = field(init=False, compare=False)
     _facts: Any = field(default=None, init=False, repr=False, compare=False)
     _hash: str | None = field(default=None, init=False, repr=False, compare=False)
     _certificate: Any = field(default=None, init=False, repr=False, compare=False)
     _gram: bool = field(default=False, init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        noise, message = axes(
+            self.mechanism, laplace=self.laplace, cross_agent=self.cross_agent, sketch=self.sketch
+        )
+        object.__setattr__(self, "noise_kind", noise)
+        object.__setattr__(self, "message_kind", message)
+
     @property
     def private(self) -> bool:
         """True when the plan adds noise (σ > 0, or a Laplace schedule with finite ε)."""
-        if self.laplace is not None:
+        if self.noise_kind is NoiseKind.LAPLACE:
+            assert self.laplace is not None  # the axes require the section
             return self.laplace.private
         return self.noise_multiplier > 0
-
-    @property
-    def noise_kind(self) -> str:
-        """What nodes add: ``"none"``, ``"gaussian"`` or ``"laplace"`` (the registry's)."""
-        return mechanisms.get(self.mechanism).noise
-
-    @property
-    def message_kind(self) -> str:
-        """What a message is: ``"model"`` (a noised model), ``"sketch"`` (k coefficients,
-        DOME) — either with noise correlated across agents when a ``cross_agent`` section
-        is present (``"model+cross"``, ``"sketch+cross"``)."""
-        kind = "sketch" if self.sketch is not None else "model"
-        return kind + ("+cross" if self.cross_agent is not None else "")
 
     @property
     def noise_std(self) -> float:
@@ -295,6 +208,39 @@ class NoisePlan:
         return _codec.encode(outer)
 
     @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NoisePlan:
+        """The plan of a decoded :meth:`to_dict` (KeyError, TypeError or ValueError when a
+        field is missing or malformed, PlanError when a section does not fit the axes).
+        Not certified: load plan files with :meth:`from_bytes`."""
+        k, b = d["participation"]
+        return cls(
+            mechanism=str(d["mechanism"]),
+            topology=str(d["topology"]),
+            n=int(d["n"]),
+            edges=np.asarray(d["edges"]),
+            weighting=str(d["weighting"]),
+            mixing_index=np.asarray(d["mixing_index"]),
+            mixing_weight=np.asarray(d["mixing_weight"]),
+            steps=int(d["steps"]),
+            participation=Participation(int(k), int(b)),
+            factor=factors.from_dict(d["factor"]),
+            noise_multiplier=float(d["noise_multiplier"]),
+            sensitivity=float(d["sensitivity"]),
+            sensitivity_exact=bool(d["sensitivity_exact"]),
+            clip_norm=float(d["clip_norm"]),
+            learning_rate=float(d["learning_rate"]),
+            task=TaskSpec.from_dict(d["task"]),
+            seed=int(d["seed"]),
+            laplace=laplace_acc.LaplaceSchedule.from_dict(d["laplace"]) if "laplace" in d else None,
+            cross_agent=(
+                cross_mod.CrossAgentSpec.from_dict(d["cross_agent"]) if "cross_agent" in d else None
+            ),
+            sketch=sketch_mod.SketchSpec.from_dict(d["sketch"]) if "sketch" in d else None,
+            adjacency=str(d["adjacency"]),
+            message_bound=float(d["message_bound"]) if "message_bound" in d else None,
+        )
+
+    @classmethod
     def from_bytes(
         cls,
         data: bytes,
@@ -303,126 +249,14 @@ class NoisePlan:
         max_memory: int | None = None,
         gram: bool = False,
     ) -> NoisePlan:
-        """Decode, check version, hash and signature, size, rebuild, and re-certify.
-
-        A signature, when present, must verify; with ``trusted_key`` (the operator's planning
-        public key, hex) the plan must be signed by it (PlanError otherwise). With
-        ``max_memory`` (bytes) a plan whose load would need more is refused
-        (:class:`edgedp.footprint.PlanTooLargeError`) before its factor is built. ``gram``
-        (planner-side tools) recomputes a sensitivity that needs the T×T Gram matrix
-        instead of checking it by bounds and signature.
-        """
-        footprint.check(2 * len(data), max_memory, f"a plan file of {len(data):,} bytes")
-        try:
-            outer = _codec.decode(data)
-            d = outer["plan"]
-            stored_hash = outer["hash"]
-            envelope = outer.get("signature")
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise PlanError(f"Not a NoisePlan file: {exc}") from None
-        if envelope is not None or trusted_key is not None:
-            if envelope is None:
-                raise PlanError(
-                    "The plan is not signed, but this device trusts only plans signed by its "
-                    "planning key (sign it with `edgedp sign PLAN --key planner.key`)."
-                )
-            try:
-                signing.verify(envelope, str(stored_hash), trusted_key)
-            except signing.SignatureError as exc:
-                raise PlanError(str(exc)) from None
-        if d.get("version") == 1:
-            raise PlanError(
-                "Plan version 1 predates stated adjacencies and the corrected Laplace noise "
-                "scale; re-create it with `edgedp plan` (same arguments)."
-            )
-        if d.get("version") != PLAN_VERSION:
-            raise PlanError(
-                f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})."
-            )
-        try:
-            needed, what = footprint.plan_bytes(d, len(data))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise PlanError(f"Malformed NoisePlan field: {exc}") from None
-        footprint.check(needed, max_memory, what)
-        try:
-            k, b = d["participation"]
-            plan = cls(
-                mechanism=str(d["mechanism"]),
-                topology=str(d["topology"]),
-                n=int(d["n"]),
-                edges=np.asarray(d["edges"]),
-                weighting=str(d["weighting"]),
-                mixing_index=np.asarray(d["mixing_index"]),
-                mixing_weight=np.asarray(d["mixing_weight"]),
-                steps=int(d["steps"]),
-                participation=Participation(int(k), int(b)),
-                factor=factors.from_dict(d["factor"]),
-                noise_multiplier=float(d["noise_multiplier"]),
-                sensitivity=float(d["sensitivity"]),
-                sensitivity_exact=bool(d["sensitivity_exact"]),
-                clip_norm=float(d["clip_norm"]),
-                learning_rate=float(d["learning_rate"]),
-                task=TaskSpec.from_dict(d["task"]),
-                seed=int(d["seed"]),
-                laplace=(
-                    laplace_acc.LaplaceSchedule.from_dict(d["laplace"]) if "laplace" in d else None
-                ),
-                cross_agent=(
-                    cross_mod.CrossAgentSpec.from_dict(d["cross_agent"])
-                    if "cross_agent" in d
-                    else None
-                ),
-                sketch=sketch_mod.SketchSpec.from_dict(d["sketch"]) if "sketch" in d else None,
-                adjacency=str(d["adjacency"]),
-                message_bound=float(d["message_bound"]) if "message_bound" in d else None,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PlanError(f"Malformed NoisePlan field: {exc}") from None
-        if plan.plan_hash != stored_hash:
-            raise PlanError("NoisePlan hash mismatch: the file was modified or corrupted.")
-        certification.certify(plan, trusted=trusted_key is not None, gram=gram)
-        if plan.mechanism != "dsgd" and not plan.private:
-            raise PlanError(
-                f"This {plan.mechanism} plan adds no noise (noise_multiplier 0 or epsilon inf): "
-                "a private mechanism never runs without noise; plan 'dsgd' for a run "
-                "without privacy."
-            )
-        return plan
+        """Decode, check version, hash and signature, size, rebuild, and re-certify
+        (:func:`edgedp.certification.load`, which documents the arguments)."""
+        return certification.load(data, trusted_key=trusted_key, max_memory=max_memory, gram=gram)
 
     def share(self, node: int) -> NodeShare:
-        """What device ``node`` needs, and nothing about other nodes."""
-        _validate.integer(minimum=0, node=node)
-        if node >= self.n:
-            raise ValueError(f"Expected node={node} < n={self.n}.")
-        return NodeShare(
-            node=node,
-            plan_hash=self.plan_hash,
-            version=self.version,
-            mechanism=self.mechanism,
-            steps=self.steps,
-            participation=self.participation,
-            factor=self.factor,
-            noise_std=self.noise_std,
-            clip_norm=self.clip_norm,
-            learning_rate=self.learning_rate,
-            neighbours=tuple(int(v) for v in self.mixing_index[node]),
-            weights=tuple(float(w) for w in self.mixing_weight[node]),
-            task=self.task,
-            laplace=self.laplace,
-            cross_agent=(
-                None
-                if self.cross_agent is None
-                else self.cross_agent.node(
-                    node,
-                    edges=self.edges,
-                    neighbours=self.mixing_index[node],
-                    weights=self.mixing_weight[node],
-                )
-            ),
-            sketch=self.sketch,
-            tree=self._aggregate_tree(),
-            network=self.network_facts(),
-        )
+        """What device ``node`` needs, and nothing about other nodes
+        (:func:`edgedp.node_share.of`)."""
+        return _share_of(self, node)
 
     def network_facts(self) -> bounds.NetworkFacts:
         """What every node needs for the bound on honest messages (:mod:`edgedp.bounds`);
@@ -430,39 +264,6 @@ class NoisePlan:
         if self._facts is None:
             object.__setattr__(self, "_facts", bounds.network_facts(self))
         return self._facts
-
-    def _aggregate_tree(self):
-        """The public spanning tree of an adaptive DOME basis (None otherwise)."""
-        if self.sketch is None or self.sketch.basis != sketch_mod.ADAPTIVE:
-            return None
-        from edgedp import sketch_adaptive
-        from edgedp.algorithms import dome
-
-        return sketch_adaptive.spanning_tree(dome._graph(self))
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class NodeShare:
-    """One device's part of a plan: its padded mixing row and its noise parameters."""
-
-    node: int
-    plan_hash: str
-    version: int
-    mechanism: str
-    steps: int
-    participation: Participation
-    factor: Any
-    noise_std: float
-    clip_norm: float
-    learning_rate: float
-    neighbours: tuple[int, ...]
-    weights: tuple[float, ...]
-    task: TaskSpec
-    laplace: laplace_acc.LaplaceSchedule | None = None
-    cross_agent: cross_mod.NodeCrossAgent | None = None
-    sketch: sketch_mod.SketchSpec | None = None
-    tree: Any = None  # adaptive DOME: the public spanning tree (edgedp.sketch_adaptive.Tree)
-    network: Any = None  # edgedp.bounds.NetworkFacts: n, W's column sums, noise std per round
 
 
 def make_plan(
@@ -562,7 +363,7 @@ def make_plan(
         else:
             assert noise_multiplier is not None  # exactly one of the two was given
             _validate.positive(noise_multiplier=noise_multiplier)
-        g = _planned_guarantee(factor, participation, float(noise_multiplier), steps)
+        g = mf.planned_guarantee(factor, participation, float(noise_multiplier), steps)
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
     task = (task or TaskSpec()).pinned()
     plan = NoisePlan(
@@ -590,60 +391,3 @@ def make_plan(
     )
     certification.certify(plan, trusted=True)
     return plan
-
-
-#: Up to this horizon the planner certifies from the T×T Gram matrix even when the compact
-#: route applies (the plans planned before it existed keep their bits and hashes).
-PLANNER_GRAM_STEPS = 2048
-
-
-def _planned_guarantee(factor, participation, sigma: float, steps: int) -> mf.LDPGuarantee:
-    """The planner's guarantee: from the Gram matrix up to PLANNER_GRAM_STEPS or when the
-    compact route has only bounds, else from the compact route (equal up to rounding)."""
-    fs = None
-    if steps > PLANNER_GRAM_STEPS:
-        fs = factor_sensitivity.sensitivity(factor, participation, steps=steps)
-    if fs is not None and fs.value is not None:
-        return mf.factor_guarantee(
-            factor, participation=participation, noise_multiplier=sigma, steps=steps
-        )
-    return mf.ldp_guarantee(
-        factor.strategy(steps), participation=participation, noise_multiplier=sigma
-    )
-
-
-def batch_schedule(
-    plan: NoisePlan | NodeShare, local_size: int, *, dim: int | None = None
-) -> tuple[int, int]:
-    """``(batch_size, batches_per_epoch)`` for a local dataset, checked against the plan.
-
-    Step t uses batch ``t mod batches_per_epoch`` of a fixed keyed permutation, so every
-    example participates exactly every ``batches_per_epoch`` steps. A noisy plan must certify
-    that participation: ``b`` equal to batches per epoch and ``k ≥ ⌈T / b⌉``. A Laplace plan
-    with example adjacency must certify the task's gradient bound: δ ≥ 2Δ√d/B, which needs
-    the model dimension ``dim`` (engines always pass it).
-    """
-    _validate.integer(minimum=1, local_size=local_size)
-    batch = plan.task.batch_size or local_size
-    if batch > local_size:
-        raise PlanError(f"batch_size={batch} exceeds the local dataset size {local_size}.")
-    needed = Participation.for_task(plan.steps, local_size=local_size, batch_size=batch)
-    needed_k, per_epoch = needed.k, needed.b
-    part = plan.participation
-    noisy = getattr(plan, "noise_multiplier", None)
-    noisy = (plan.noise_std > 0) if noisy is None else noisy > 0
-    laplace = getattr(plan, "laplace", None)
-    if laplace is not None:
-        if dim is None and laplace.adjacency == "example":
-            raise PlanError("A Laplace plan with example adjacency needs the model dimension.")
-        try:
-            laplace_acc.check_task(laplace, clip_norm=plan.clip_norm, dim=dim, batch_size=batch)
-        except ValueError as exc:
-            raise PlanError(str(exc)) from None
-    if noisy and not part.covers(needed):
-        raise PlanError(
-            f"The plan certifies participation (k,b)=({part.k},{part.b}) but this task runs "
-            f"({needed_k},{per_epoch}) (local size {local_size}, batch {batch}); re-plan with "
-            f"--participation {needed_k},{per_epoch}."
-        )
-    return batch, per_epoch

@@ -13,31 +13,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgedp import models, topology
+from edgedp import mechanisms, models, topology
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp_sim import datasets
 
-__all__ = ["MECHANISMS", "Setting", "build"]
+__all__ = ["FAMILY_ORDER", "MECHANISMS", "Setting", "build", "noisy_mechanisms"]
+
+#: The audit table's order of the planner families (:data:`edgedp.mechanisms.FAMILIES`).
+FAMILY_ORDER = ("sgd", "mf", "cross", "dome", "laplace")
+
+
+def noisy_mechanisms() -> tuple[str, ...]:
+    """Every command-line mechanism with noise, from the registry, by family then
+    registration order."""
+    names = mechanisms.names(command_line=True)
+    noisy = [m for m in names if mechanisms.get(m).noisy]
+    return tuple(
+        sorted(noisy, key=lambda m: (FAMILY_ORDER.index(mechanisms.get(m).family), names.index(m)))
+    )
+
 
 #: Every mechanism with noise, in the order of the audit table.
-MECHANISMS = (
-    "dp-dsgd",
-    "antipgd",
-    "banded",
-    "blt",
-    "dmf",
-    "mafalda",
-    "whisper",
-    "decor",
-    "zipdl",
-    "muffliato",
-    "dome",
-    "sr-gt",
-    "dpop",
-)
+MECHANISMS = noisy_mechanisms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,8 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         seed=setting.seed,
         topology_name=setting.topology,
     )
-    if mechanism in ("sr-gt", "dpop"):
+    mech = mechanisms.get(mechanism)
+    if mech.family == "laplace":
         data = datasets.partition(
             datasets.load(setting.dataset, seed=setting.seed), graph.n, seed=setting.seed
         )
@@ -95,7 +96,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         common.pop("learning_rate")
         return make_plan(mechanism, graph, laplace=sched, **common)
     noise = dict(target_epsilon=setting.epsilon, delta=setting.delta)
-    if mechanism in ("whisper", "decor", "zipdl", "muffliato"):
+    if mech.family == "cross":
         from edgedp.planning import cross_agent
 
         steps = T * setting.gossip_rounds if mechanism == "muffliato" else T
@@ -105,7 +106,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
             mechanism, graph, participation=Participation(steps, 1), **common, **noise, **extra
         ).plan
     factor = None
-    if mechanism in ("dmf", "mafalda", "banded", "blt"):
+    if mech.planned:
         from edgedp.planning import factorization
 
         W = topology.metropolis_hastings(graph)  # noqa: N806
@@ -114,12 +115,12 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
             mechanism, W, steps=T, participation=part, **sizes.get(mechanism, {})
         ).factor
     sketch = None
-    if mechanism == "dome":
+    if mech.family == "dome":
         from edgedp.sketch import SketchSpec
 
         sketch = SketchSpec(dim=setting.sketch_dim, refresh=1)
     noise_kw = dict(noise)
-    if mechanism == "dome":  # DOME certifies like DP-D-SGD: calibrate σ directly
+    if mech.family == "dome":  # DOME certifies like DP-D-SGD: calibrate σ directly
         noise_kw = {"noise_multiplier": 1.0 / gdp.mu(setting.epsilon, delta=setting.delta)}
     return make_plan(
         mechanism, graph, participation=part, factor=factor, sketch=sketch, **common, **noise_kw

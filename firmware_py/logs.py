@@ -29,12 +29,13 @@ digests. Logging never raises — a log on a full disk loses lines (counted), no
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from collections import Counter
 from typing import Any, TextIO
+
+from edgedp import strict_json
 
 __all__ = ["EXIT_CODES", "FORMATS", "RoundWatch", "TextAdapter", "event", "setup"]
 
@@ -70,7 +71,7 @@ class _JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **getattr(record, "fields", {}),
         }
-        return json.dumps(out, sort_keys=True, default=str)
+        return strict_json.dumps(out, sort_keys=True, default=str)  # ε = ∞ → "inf"
 
 
 class _SafeHandler(logging.StreamHandler):

@@ -24,12 +24,13 @@ written wait in memory and go out with the next successful write.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import resource
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from edgedp import strict_json
 
 __all__ = [
     "DESCRIPTOR_FLOOR",
@@ -173,7 +174,7 @@ class MetricsLog:
             del self.pending[:cut]
             self.lines -= 1
             self.lost += 1
-        self.pending += (json.dumps(record) + "\n").encode()
+        self.pending += (strict_json.dumps(record) + "\n").encode()
         self.lines += 1
         try:
             self.flush()

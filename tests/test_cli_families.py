@@ -125,10 +125,10 @@ def test_each_family_has_only_its_own_flags():
     assert "--sketch-dim" in flags["cross"] and "--form" not in flags["dome"]
     assert "--mechanism" not in flags["dome"]  # one mechanism: nothing to choose
     every = {m for ms in plan_cmd.FAMILIES.values() for m in ms}
-    from edgedp import plan as plan_mod
+    from edgedp import mechanisms
 
-    assert set(plan_mod.LAPLACE_MECHANISMS) == set(plan_cmd.FAMILIES["laplace"])
-    assert set(plan_mod.CROSS_AGENT_MECHANISMS) == set(plan_cmd.FAMILIES["cross"])
+    assert set(mechanisms.names(noise="laplace")) == set(plan_cmd.FAMILIES["laplace"])
+    assert set(mechanisms.names(family="cross")) == set(plan_cmd.FAMILIES["cross"])
     assert len(every) == 14
 
 

@@ -101,3 +101,34 @@ def test_refusals_carry_the_exit_reason_code(tmp_path):
     record = json.loads(line)
     assert record["code"] == logs.EXIT_CODES[2] == "config"
     assert "max_epsilonn" in record["message"] and record["level"] == "ERROR"
+
+
+def _strict(line: str):
+    """json.loads that refuses NaN and ±Infinity (RFC 8259 JSON, what jq and browsers read)."""
+
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_json_log_lines_and_metrics_are_strict_json(tmp_path):
+    import io
+    import logging
+    import math
+
+    from edgedp import strict_json
+    from firmware_py import resources
+
+    stream = io.StringIO()
+    logger = logs.setup(3, fmt="json", stream=stream)
+    # a dsgd plan spends epsilon = inf; a diverged run's norm may be nan
+    logs.event(logger, logging.INFO, "start", "budget", epsilon=math.inf, norm=math.nan)
+    record = _strict(stream.getvalue().splitlines()[-1])
+    assert record["epsilon"] == "inf" and record["norm"] is None and record["node"] == 3
+    assert strict_json.number(record["epsilon"]) == math.inf
+    metrics = resources.MetricsLog(tmp_path / "metrics.jsonl", log=io.StringIO())
+    assert metrics.write({"event": "round", "update_norm": -math.inf, "loss": math.nan})
+    metrics.close()
+    line = (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
+    assert _strict(line) == {"event": "round", "update_norm": "-inf", "loss": None}

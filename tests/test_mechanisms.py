@@ -19,6 +19,8 @@ from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.algorithms import _gossip
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
+from edgedp.sketch import SketchSpec
+from edgedp_sim import audit_plans
 
 
 def _toy_rules():
@@ -70,6 +72,14 @@ def test_a_mechanism_registered_in_one_place_plans_certifies_and_runs(test_mecha
     assert api.simulate(p, engine="event").model_digests == res.model_digests
     with pytest.raises(ValueError, match="already registered"):
         mechanisms.register(test_mechanism)
+
+
+def test_the_audit_plans_come_from_the_registry(test_mechanism):
+    noisy = {m for m in mechanisms.names(command_line=True) if mechanisms.get(m).noisy}
+    assert set(audit_plans.MECHANISMS) == noisy - {"test-sgd"}  # listed at import
+    assert "test-sgd" in audit_plans.noisy_mechanisms() and "dsgd" not in audit_plans.MECHANISMS
+    p = audit_plans.build("test-sgd", audit_plans.Setting(steps=4))
+    assert p.mechanism == "test-sgd" and p.guarantee().mu == pytest.approx(p.mu)
 
 
 def test_unknown_and_malformed_mechanisms_are_refused():
@@ -157,6 +167,33 @@ def test_pure_guarantee_delta_bounds_the_laplace_hockey_stick(eps, eps_prime):
 def test_plans_have_two_axes_noise_kind_and_message_kind(mechanism, options, noise, message):
     p = api.make_plan(mechanism, "ring:6", steps=6, batch_size=4, **options)
     assert (p.noise_kind, p.message_kind) == (noise, message)
+
+
+def test_the_axes_are_typed_fields_set_once_and_each_section_fits_them():
+    import dataclasses
+
+    from edgedp.errors import PlanError
+    from edgedp.plan_axes import MessageKind, NoiseKind
+
+    sgd = api.make_plan("dp-dsgd", "ring:6", steps=6, batch_size=4, target_epsilon=4.0, delta=1e-6)
+    lap = api.make_plan("dpop", "ring:6", steps=6, target_epsilon=1.0, gamma=1e-3, q1=0.97, q2=0.98)
+    assert sgd.noise_kind is NoiseKind.GAUSSIAN and sgd.message_kind is MessageKind.MODEL
+    assert lap.noise_kind is NoiseKind.LAPLACE
+    fields = {f.name: f for f in dataclasses.fields(sgd)}
+    assert not fields["noise_kind"].init and not fields["message_kind"].init
+    assert "noise_kind" not in sgd.to_dict() and "message_kind" not in sgd.to_dict()
+    # a section that does not belong to the plan's axes is refused when the record is made
+    with pytest.raises(PlanError, match="laplace section belongs exactly"):
+        dataclasses.replace(sgd, laplace=lap.laplace)
+    with pytest.raises(PlanError, match="laplace section belongs exactly"):
+        dataclasses.replace(lap, laplace=None)
+    with pytest.raises(PlanError, match="sketch section belongs exactly to 'dome'"):
+        dataclasses.replace(sgd, sketch=SketchSpec(dim=2))
+    with pytest.raises(PlanError, match="cross_agent section belongs exactly"):
+        dataclasses.replace(sgd, mechanism="whisper")
+    assert [m.value for m in MessageKind] == ["model", "sketch", "model+cross", "sketch+cross"]
+    assert MessageKind.SKETCH_CROSS.sketched and MessageKind.SKETCH_CROSS.cross
+    assert not MessageKind.MODEL.sketched and not MessageKind.MODEL.cross
 
 
 def test_plan_hash_is_computed_once_and_cannot_go_stale():

@@ -8,8 +8,7 @@ own permutation, and mixes exactly the messages of its plan share's neighbours, 
 ``mechanisms.get(name).rules`` (``init_state`` / ``send`` / ``receive`` / ``model``) with a
 ``StepContext`` it builds itself. It covers the sgd, mf and laplace families (9 mechanisms).
 Cross-agent (whisper, decor, zipdl, muffliato) and sketched (dome) noise is drawn jointly
-over edges or in a shared basis; those are pinned by the batch = event engine (Agent)
-equivalence of tests/test_golden_mechanisms.py instead.
+over edges or in a shared basis: tests/test_node_by_node_cross.py is their reference.
 """
 
 import numpy as np
@@ -102,3 +101,32 @@ def test_batch_engine_equals_the_registry_node_by_node(mechanism):
         ref = node_by_node(plan, data, trial)
         assert batch.model_digest(ref) == res.digests[trial], trial
     assert res.digests[0] != res.digests[1] or mechanism == "dsgd"
+
+
+def test_a_dense_factor_plan_of_the_python_api_equals_node_by_node():
+    """'dense' (a caller's lower-triangular C; Python API only) through the same reference."""
+    import edgedp_topologies
+    from edgedp import factors
+    from edgedp.accounting.participation import Participation
+    from edgedp.plan import TaskSpec, make_plan
+
+    steps = 6
+    C = np.tril(np.full((steps, steps), 0.25)) + np.eye(steps)  # noqa: N806 (paper letter)
+    plan = make_plan(
+        "dense",
+        edgedp_topologies.parse("ring:6"),
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.5,
+        noise_multiplier=2.0,
+        factor=factors.Dense(C),
+        task=TaskSpec(batch_size=0),
+        topology_name="ring:6",
+    )
+    assert set(OPTIONS) | {"dense"} == set(mechanisms.names(family=("sgd", "mf", "laplace")))
+    data = scenarios.from_plan(plan).data()
+    res = batch.run(plan, data, trials=2, eval_every=plan.steps)
+    for trial in range(2):
+        assert batch.model_digest(node_by_node(plan, data, trial)) == res.digests[trial], trial
+    assert res.digests[0] != res.digests[1]

@@ -214,3 +214,14 @@ def test_wheel_installs_in_a_clean_venv_and_its_commands_run(tmp_path):
         [str(bindir / "python"), "-c", "import edgedp; print(edgedp.__file__)"], **run
     )
     assert str(venv) in where.stdout  # the installed copy, not the repository's
+
+
+def test_make_test_type_checks_the_package():
+    """`make test` (and `make lint`) run mypy over edgedp/, which ships py.typed."""
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("test:", "lint:"):
+        recipe = makefile.split(f"\n{target}", 1)[1].split("\n\n", 1)[0]
+        assert re.search(r"^\t\$\(VENV\)/bin/mypy$", recipe, re.M), recipe
+    assert PYPROJECT["tool"]["mypy"]["files"] == ["edgedp"]
+    assert (ROOT / "edgedp" / "py.typed").exists()
+    assert "mypy" in _packages("dev")

@@ -43,6 +43,7 @@ __all__ = [
     "factor_guarantee",
     "ldp_guarantee",
     "plan_guarantee",
+    "planned_guarantee",
 ]
 
 
@@ -262,4 +263,24 @@ def plan_guarantee(plan, *, steps_done: int | None = None) -> LDPGuarantee:
         steps_done=steps_done,
         certified=getattr(plan, "certified_sensitivity", None),
         gram=bool(getattr(plan, "_gram", False)),
+    )
+
+
+#: Up to this horizon the planner certifies from the T×T Gram matrix even when the compact
+#: route applies (the plans planned before it existed keep their bits and hashes).
+PLANNER_GRAM_STEPS = 2048
+
+
+def planned_guarantee(factor, participation, sigma: float, steps: int) -> LDPGuarantee:
+    """The planner's guarantee: from the Gram matrix up to PLANNER_GRAM_STEPS or when the
+    compact route has only bounds, else from the compact route (equal up to rounding)."""
+    fs = None
+    if steps > PLANNER_GRAM_STEPS:
+        fs = factor_sensitivity.sensitivity(factor, participation, steps=steps)
+    if fs is not None and fs.value is not None:
+        return factor_guarantee(
+            factor, participation=participation, noise_multiplier=sigma, steps=steps
+        )
+    return ldp_guarantee(
+        factor.strategy(steps), participation=participation, noise_multiplier=sigma
     )

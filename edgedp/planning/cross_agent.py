@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, factors, topology
+from edgedp import algorithms, factors, mechanisms, topology
 from edgedp import cross_agent as cross_mod
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
-from edgedp.plan import SKETCHED_CROSS_KINDS, NoisePlan, TaskSpec
+from edgedp.plan import NoisePlan, TaskSpec
 from edgedp.planning import compact_covariance, whisper
 
 __all__ = ["CrossAgentPlan", "make_plan", "post_mixing_variance", "replan_alive", "report"]
@@ -153,9 +153,10 @@ def make_plan(
     """
     if mechanism not in cross_mod.KINDS:
         raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {cross_mod.KINDS}.")
-    if sketch is not None and mechanism not in SKETCHED_CROSS_KINDS:
+    sketchable = mechanisms.names(sketchable=True)
+    if sketch is not None and mechanism not in sketchable:
         raise ValueError(
-            f"sketch=... (DOME messages) combines with {SKETCHED_CROSS_KINDS}, not {mechanism!r}."
+            f"sketch=... (DOME messages) combines with {sketchable}, not {mechanism!r}."
         )
     if (noise_multiplier is None) == (target_epsilon is None):
         raise ValueError("Give exactly one of noise_multiplier or target_epsilon (with delta).")
