@@ -48,10 +48,9 @@ import numpy as np
 from edgedp import (
     _validate,
     algorithms,
-    clipping,
-    footprint,
     rejoin,
     rng,
+    runtime,
     sketch_adaptive,
     wire,
 )
@@ -65,14 +64,14 @@ from edgedp.errors import (
     PlanError,
 )
 from edgedp.factors import StreamState
-from edgedp.noise import NoiseSource, laplace_draw, noise_digest
-from edgedp.plan import NodeShare, batch_schedule
+from edgedp.noise import NoiseSource, noise_digest
+from edgedp.plan import NodeShare
 
 __all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
 
 #: Per-example gradient entries held at once: batches are clipped and summed in chunks of
 #: max(1, CHUNK_FLOATS // d) examples (same bits as the whole batch, :func:`clipping.add_clipped`).
-CHUNK_FLOATS = footprint.CHUNK_FLOATS
+CHUNK_FLOATS = runtime.CHUNK_FLOATS
 
 #: How an agent mixes when some neighbours' messages did not arrive in time.
 DROPOUT_RULES = MappingProxyType(
@@ -203,34 +202,35 @@ class Agent:
         self.model = model
         self.algo = algorithms.for_mechanism(share.mechanism)
         self.x, self.y = x, y
-        self.batch, self.per_epoch = batch_schedule(share, x.shape[0], dim=model.dim)
-        # examples whose per-example gradients are held at once: about one model's size
-        self.chunk = max(1, CHUNK_FLOATS // max(1, model.dim))
-        self.fused = getattr(model, "clips_fused", False)  # clipped sum inside the model
-        self.order = rng.permutation(batch_key, x.shape[0])
-        self.dropout_rule = dropout_rule
-        self.round_window = round_window
-        # DOME plans send (and privatize) k floats instead of d
-        self.message_dim = model.dim if share.sketch is None else share.sketch.dim
-        self.noise = NoiseSource(
-            share.factor,
-            np.array(noise_key, dtype=object),
-            self.message_dim,
-            share.noise_std,
-            memoize=memoize_noise,
-            consume=True,  # the agent reads a stream state once (a refused round regenerates it)
-        )
-        self.noise_state: StreamState = self.noise.init()
-        self.cross = None
+        cross = None
         if share.cross_agent is not None:
             if cross_keys is None:
                 raise PlanError(
                     f"node {share.node}: a {share.mechanism} plan needs cross_keys "
                     "(shared seed / pairwise keys)."
                 )
-            self.cross = cross_mod.CrossNoise.for_node(
+            cross = cross_mod.CrossNoise.for_node(
                 share.cross_agent, cross_keys, scale=share.noise_std
             )
+        # the node runtime: batch schedule, noise streams and step contexts (edgedp.runtime)
+        self.runtime = runtime.Runtime(
+            share,
+            model=model,
+            x=x,
+            y=y,
+            keys=runtime.NodeKeys(noise=noise_key, batch=batch_key),
+            cross=cross,
+            memoize=memoize_noise,
+            consume=True,  # the agent reads a stream state once (a refused round regenerates it)
+            gradient_transform=gradient_transform,
+            chunk_floats=CHUNK_FLOATS,
+        )
+        self.batch = self.runtime.schedule.batch_size
+        self.per_epoch = self.runtime.schedule.per_epoch
+        self.dropout_rule = dropout_rule
+        self.round_window = round_window
+        # DOME plans send (and privatize) k floats instead of d
+        self.message_dim = self.runtime.message_dim
         theta0 = np.asarray(model.init_params(), dtype=np.float64)
         if theta0.shape != (model.dim,):
             raise ValueError(
@@ -248,6 +248,7 @@ class Agent:
         self.round = 0
         self.message: np.ndarray | None = None  # this round's outgoing vector, once begun
         self._ctx: StepContext | None = None
+        self._tally = runtime.Tally()
         self.neighbours = tuple(sorted(set(share.neighbours) - {self.node}))
         self.inbox: dict[int, dict[int, np.ndarray]] = {}
         self.last_seen: dict[int, np.ndarray] = {}
@@ -257,6 +258,28 @@ class Agent:
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
     # ------------------------------------------------------------------ state
+    @property
+    def share(self) -> NodeShare:
+        """The node's plan share (what the node runtime computes with)."""
+        return self._share
+
+    @share.setter
+    def share(self, value: NodeShare) -> None:
+        self._share = value
+        if hasattr(self, "runtime"):
+            self.runtime.params = value
+
+    @property
+    def model(self):
+        """The model backend."""
+        return self._model
+
+    @model.setter
+    def model(self, value) -> None:
+        self._model = value
+        if hasattr(self, "runtime"):
+            self.runtime.model = value
+
     @property
     def theta(self) -> np.ndarray:
         """The node's current model (the algorithm's ``model(state)``)."""
@@ -284,6 +307,20 @@ class Agent:
             max_bytes=wire.MAX_HEADER_BYTES + 16 * self.message_dim + 1024,
             bounds=self.bounds[:1],
         )
+
+    @property
+    def noise(self) -> NoiseSource:
+        """The node's Gaussian noise source (its temporal factor on its key)."""
+        return self.runtime.noise.source
+
+    @property
+    def noise_state(self) -> StreamState:
+        """Where the node's noise stream stands (its step is the next round to draw)."""
+        return self.runtime.noise.state
+
+    @noise_state.setter
+    def noise_state(self, value: StreamState) -> None:
+        self.runtime.noise.state = value
 
     @property
     def done(self) -> bool:
@@ -365,7 +402,7 @@ class Agent:
             )
         self.state, self.round = state, r
         # regenerated from the key: a checkpoint holds no noise (module docstring)
-        self.noise_state = self.noise.state_at(r)
+        self.runtime.noise.rewind(r)
         self.last_seen = last_seen
         self.metrics = metrics
         self.inbox = {k: v for k, v in self.inbox.items() if k >= r}
@@ -387,84 +424,23 @@ class Agent:
             )
         if self.message is not None:
             raise RuntimeError(f"round {self.round} already begun")
-        slot = self.round % self.per_epoch
-        sel = self.order[slot * self.batch : (slot + 1) * self.batch]
-        self._clipped = 0
-        self._nonfinite = 0
         self._noise_digest = ""
         self.last_gradient: np.ndarray | None = None
 
-        def sketch_gradient(point: np.ndarray, project=None) -> np.ndarray:
-            if project is None and self.gradient_transform is None and self.fused:
-                gsum, hit, bad = self.model.clipped_gradient_sum(  # `:gemm`: the whole batch
-                    point, self.x[sel], self.y[sel], clip_norm=self.share.clip_norm
-                )
-                self._clipped += int(hit)
-                self._nonfinite += int(bad)
-                return gsum
-            if self.gradient_transform is not None:  # simulators: the transform sees the batch
-                chunks = [sel]
-            else:  # clipped per example, so chunks of examples sum to the same bits
-                chunks = [sel[lo : lo + self.chunk] for lo in range(0, len(sel), self.chunk)]
-            gsum = None
-            for part in chunks:
-                # one example: a view of its row instead of a copy
-                rows = slice(int(part[0]), int(part[0]) + 1) if len(part) == 1 else part
-                grads = self.model.per_example_gradients(point, self.x[rows], self.y[rows])
-                if self.gradient_transform is not None:
-                    grads = self.gradient_transform(self.round, point, part, grads)
-                if project is not None:
-                    grads = project(grads)
-                if gsum is None:
-                    gsum = np.zeros(grads.shape[:-2] + grads.shape[-1:])
-                gsum, hit, bad = clipping.add_clipped(
-                    gsum, grads, self.share.clip_norm, overwrite=project is None
-                )
-                del grads
-                self._clipped += int(hit)
-                self._nonfinite += int(bad)
-            assert gsum is not None  # a batch has at least one example
-            return gsum
+        def keep(g: np.ndarray) -> None:  # read by simulator probes (ground truth), never sent
+            self.last_gradient = g
 
-        def gradient(point: np.ndarray) -> np.ndarray:
-            # read by simulator probes (ground truth), never sent
-            g = sketch_gradient(point)
-            if self.keep_gradient:
-                self.last_gradient = g
-            return g
-
-        def noise() -> np.ndarray | None:
-            if self.share.noise_std == 0:
-                return None
-            if self.noise_state.step != self.round:
-                raise RuntimeError("noise stream out of step with the round counter")
-            out, self.noise_state = self.noise.next(self.noise_state)
-            if self.cross is not None:
-                out = self.cross.compose(out, self.round)
+        def digest(out: np.ndarray) -> None:
             self._noise_digest = noise_digest(out)
-            return out
 
-        def laplace(scale: float) -> np.ndarray:
-            out = laplace_draw(self.noise.keys, self.round, self.model.dim, scale)
-            self._noise_digest = noise_digest(out)
-            return out
-
-        self._ctx = StepContext(
+        agg = self.aggregator
+        self._ctx, self._tally = self.runtime.context(
             self.round,
-            self.share.learning_rate,
-            self.share.clip_norm,
-            self.batch,
-            gradient,
-            noise,
-            laplace,
-            self.share.laplace,
-            cross_agent=self.share.cross_agent,
-            sketch=self.share.sketch,
-            noise_std=self.share.noise_std,
-            sketch_gradient=sketch_gradient,
-            basis=None if self.aggregator is None else self.aggregator.basis(self.round),
-            mean=None if self.aggregator is None else self.aggregator.sketch.mean(self.round),
-            release=None if self.aggregator is None else self._release,
+            on_gradient=keep if self.keep_gradient else None,
+            on_noise=digest,
+            basis=None if agg is None else agg.basis(self.round),
+            mean=None if agg is None else agg.sketch.mean(self.round),
+            release=None if agg is None else self._release,
         )
         try:  # nothing below changes the agent until every outgoing array is checked
             state, message = self.algo.send(self.state, self._ctx)
@@ -477,7 +453,7 @@ class Agent:
             # factor's state is not kept twice for this rare path)
             self._ctx = None
             if self.noise_state.step != self.round:
-                self.noise_state = self.noise.state_at(self.round)
+                self.runtime.noise.rewind(self.round)
             raise
         self.state, self.message = state, message
         self.metrics.sent += len(self.neighbours)
@@ -534,7 +510,7 @@ class Agent:
             return self.theta
         steps = self.share.steps
         scale = self.share.laplace.noise_scale(steps)
-        return self.theta + laplace_draw(self.noise.keys, steps, self.model.dim, scale)
+        return self.theta + self.runtime.noise.laplace(steps, scale)
 
     def wire_limits(self) -> tuple[int, int]:
         """``(largest frame in bytes, most frames)`` of any message this node accepts: a
@@ -589,8 +565,7 @@ class Agent:
             )
         if self.message is not None:
             raise RuntimeError(f"round {self.round} already begun; end it instead")
-        if self.share.noise_std > 0:
-            _, self.noise_state = self.noise.next(self.noise_state)
+        self.runtime.noise.discard()
         self.inbox.pop(self.round, None)
         self.round += 1
         self.metrics.rounds += 1
@@ -742,11 +717,12 @@ class Agent:
             del step, before
         if self.aggregator is not None:
             self.aggregator.end_round(self.round)
-        report = RoundReport(self.round, missing, self._clipped, update_norm, self._nonfinite)
+        tally = self._tally
+        report = RoundReport(self.round, missing, tally.clipped, update_norm, tally.nonfinite)
         self.metrics.rounds += 1
         self.metrics.missing += len(missing)
-        self.metrics.clipped += self._clipped
-        self.metrics.nonfinite += self._nonfinite
+        self.metrics.clipped += tally.clipped
+        self.metrics.nonfinite += tally.nonfinite
         self.round += 1
         self._ctx = None
         self.inbox = {k: v for k, v in self.inbox.items() if k >= self.round}

@@ -39,6 +39,8 @@ DEVICE_MODULES = [
     "edgedp.models.onnx_backend",
     "edgedp._codec",
     "edgedp.streams",
+    "edgedp.runtime",
+    "edgedp.gradient_sums",
     "edgedp.keys",
     "edgedp.signing",
     "edgedp.accounting.budget",
