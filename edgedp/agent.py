@@ -481,7 +481,7 @@ class Agent:
             )
 
     def _release(self, coef: np.ndarray) -> None:
-        assert self.aggregator is not None  # passed as ctx.release for adaptive DOME only
+        assert self.aggregator is not None  # passed as the release of adaptive DOME only
         self.aggregator.release(self.round, coef)
 
     def _per_recipient(self, slots: np.ndarray) -> Outgoing:

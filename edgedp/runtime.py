@@ -36,6 +36,7 @@ import numpy as np
 
 from edgedp import cross_agent as cross_mod
 from edgedp import footprint, gradient_sums, rng, streams
+from edgedp.algorithms import _gossip
 from edgedp.algorithms._gossip import StepContext
 from edgedp.noise import NoiseStreams
 from edgedp.plan import batch_schedule
@@ -176,23 +177,22 @@ def step_context(
     release: Callable[[np.ndarray], None] | None = None,
 ) -> StepContext:
     """The :class:`~edgedp.algorithms.StepContext` of round ``t`` for ``params`` (a plan or a
-    node's share): the common fields and the plan's sections the rules read."""
+    node's share): the common fields and the one extra of the plan's family — its Laplace
+    schedule (with ``laplace``), its sketch (with ``sketch_gradient``, ``basis``, ``mean``,
+    ``release``; DOME, also with cross-agent noise) or its cross-agent section."""
+    extra: _gossip.Extra | None = None
+    if params.laplace is not None:
+        assert laplace is not None  # every engine draws Laplace noise for Laplace plans
+        extra = _gossip.LaplaceExtra(laplace, params.laplace)
+    elif params.sketch is not None:
+        assert sketch_gradient is not None  # every engine clips in the sketch for DOME
+        extra = _gossip.SketchExtra(
+            params.sketch, params.noise_std, sketch_gradient, basis, mean, release
+        )
+    elif params.cross_agent is not None:
+        extra = _gossip.CrossExtra(params.cross_agent)
     return StepContext(
-        t,
-        params.learning_rate,
-        params.clip_norm,
-        batch_size,
-        gradient,
-        noise,
-        laplace,
-        params.laplace,
-        cross_agent=params.cross_agent,
-        sketch=params.sketch,
-        noise_std=params.noise_std,
-        sketch_gradient=sketch_gradient,
-        basis=basis,
-        mean=mean,
-        release=release,
+        t, params.learning_rate, params.clip_norm, batch_size, gradient, noise, extra
     )
 
 

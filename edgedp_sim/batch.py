@@ -80,7 +80,7 @@ def run(
     on the same draws (comparisons of model backends, for instance).
 
     ``observers`` (adversary probes, ground-truth recorders) get a :class:`RoundView` after
-    each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.laplace``
+    each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.extra.laplace``
     returned (last call of the round) and the state at the start of the round. They only
     read; without observers nothing is recorded and the run is the same bit for bit.
     ``data`` may be a :class:`~edgedp_sim.datasets.PerTrialData` (other local data in every trial).
