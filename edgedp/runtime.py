@@ -357,14 +357,15 @@ class Runtime:
                 on_noise(out)
             return out
 
+        params = self.params  # only the extra of the plan's family is built (step_context)
         ctx = step_context(
-            self.params,
+            params,
             t,
             batch_size=self.schedule.batch_size,
             gradient=gradient,
             noise=noise,
-            laplace=laplace,
-            sketch_gradient=sketch_gradient,
+            laplace=None if params.laplace is None else laplace,
+            sketch_gradient=None if params.sketch is None else sketch_gradient,
             basis=basis,
             mean=mean,
             release=release,
