@@ -45,6 +45,12 @@ DEVICE_MODULES = [
     "edgedp.signing",
     "edgedp.accounting.budget",
     "edgedp.agent",
+    "edgedp.node_round",
+    "edgedp.mailbox",
+    "edgedp.outgoing",
+    "edgedp.dropout",
+    "edgedp.snapshot",
+    "edgedp.node_metrics",
     "edgedp.wire",
     "edgedp.transport.zmq",
 ]
