@@ -5,20 +5,22 @@ privacy noise at each step: the stream keys, the temporal factor and the standar
 ``ν = σ · sens · Δ``. ``draw(τ)`` stacks the standard normals of step τ for every key, so the
 same code serves one device (keys of shape ``()``) and the batch engine (keys of shape
 ``(trials, nodes)``); the factor works elementwise, so a node's noise has the same bits either
-way.
+way. :class:`NoiseStreams` is what a node runtime draws in a round (:mod:`edgedp.runtime`):
+the source's stream with its cross-agent components, and the Laplace draws.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from edgedp import _validate, rng
 from edgedp.factors import StreamState, TemporalFactor
 
-__all__ = ["NoiseSource", "laplace_draw", "noise_digest"]
+__all__ = ["NoiseSource", "NoiseStreams", "laplace_draw", "noise_digest"]
 
 
 def noise_digest(noise: np.ndarray) -> str:
@@ -118,3 +120,73 @@ class NoiseSource:
         if self.std == 0.0:  # ``next`` never advanced the factor
             return StreamState(step, self.init().buffers)
         return self.factor.state_at(self.draw, step, self.shape)
+
+
+class NoiseStreams:
+    """A node's (or a stack's) noise: the temporal factor's Gaussian stream ν·(C⁻¹z)_t with
+    the plan's cross-agent components, and the Laplace draws of Laplace plans — every draw a
+    pure function of (key, round), so a resumed node regenerates them.
+
+    Args:
+      params: the plan or the node's share (``factor``, ``noise_std``).
+      keys: the noise key(s): one StreamKey or a ``(trials, nodes)`` object array.
+      dim: the model dimension (Laplace draws are model-sized).
+      message_dim: the dimension the Gaussian noise privatizes (k for DOME sketches).
+      cross: the :class:`~edgedp.cross_agent.CrossNoise` of a cross-agent plan (its
+        ``compose(own, step)`` adds the shared-seed, per-edge and message components).
+      memoize, consume: :class:`~edgedp.noise.NoiseSource`'s options.
+    """
+
+    def __init__(
+        self,
+        params,
+        keys,
+        *,
+        dim: int,
+        message_dim: int,
+        cross: Any | None = None,
+        memoize: bool = False,
+        consume: bool = False,
+    ) -> None:
+        keys = np.array(keys, dtype=object) if isinstance(keys, rng.StreamKey) else keys
+        self.std = float(params.noise_std)
+        self.dim = dim
+        self.source = NoiseSource(
+            params.factor, keys, message_dim, params.noise_std, memoize=memoize, consume=consume
+        )
+        self.state: StreamState = self.source.init()
+        self.cross = cross
+        self._ahead: rng.LaplaceAhead | None = None  # a stack's Laplace draws, 16 rounds ahead
+
+    def gaussian(self, t: int) -> np.ndarray | None:
+        """Round ``t``'s Gaussian noise (with its cross-agent components), None without noise.
+
+        Raises:
+          RuntimeError: the stream is not at round ``t`` (noise is never drawn twice).
+        """
+        if self.std == 0:
+            return None
+        if self.state.step != t:
+            raise RuntimeError("noise stream out of step with the round counter")
+        out, self.state = self.source.next(self.state)
+        return out if self.cross is None else self.cross.compose(out, t)
+
+    def discard(self) -> None:
+        """Draw and drop the current round's Gaussian noise (a skipped round)."""
+        if self.std > 0:
+            _, self.state = self.source.next(self.state)
+
+    def rewind(self, t: int) -> None:
+        """Put the stream at the start of round ``t``, regenerated from the key alone."""
+        self.state = self.source.state_at(t)
+
+    def laplace(self, t: int, scale: float) -> np.ndarray:
+        """Laplace(0, scale) draws of round ``t``, model-sized: the same draws however often
+        it is called in the round (one node: :func:`edgedp.noise.laplace_draw`; a stack in
+        bulk, :class:`edgedp.rng.LaplaceAhead`, the same bits)."""
+        keys = self.source.keys
+        if keys.ndim == 0:
+            return laplace_draw(keys, t, self.dim, scale)
+        if self._ahead is None:
+            self._ahead = rng.LaplaceAhead(rng.key_words(keys), (self.dim,))
+        return self._ahead.draw(t, scale=scale)

@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import algorithms, clipping, models, rng, sketch_adaptive, streams
+from edgedp import algorithms, models, runtime, sketch_adaptive, streams
 from edgedp import cross_agent as cross_mod
-from edgedp.algorithms._gossip import StepContext
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
-from edgedp.noise import NoiseSource
-from edgedp.plan import NoisePlan, batch_schedule
+from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial, round_faults
 from edgedp_sim.churn import Faults
 from edgedp_sim.datasets import FederatedData
@@ -82,7 +80,7 @@ def run(
     on the same draws (comparisons of model backends, for instance).
 
     ``observers`` (adversary probes, ground-truth recorders) get a :class:`RoundView` after
-    each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.laplace``
+    each round's receive: the messages, what ``ctx.gradient``/``ctx.noise``/``ctx.extra.laplace``
     returned (last call of the round) and the state at the start of the round. They only
     read; without observers nothing is recorded and the run is the same bit for bit.
     ``data`` may be a :class:`~edgedp_sim.datasets.PerTrialData` (other local data in every trial).
@@ -128,21 +126,28 @@ def run(
     )
     model = models.for_task(plan.task, data.features)
     d = model.dim
-    batch, per_epoch = batch_schedule(plan, data.local_size, dim=d)
-    run_keys = streams.RunKeys.simulation(plan) if keys is None else keys
+    run_keys = runtime.simulation_keys(plan) if keys is None else keys
     trial_ids = range(first_trial, first_trial + trials)
-    per_trial_keys = dict(nodes=plan.n, trials=trials, first_trial=first_trial)
-    keys = run_keys.per_trial("noise", **per_trial_keys)  # run_keys.noise(u, trial=tr)
-    size = data.local_size  # rng.permutation(run_keys.batch(u, trial=tr), size), in bulk
-    batch_keys = run_keys.per_trial("batch", **per_trial_keys)
-    orders = rng.stacked(batch_keys, 0, (size,), lambda g: g.permutation(size)).astype(np.int64)
-    # the Laplace draws (noise.laplace_draw of every key), converted once, 16 steps at a time
-    laplace_ahead = rng.LaplaceAhead(rng.key_words(keys), (model.dim,))
-    msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
-    source = NoiseSource(
-        plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
+    # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
+    cross = (
+        None
+        if plan.cross_agent is None
+        else cross_mod.CrossNoise.for_plan(plan, run_keys, trial_ids)
     )
-    state = source.init()
+    # the node runtime of every (trial, node): keys, batch schedule, noise, step contexts
+    stack = runtime.Runtime(
+        plan,
+        model=model,
+        x=data.x,
+        y=data.y,
+        keys=runtime.stack_keys(run_keys, nodes=plan.n, trials=trials, first_trial=first_trial),
+        cross=cross,
+        memoize=plan.factor.kind == "dense",
+        gradient_transform=gradient_transform,
+        first_trial=first_trial,
+    )
+    batch = stack.schedule.batch_size
+    msg_dim = stack.message_dim  # DOME: k floats per message
     if adaptive:  # one view per trial; the network sum emulated in the tree's order
         tree = sketch_adaptive.spanning_tree(algo._graph(plan))
         trackers = [
@@ -150,12 +155,6 @@ def run(
             for _ in range(trials)
         ]
     released: dict[str, np.ndarray] = {}
-    # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
-    cross = (
-        None
-        if plan.cross_agent is None
-        else cross_mod.CrossNoise.for_plan(plan, run_keys, trial_ids)
-    )
     back = None if cross is None else cross_mod.reverse_slots(plan.mixing_index)
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
     start = initial.states(
@@ -163,7 +162,6 @@ def run(
     )
     if start is not None:
         theta = start
-    node_idx = np.arange(plan.n)[None, :, None]
     result = BatchResult(models=theta)
     degree_sum = int(
         np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None]))
@@ -188,94 +186,20 @@ def run(
     clipped = nonfinite = 0
     observers = tuple(observers)
     drawn: dict[str, np.ndarray | None] = {}
-    rows = np.arange(first_trial, first_trial + trials)[:, None, None]  # per-trial data
-
-    def clipped_sum(grads):  # DOME clips in the sketch: the private value then lives in R^k
-        nonlocal clipped, nonfinite
-        gsum, hit, bad = clipping.clipped_sum(grads, plan.clip_norm)
-        clipped += int(hit.sum())
-        nonfinite += int(bad.sum())
-        if observers:
-            drawn["gradient"] = gsum
-        return gsum
-
-    fused = getattr(model, "clips_fused", False)  # `:gemm` models clip inside the model
-
-    def fused_sum(point, xb, yb):
-        nonlocal clipped, nonfinite
-        gsum, hit, bad = model.clipped_gradient_sum(point, xb, yb, clip_norm=plan.clip_norm)
-        clipped += int(hit.sum())
-        nonfinite += int(bad.sum())
-        if observers:
-            drawn["gradient"] = gsum
-        return gsum
-
+    hooks = (
+        {
+            "on_gradient": lambda g: drawn.__setitem__("gradient", g),
+            "on_sketch_gradient": lambda g: drawn.__setitem__("gradient", g),
+            "on_noise": lambda z: drawn.__setitem__("noise", z),
+        }
+        if observers
+        else {}
+    )
     gather_buffer: dict[tuple, np.ndarray] = {}
-    # nodes per model call: ~4 MiB of per-example gradients stay in cache through clipping
-    # (each node's rows are computed and clipped on their own: the same bits as one call)
-    group = max(1, (1 << 22) // (trials * batch * d * 8))
 
     for t in range(plan.steps):
-        slot = t % per_epoch
-        sel = orders[:, :, slot * batch : (slot + 1) * batch]
-        if per_trial:
-            xb, yb = data.x[rows, node_idx, sel], data.y[rows, node_idx, sel]
-        else:
-            xb = data.x[node_idx, sel]
-            yb = data.y[node_idx, sel]
-
-        def per_example(point, xb=xb, yb=yb, sel=sel, t=t):
-            out = model.per_example_gradients(point, xb, yb)
-            return out if gradient_transform is None else gradient_transform(t, point, sel, out)
-
-        def gradient(point, xb=xb, yb=yb):
-            if fused and gradient_transform is None:  # every node at once, no per-example rows
-                return fused_sum(point, xb, yb)
-            if gradient_transform is not None or group >= plan.n or point.ndim != 3:
-                return clipped_sum(per_example(point))
-            gsum = np.concatenate(
-                [
-                    clipped_sum(model.per_example_gradients(point[:, s], xb[:, s], yb[:, s]))
-                    for s in (slice(lo, lo + group) for lo in range(0, plan.n, group))
-                ],
-                axis=1,
-            )
-            if observers:
-                drawn["gradient"] = gsum
-            return gsum
-
-        def sketch_gradient(point, project):
-            return clipped_sum(project(per_example(point)))
-
-        def noise(t=t):
-            nonlocal state
-            if plan.noise_std == 0:
-                return None
-            out, state = source.next(state)
-            out = out if cross is None else cross.compose(out, t)
-            if observers:
-                drawn["noise"] = out
-            return out
-
-        def laplace(scale, t=t):
-            out = laplace_ahead.draw(t, scale=scale)
-            if observers:
-                drawn["noise"] = out
-            return out
-
-        ctx = StepContext(
+        ctx, tally = stack.context(
             t,
-            plan.learning_rate,
-            plan.clip_norm,
-            batch,
-            gradient,
-            noise,
-            laplace,
-            plan.laplace,
-            cross_agent=plan.cross_agent,
-            sketch=plan.sketch,
-            noise_std=plan.noise_std,
-            sketch_gradient=sketch_gradient,
             basis=sketch_adaptive.PerTrial([tr.basis(t) for tr in trackers]) if adaptive else None,
             mean=(
                 np.stack([tr.mean(t) for tr in trackers])
@@ -283,6 +207,7 @@ def run(
                 else None
             ),
             release=(lambda c: released.__setitem__("c", c)) if adaptive else None,
+            **hooks,
         )
         before = alg_state
         drawn.clear()
@@ -296,6 +221,8 @@ def run(
             alg_state = algo.receive(alg_state, plan.mixing_weight, gathered, ctx)
         else:
             alg_state = round_faults.receive(rf, algo, t, before, alg_state, gathered, ctx)
+        clipped += tally.clipped  # receive may take gradients too (sr-gt, dpop)
+        nonfinite += tally.nonfinite
         if observers:
             view = RoundView(t, message, drawn.get("gradient"), drawn.get("noise"), before, batch)
             for obs in observers:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgedp import rng, sketch, streams
+from edgedp import runtime, sketch, streams
 from edgedp.plan import NoisePlan, batch_schedule
 
 __all__ = [
@@ -91,7 +91,8 @@ class Canary:
         0 when every example is in every batch)."""
         if self.per_epoch == 1:
             return 0
-        order = rng.permutation(keys.batch(self.victim, trial=trial), local_size)
+        key = runtime.node_keys(keys, self.victim, trial=trial).batch  # the Agent's order
+        order = runtime.batch_order(key, local_size)
         return int(order[self.slot * self.batch_size])
 
     # ---------------------------------------------------------------- batch engine

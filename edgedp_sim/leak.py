@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import mechanisms, models, streams
+from edgedp import mechanisms, models, runtime
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
 from edgedp_sim import adversary, attacks, batch, engine, initial, leakage, linear_attack
@@ -235,7 +235,7 @@ def _estimate(probes, plan, victim, theta0, initial_state, trials, info, point, 
     """Each probe's information set and point estimate for trials ``(first, count)``,
     appended to ``info``/``point`` (the attackers are granted every node's x(0))."""
     first, count = trials
-    keys = streams.RunKeys.simulation(plan)
+    keys = runtime.simulation_keys(plan)  # the batch engine's (edgedp.runtime)
     dim = np.shape(theta0)[-1]
     start = initial.states(
         initial_state, keys, nodes=plan.n, dim=dim, trials=count, first_trial=first

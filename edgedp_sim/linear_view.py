@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgedp import algorithms, cross_agent, rng
-from edgedp.algorithms._gossip import StepContext
+from edgedp import algorithms, cross_agent, rng, runtime
 from edgedp.noise import laplace_draw
 
 __all__ = [
@@ -119,18 +118,13 @@ def trace(plan, *, batch_size: int, dim: int, theta0: np.ndarray) -> Trace:
             noise = unit(noise_offset[t], ndim, (n, slots))
         else:
             noise = unit(noise_offset[t, :, 0], ndim, (n,))
-        ctx = StepContext(
+        ctx = runtime.step_context(  # the engines' contexts, impulses for gradient and noise
+            plan,
             t,
-            plan.learning_rate,
-            plan.clip_norm,
-            batch_size,
-            lambda point, g=grads: g,
-            lambda z=noise: z,
-            lambda scale, z=noise: z,
-            plan.laplace,
-            cross_agent=plan.cross_agent,
-            sketch=spec,
-            noise_std=plan.noise_std,
+            batch_size=batch_size,
+            gradient=lambda point, g=grads: g,
+            noise=lambda z=noise: z,
+            laplace=lambda scale, z=noise: z,
             sketch_gradient=lambda point, project, g=grads: g,
         )
         state, message = algo.send(state, ctx)

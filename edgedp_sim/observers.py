@@ -27,7 +27,7 @@ class RoundView:
 
     ``messages`` is what each node sent every neighbour; ``gradients`` the clipped-gradient
     sum its update used (the round's last ``ctx.gradient`` call, in ``send`` or ``receive``);
-    ``noise`` the noise it drew (``ctx.noise()`` or ``ctx.laplace(scale)``; None without
+    ``noise`` the noise it drew (``ctx.noise()`` or ``ctx.extra.laplace(scale)``; None without
     noise); ``state`` the algorithm state at the start of the round; ``batch_size`` B.
     """
 

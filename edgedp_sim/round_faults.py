@@ -128,8 +128,9 @@ class RoundFaults:
 
 
 def receive(rf: RoundFaults, algo, r: int, before: dict, sent: dict, gathered, ctx) -> dict:
-    """Round r's mixing under the faults: the Agent's dropout rule (``Agent._mixing_terms``)
-    for the slots whose message did not come, and the state of every inactive node kept.
+    """Round r's mixing under the faults: the Agent's dropout rule
+    (``edgedp.dropout.mixing_terms``) for the slots whose message did not come, and the
+    state of every inactive node kept.
 
     ``before``/``sent``: the algorithm state before and after ``send``; ``gathered``
     ``(trials, n, slots, d)`` the messages in each node's padded-row order.

@@ -75,7 +75,7 @@ import numpy as np
 import zmq
 import zmq.auth
 
-from edgedp import cross_agent, footprint, keys, models, rng, rounds, sketch_adaptive, streams
+from edgedp import footprint, keys, models, rng, rounds, runtime, sketch_adaptive, streams
 from edgedp.accounting import budget
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError, PlanError
@@ -181,11 +181,10 @@ def _stream_keys(cfg, plan, share, secret, noise_secret) -> tuple[dict, str]:
     simulators')."""
     own = streams.RunKeys(noise_secret, plan.plan_hash, cfg.run_id)
     if cfg.reproducible:
-        return own.agent(cfg.id, share.neighbours), own.fingerprint()
-    arguments = {"noise_key": own.noise(cfg.id), "batch_key": own.batch(cfg.id)}
+        return runtime.node_keys(own, cfg.id, share.neighbours).arguments(), own.fingerprint()
     cross = share.cross_agent
     if cross is None:
-        return arguments, own.fingerprint()
+        return runtime.device_keys(own, cfg.id).arguments(), own.fingerprint()
     shared = None
     if cross.factor_row:
         shared = streams.RunKeys(_open_seed(cfg, secret), plan.plan_hash, cfg.run_id).shared()
@@ -200,9 +199,7 @@ def _stream_keys(cfg, plan, share, secret, noise_secret) -> tuple[dict, str]:
         )
         for v, _ in cross.edge_terms
     }
-    arguments["cross_keys"] = cross_agent.CrossKeys(
-        shared=shared, pairs=pairs, messages=own.messages(cfg.id)
-    )
+    arguments = runtime.device_keys(own, cfg.id, edges=pairs, shared=shared).arguments()
     digest = hashlib.sha256(own.fingerprint().encode())
     if shared is not None:
         digest.update(hashlib.sha256(f"shared:{shared.hex()}".encode()).digest())

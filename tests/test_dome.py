@@ -16,6 +16,7 @@ from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.algorithms import StepContext, dome
+from edgedp.algorithms._gossip import SketchExtra
 from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
@@ -176,16 +177,13 @@ def test_plan_round_trip_and_refusals():
 
 # ---------------------------------------------------------------- the update rule
 def _ctx(t, grad, noise=None, spec=None, batch_size=1, noise_std=0.0):
+    sketched = SketchExtra(
+        spec,
+        noise_std,
+        lambda th, project: project(grad),  # one unclipped "example"
+    )
     return StepContext(
-        t,
-        0.5,
-        1.0,
-        batch_size,
-        lambda th: grad,
-        lambda: noise,
-        sketch=spec,
-        noise_std=noise_std,
-        sketch_gradient=lambda th, project: project(grad),  # one unclipped "example"
+        t, 0.5, 1.0, batch_size, lambda th: grad, lambda: noise, None if spec is None else sketched
     )
 
 

@@ -1,21 +1,26 @@
 """Every mechanism whose noise is node-private, run node by node through the registry's round
 rules only, gives the batch engine's bits.
 
-The reference below knows nothing of the batch engine, the Agent or the node runtime: each
-node keeps its own state, draws its own noise from its own key with the per-stream
-generators (``NoiseSource`` on one key; ``rng.laplace`` per round), takes its batch from its
-own permutation, and mixes exactly the messages of its plan share's neighbours, through
+The reference below is deliberately independent of the node runtime (:mod:`edgedp.runtime`),
+which the batch engine, the Agent (devices, the event engine) and the daemon share: it
+recomputes what that runtime decides another way, so a wrong key, batch slot or context in
+the runtime shows up here instead of cancelling out. Each node keeps its own state, draws
+its own noise from its own key with the per-stream generators (``NoiseSource`` on one key;
+``rng.laplace`` per round, where the runtime draws a stack in bulk), takes its keys from
+``RunKeys`` by label, its batch from its own permutation with the slot arithmetic written
+out, and mixes exactly the messages of its plan share's neighbours, through
 ``mechanisms.get(name).rules`` (``init_state`` / ``send`` / ``receive`` / ``model``) with a
-``StepContext`` it builds itself. It covers the sgd, mf and laplace families (9 mechanisms).
-Cross-agent (whisper, decor, zipdl, muffliato) and sketched (dome) noise is drawn jointly
-over edges or in a shared basis: tests/test_node_by_node_cross.py is their reference.
+``StepContext`` it builds itself (the Laplace family's typed extra chosen by hand). It
+covers the sgd, mf and laplace families (9 mechanisms). Cross-agent (whisper, decor, zipdl,
+muffliato) and sketched (dome) noise is drawn jointly over edges or in a shared basis:
+tests/test_node_by_node_cross.py is their reference.
 """
 
 import numpy as np
 import pytest
 
 from edgedp import api, clipping, mechanisms, models, rng, streams
-from edgedp.algorithms._gossip import StepContext
+from edgedp.algorithms._gossip import LaplaceExtra, StepContext
 from edgedp.noise import NoiseSource
 from edgedp.plan import batch_schedule
 from edgedp_sim import batch, scenarios
@@ -79,8 +84,7 @@ def node_by_node(plan, data, trial: int) -> np.ndarray:
                 batch_size=bs,
                 gradient=gradient,
                 noise=noise,
-                laplace=laplace if plan.laplace is not None else None,
-                schedule=share.laplace,
+                extra=None if plan.laplace is None else LaplaceExtra(laplace, share.laplace),
             )
             states[u], message = rules.send(states[u], ctx)
             contexts.append(ctx)

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from edgedp import api, clipping, mechanisms, models, rng, streams
-from edgedp.algorithms._gossip import StepContext
+from edgedp.algorithms._gossip import CrossExtra, SketchExtra, StepContext
 from edgedp.plan import batch_schedule
 from edgedp_sim import batch, scenarios
 
@@ -138,6 +138,11 @@ def node_by_node(plan, data, trial: int, *, mutate: str | None = None) -> np.nda
             cross = share.cross_agent
             if mutate == "muffliato-rounds" and cross is not None and cross.gossip_rounds > 1:
                 cross = None  # a gradient step every round
+            extra: SketchExtra | CrossExtra | None = None  # chosen by hand, not by the runtime
+            if share.sketch is not None:
+                extra = SketchExtra(share.sketch, share.noise_std, sketch_gradient)
+            elif cross is not None:
+                extra = CrossExtra(cross)
             ctx = StepContext(
                 round=t,
                 learning_rate=share.learning_rate,
@@ -145,10 +150,7 @@ def node_by_node(plan, data, trial: int, *, mutate: str | None = None) -> np.nda
                 batch_size=bs,
                 gradient=gradient,
                 noise=noise,
-                cross_agent=cross,
-                sketch=share.sketch,
-                noise_std=share.noise_std,
-                sketch_gradient=sketch_gradient,
+                extra=extra,
             )
             states[u], message = rules.send(states[u], ctx)
             contexts.append(ctx)

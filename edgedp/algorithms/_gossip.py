@@ -19,10 +19,11 @@ An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
 
 ``ctx`` is a :class:`StepContext`: the round, the hyper-parameters and two callables,
 ``gradient(point)`` (sum of per-example clipped gradients on the round's batch) and
-``noise()`` (the round's correlated Gaussian noise of std ν, None when the plan has none);
-Laplace plans (sr-gt, dpop) also get ``laplace(scale)`` (the round's Laplace draws from the
-node's noise stream) and ``schedule`` (the plan's
-:class:`~edgedp.accounting.laplace.LaplaceSchedule`).
+``noise()`` (the round's correlated Gaussian noise of std ν, None when the plan has none),
+plus one typed ``extra`` for the plan's family (:func:`extra` reads it, naming what is
+missing): :class:`LaplaceExtra` (sr-gt, dpop), :class:`CrossExtra` (noise correlated
+across agents) or :class:`SketchExtra` (DOME); None for the D-SGD and MF families. The node
+runtime (:mod:`edgedp.runtime`) builds every engine's contexts.
 Everything is elementwise or summed in a fixed order, never through BLAS, so one node's
 numbers have the same bits on a device, in the event engine and in the batch engine
 (DESIGN §2).
@@ -32,14 +33,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from edgedp import bounds
 
 __all__ = [
+    "CrossExtra",
+    "LaplaceExtra",
+    "SketchExtra",
     "StepContext",
+    "extra",
     "init_state",
     "local_step",
     "message_bound",
@@ -53,27 +58,58 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class StepContext:
-    """What ``send`` and ``receive`` may use in one round (built by the engine).
+class LaplaceExtra:
+    """What Laplace plans (sr-gt, dpop) read besides the common fields.
 
     ``laplace(scale)`` returns Laplace(0, scale) draws shaped like the model state, a pure
     function of (node key, round): calling it twice in a round gives the same draws, never
-    fresh noise. ``schedule`` is the plan's Laplace schedule (α_k, β, ν_k); both are None
-    for Gaussian plans. ``cross_agent`` is the plan's cross-agent section (batch engine) or
-    the node's share of it (devices) — both expose ``gossip_rounds`` — and None otherwise;
-    for those plans ``noise()`` already returns the node's full correlated noise, per
-    padded-row slot ``(..., m, d)`` for message-wise noise (Zip-DL), whose ``send`` then
-    returns one message per slot. ``sketch`` is the plan's
-    :class:`~edgedp.sketch.SketchSpec` (DOME plans; None otherwise): then ``noise()`` is
-    k-dimensional, ``noise_std`` is ν, the std of its coordinates, and
+    fresh noise. ``schedule`` is the plan's
+    :class:`~edgedp.accounting.laplace.LaplaceSchedule` (α_k, β, ν_k).
+    """
+
+    laplace: Callable[[float], np.ndarray]
+    schedule: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CrossExtra:
+    """Plans with noise correlated across agents: ``cross_agent`` is the plan's section
+    (batch engine) or the node's share of it (devices); both expose ``gossip_rounds``.
+    ``noise()`` already returns the node's full correlated noise, per padded-row slot
+    ``(..., m, d)`` for message-wise noise (Zip-DL), whose ``send`` then returns one message
+    per slot."""
+
+    cross_agent: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SketchExtra:
+    """DOME plans: ``sketch`` is the plan's :class:`~edgedp.sketch.SketchSpec`; ``noise()``
+    is k-dimensional and ``noise_std`` ν, the std of its coordinates;
     ``sketch_gradient(point, project)`` returns Σ_b clip(project(g_b), Δ) — per-example
     gradients projected, then clipped and summed in order (paper 002 Alg. 1 lines 10-11).
     With an adaptive sketch (``sketch.basis == "adaptive"``) the engine also passes
     ``basis``, the round's shared basis (:class:`~edgedp.sketch_adaptive.AdaptiveSketch`),
     ``release(c)``, which hands the node's released coefficients to the aggregate, and
     ``mean`` (m̄ of the window with ``mean_removal``, else None; ``(trials, d)`` in the
-    batch engine).
-    """
+    batch engine)."""
+
+    sketch: Any
+    noise_std: float
+    sketch_gradient: Callable[[np.ndarray, Callable], np.ndarray]
+    basis: Any = None
+    mean: np.ndarray | None = None
+    release: Callable[[np.ndarray], None] | None = None
+
+
+Extra = LaplaceExtra | CrossExtra | SketchExtra
+_E = TypeVar("_E", LaplaceExtra, CrossExtra, SketchExtra)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StepContext:
+    """What ``send`` and ``receive`` may use in one round (built by :mod:`edgedp.runtime`):
+    the common fields and the plan family's ``extra`` (None for D-SGD and MF plans)."""
 
     round: int
     learning_rate: float
@@ -81,15 +117,18 @@ class StepContext:
     batch_size: int
     gradient: Callable[[np.ndarray], np.ndarray]
     noise: Callable[[], np.ndarray | None]
-    laplace: Callable[[float], np.ndarray] | None = None
-    schedule: Any = None
-    cross_agent: Any = None
-    sketch: Any = None
-    noise_std: float = 0.0
-    sketch_gradient: Callable[[np.ndarray, Callable], np.ndarray] | None = None
-    basis: Any = None
-    mean: np.ndarray | None = None
-    release: Callable[[np.ndarray], None] | None = None
+    extra: Extra | None = None
+
+
+def extra(ctx: StepContext, kind: type[_E]) -> _E:
+    """``ctx.extra`` if it is a ``kind``; ValueError naming what the rules need otherwise."""
+    if not isinstance(ctx.extra, kind):
+        section = {LaplaceExtra: "laplace", CrossExtra: "cross_agent", SketchExtra: "sketch"}
+        raise ValueError(
+            f"Expected a {kind.__name__} in the step context of round {ctx.round}, got "
+            f"{type(ctx.extra).__name__}: the rules need the plan's {section[kind]} section."
+        )
+    return ctx.extra
 
 
 def local_step(

@@ -24,7 +24,8 @@ function of the plan's public sketch seed and the round. ``adaptive``
 all-reduced along a public spanning tree (k-float frames piggybacked on the messages of
 tree edges, fixed summation order) and used after a public lag of D windows, so every
 node computes the same bits; optionally with the paper's mean removal (lines 9, 17; the
-mean m̄, the paper's m̂, is the β₁-average of the same lagged aggregates, ``ctx.mean``).
+mean m̄, the paper's m̂, is the β₁-average of the same lagged aggregates, ``mean`` of the
+context's :class:`~edgedp.algorithms._gossip.SketchExtra`).
 No Secure Aggregation: the aggregate is a sum of values already released. Consensus is
 reached only inside the sketched subspaces, which change every ``refresh`` rounds. With
 SGD the local step lies in span(S_t) (plus m̄, the same at every node, with mean
@@ -59,7 +60,7 @@ import numpy as np
 
 from edgedp import bounds, factors, mechanisms, sketch
 from edgedp.accounting import dome
-from edgedp.algorithms._gossip import StepContext, mix_gathered
+from edgedp.algorithms._gossip import SketchExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
@@ -128,39 +129,37 @@ def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _basis(theta: np.ndarray, ctx: StepContext) -> sketch.Basis:
-    if ctx.sketch is None:
-        raise ValueError("dome needs the plan's sketch section in the step context.")
-    if ctx.sketch.basis == "adaptive":
-        if ctx.basis is None or ctx.release is None:
+    sk = extra(ctx, SketchExtra)  # dome needs the plan's sketch section
+    if sk.sketch.basis == "adaptive":
+        if sk.basis is None or sk.release is None:
             raise ValueError("an adaptive dome sketch needs the engine's basis and release.")
-        return ctx.basis
-    return sketch.basis(ctx.sketch, ctx.round, theta.shape[-1])
+        return sk.basis
+    return sketch.basis(sk.sketch, ctx.round, theta.shape[-1])
 
 
 def send(state: dict[str, np.ndarray], ctx: StepContext):
     """Privatize the sketched gradient, take the local step, send Sᵀθ_{t+½} (k floats)."""
-    spec = ctx.sketch
+    sk = extra(ctx, SketchExtra)
+    spec = sk.sketch
     theta = state["theta"]
     S = _basis(theta, ctx)  # noqa: N806 (paper letter)
-    mean = ctx.mean
+    mean = sk.mean
     if mean is not None:  # mean removal (Alg. 1 line 9): project g_b − m̄, m̄ is public
 
         def project(g, mean=mean):
             shape = mean.shape[:-1] + (1,) * (g.ndim - mean.ndim) + mean.shape[-1:]
             return S.project(g - mean.reshape(shape))
 
-        assert ctx.sketch_gradient is not None  # every engine sets it for dome plans
-        coef = ctx.sketch_gradient(theta, project)
+        coef = sk.sketch_gradient(theta, project)
     elif spec.clip == "sketch":
-        assert ctx.sketch_gradient is not None
-        coef = ctx.sketch_gradient(theta, S.project)
+        coef = sk.sketch_gradient(theta, S.project)
     else:
         coef = S.project(ctx.gradient(theta))
     noise = ctx.noise()
     if noise is not None:
         coef = coef + noise
-    if ctx.release is not None:  # the released c_u feeds the adaptive basis' aggregate
-        ctx.release(coef)
+    if sk.release is not None:  # the released c_u feeds the adaptive basis' aggregate
+        sk.release(coef)
     update = S.lift(coef) / ctx.batch_size
     if mean is not None:  # ĝ = S c / B + m̄ (Alg. 1 line 17)
         update = update + mean.reshape(
@@ -171,8 +170,8 @@ def send(state: dict[str, np.ndarray], ctx: StepContext):
         t = ctx.round + 1
         m = spec.beta1 * m + (1.0 - spec.beta1) * update
         second = update * update
-        if spec.noise_aware and ctx.noise_std > 0:
-            a = ctx.noise_std / ctx.batch_size
+        if spec.noise_aware and sk.noise_std > 0:
+            a = sk.noise_std / ctx.batch_size
             second = second - (a * a) * S.row_energy()
         v = spec.beta2 * v + (1.0 - spec.beta2) * second
         m_hat = m / (1.0 - spec.beta1**t)

@@ -14,9 +14,10 @@ Trust model: pure ε-LDP against an attacker who sees every message, certified b
 
 >>> import numpy as np
 >>> from edgedp.accounting.laplace import LaplaceSchedule
->>> from edgedp.algorithms._gossip import StepContext
+>>> from edgedp.algorithms._gossip import LaplaceExtra, StepContext
 >>> s = LaplaceSchedule(gamma=0.5, beta=0, q1=0.5, q2=0.9, delta_grad=1, epsilon=float("inf"))
->>> ctx = StepContext(0, 0.5, 1.0, 1, lambda p: p, lambda: None, lambda sc: 0 * np.ones(1), s)
+>>> lap = LaplaceExtra(lambda scale: 0 * np.ones(1), s)
+>>> ctx = StepContext(0, 0.5, 1.0, 1, lambda p: p, lambda: None, lap)
 >>> st, z = send(init_state(np.array([2.0])), ctx)
 >>> model(receive(st, np.array([0.5, 0.5]), np.array([[2.0], [0.0]]), ctx)).tolist()
 [0.0]
@@ -30,7 +31,7 @@ import numpy as np
 
 from edgedp import bounds, factors, mechanisms
 from edgedp.accounting import laplace
-from edgedp.algorithms._gossip import StepContext, mix_gathered
+from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
@@ -63,15 +64,16 @@ def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
 
 def send(state: dict[str, np.ndarray], ctx: StepContext):
     """z = x + ξ, ξ ~ Lap(ν_k) per coordinate; z is the message."""
-    assert ctx.laplace is not None  # every engine sets it for Laplace plans
-    z = state["x"] + ctx.laplace(ctx.schedule.noise_scale(ctx.round))
+    lap = extra(ctx, LaplaceExtra)
+    z = state["x"] + lap.laplace(lap.schedule.noise_scale(ctx.round))
     return {"x": state["x"], "z": z}, z
 
 
 def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]:
     """x = Σ_j W_ij z_j − α_k ∇f_i(z_i)   (Eq. 45, fixed-order mixing)."""
+    schedule = extra(ctx, LaplaceExtra).schedule
     grad = ctx.gradient(state["z"]) / ctx.batch_size
-    return {"x": mix_gathered(weights, gathered) - ctx.schedule.stepsize(ctx.round) * grad}
+    return {"x": mix_gathered(weights, gathered) - schedule.stepsize(ctx.round) * grad}
 
 
 def model(state: dict[str, np.ndarray]) -> np.ndarray:

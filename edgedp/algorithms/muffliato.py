@@ -18,6 +18,7 @@ import sys
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
 from edgedp.algorithms._gossip import (
+    CrossExtra,
     StepContext,
     init_state,
     local_step,
@@ -45,8 +46,8 @@ receive = _receive
 
 
 def _rounds(ctx: StepContext) -> int:
-    share = ctx.cross_agent
-    return 1 if share is None else int(share.gossip_rounds)
+    cross = ctx.extra
+    return int(cross.cross_agent.gossip_rounds) if isinstance(cross, CrossExtra) else 1
 
 
 def send(state, ctx: StepContext):

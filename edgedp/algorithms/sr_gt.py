@@ -17,9 +17,10 @@ coalition), certified by :mod:`edgedp.accounting.laplace` (Lemma 4.4, Thm 4.5).
 
 >>> import numpy as np
 >>> from edgedp.accounting.laplace import LaplaceSchedule
->>> from edgedp.algorithms._gossip import StepContext
+>>> from edgedp.algorithms._gossip import LaplaceExtra, StepContext
 >>> s = LaplaceSchedule(gamma=0.5, beta=1, q1=0.5, q2=0.9, delta_grad=1, epsilon=float("inf"))
->>> ctx = StepContext(0, 0.5, 1.0, 1, lambda p: p, lambda: None, lambda sc: 0 * np.ones(1), s)
+>>> lap = LaplaceExtra(lambda scale: 0 * np.ones(1), s)
+>>> ctx = StepContext(0, 0.5, 1.0, 1, lambda p: p, lambda: None, lap)
 >>> st, z = send(init_state(np.array([2.0])), ctx)  # no noise (ε = ∞), ∇f(z) = z
 >>> # z̄ = 1, y = β(z − z̄) = 1, x = z̄ − α(y + ∇f(z)) = 1 − 0.5 (1 + 2)
 >>> model(receive(st, np.array([0.5, 0.5]), np.array([[2.0], [0.0]]), ctx)).tolist()
@@ -34,7 +35,7 @@ import numpy as np
 
 from edgedp import bounds, factors, mechanisms
 from edgedp.accounting import laplace
-from edgedp.algorithms._gossip import StepContext, mix_gathered
+from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
@@ -71,8 +72,8 @@ def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
 
 def send(state: dict[str, np.ndarray], ctx: StepContext):
     """z = x + ξ, ξ ~ Lap(ν_k) per coordinate; z is the message (Alg. 1, lines 1–2)."""
-    assert ctx.laplace is not None  # every engine sets it for Laplace plans
-    z = state["x"] + ctx.laplace(ctx.schedule.noise_scale(ctx.round))
+    lap = extra(ctx, LaplaceExtra)
+    z = state["x"] + lap.laplace(lap.schedule.noise_scale(ctx.round))
     return {"x": state["x"], "y": state["y"], "z": z}, z
 
 
@@ -80,9 +81,10 @@ def receive(state, weights, gathered, ctx: StepContext) -> dict[str, np.ndarray]
     """Eq. (4a)–(4c) with the gradient at the node's own noisy state z."""
     z = state["z"]
     zbar = mix_gathered(weights, gathered)
-    y = state["y"] + ctx.schedule.beta * (z - zbar)
+    schedule = extra(ctx, LaplaceExtra).schedule
+    y = state["y"] + schedule.beta * (z - zbar)
     grad = ctx.gradient(z) / ctx.batch_size
-    x = zbar - ctx.schedule.stepsize(ctx.round) * (y + grad)
+    x = zbar - schedule.stepsize(ctx.round) * (y + grad)
     return {"x": x, "y": y}
 
 

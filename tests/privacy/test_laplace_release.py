@@ -19,6 +19,7 @@ import pytest
 from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.algorithms import StepContext, dpop, sr_gt
+from edgedp.algorithms._gossip import LaplaceExtra
 
 ROW = np.array([0, 1, 2])  # victim 0 mixes its own message with nodes 1 and 2
 WEIGHTS = np.array([0.5, 0.25, 0.25])
@@ -54,7 +55,7 @@ def _loss(module, schedule, rounds, *, shift, seed=0):
             ctx = StepContext(
                 t, schedule.gamma, math.inf, 1,
                 lambda z, extra=extra: curvature @ z + extra, lambda: None,
-                lambda scale: None, schedule,
+                LaplaceExtra(lambda scale: None, schedule),
             )  # fmt: skip
             states[i] = module.receive(dict(states[i], z=own), WEIGHTS, gathered, ctx)
     return log_ratio, sum(per_round), per_round

@@ -1,0 +1,300 @@
+"""A node's receive side: every check of an incoming message, then its inbox by round.
+
+:meth:`Mailbox.accept` checks a decoded message against the node's plan (hash, shapes, the
+bound on honest messages: :func:`wire_context`), its neighbours and the receive window
+[round, min(round + window, T − 1)] before it stores a private copy; a rejected message
+changes nothing but a counter (CONVENTIONS C7). It also keeps what the round loop asks
+about the neighbours: the latest round seen from each (``ahead``, also from authenticated
+messages past the window, which stay rejected), whose message for the current round is
+missing, which of those will never come (:meth:`Mailbox.hopeless`) and whether every
+neighbour announces another plan (:meth:`Mailbox.plan_rejected_by_all`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from edgedp import wire
+
+__all__ = ["Mailbox", "ReceiveSide", "honest_bounds", "wire_context", "wire_limits"]
+
+
+def honest_bounds(share, rules, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
+    """The plan's bound on the entries of every array an honest message carries, from the
+    common θ₀ (the algorithm's ``message_bound``, :mod:`edgedp.bounds`); none for a share
+    without network facts."""
+    if share.network is None:
+        return ()
+    return tuple(rules.message_bound(share, dim=dim, theta0=theta0))
+
+
+def wire_context(
+    share, *, neighbours: tuple[int, ...], message_dim: int, bounds: tuple[float, ...]
+) -> wire.Context:
+    """What :func:`edgedp.wire.check` holds a neighbour's model message to: the plan hash,
+    the sender set, the ``(message_dim,)`` shape, the size cap and the first bound."""
+    return wire.Context(
+        plan_hash=bytes.fromhex(share.plan_hash),
+        neighbours=frozenset(neighbours),
+        shapes=((message_dim,),),
+        max_bytes=wire.MAX_HEADER_BYTES + 16 * message_dim + 1024,
+        bounds=bounds[:1],
+    )
+
+
+def wire_limits(context: wire.Context, *, tree: bool) -> tuple[int, int]:
+    """``(largest frame in bytes, most frames)`` of any message ``context`` accepts: a
+    header of at most ``wire.MAX_HEADER_BYTES`` and one array per expected shape (two with
+    an adaptive dome basis' tree frame). Transports cap inbound frames and parts with these."""
+    shapes = context.shapes * (2 if tree else 1)
+    itemsize = np.dtype(context.dtype).itemsize
+    largest = max(int(np.prod(shape, dtype=np.int64)) * itemsize for shape in shapes)
+    return max(wire.MAX_HEADER_BYTES, largest), 1 + len(shapes)
+
+
+class Mailbox:
+    """The messages a node accepted, by round, and what it knows of its neighbours' rounds.
+
+    Args:
+      context: the :func:`wire_context` of the node's plan.
+      bounds: the plan's bound for each array a message carries (:mod:`edgedp.bounds`).
+      neighbours: the node's neighbours (sorted, without itself).
+      window: how many rounds ahead a message may be and still be buffered.
+      steps: the plan's T (no message for a round ≥ T is ever accepted).
+      aggregator: an adaptive DOME basis' spanning-tree aggregate (its tree frames ride on
+        the model messages of tree edges), else None.
+    """
+
+    __slots__ = (
+        "aggregator",
+        "ahead",
+        "announced",
+        "bounds",
+        "context",
+        "inbox",
+        "neighbours",
+        "steps",
+        "window",
+    )
+
+    def __init__(
+        self,
+        context: wire.Context,
+        bounds: tuple[float, ...],
+        *,
+        neighbours: tuple[int, ...],
+        window: int,
+        steps: int,
+        aggregator=None,
+    ) -> None:
+        self.context, self.bounds = context, bounds
+        self.neighbours, self.window, self.steps = neighbours, window, steps
+        self.aggregator = aggregator
+        self.inbox: dict[int, dict[int, np.ndarray]] = {}
+        self.ahead: dict[int, int] = {}  # neighbour -> latest round seen (also past the window)
+        self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
+
+    @classmethod
+    def for_node(
+        cls,
+        share,
+        *,
+        bounds: tuple[float, ...],
+        neighbours: tuple[int, ...],
+        message_dim: int,
+        window: int,
+        aggregator=None,
+        keep: Mailbox | None = None,
+    ) -> Mailbox:
+        """The receive side of the node of ``share``; ``keep``: an earlier one whose
+        messages and neighbour rounds it takes over (only the bounds changed)."""
+        context = wire_context(share, neighbours=neighbours, message_dim=message_dim, bounds=bounds)
+        box = cls(
+            context,
+            bounds,
+            neighbours=neighbours,
+            window=window,
+            steps=share.steps,
+            aggregator=aggregator,
+        )
+        if keep is not None:
+            box.inbox, box.ahead, box.announced = keep.inbox, keep.ahead, keep.announced
+        return box
+
+    def accept(
+        self,
+        msg: wire.Message,
+        round: int,
+        metrics,
+        authenticated_sender: int | None = None,
+        extremes: tuple | None = None,
+    ) -> bool:
+        """Check ``msg`` against the plan, the neighbours, the window of the node's current
+        ``round`` and the bounds, then store it; False (counted in ``metrics.rejected``)
+        if it is rejected or a replay, True (counted in ``metrics.received``) if stored."""
+        try:
+            context = self.context
+            if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
+                # model + tree frame
+                context = replace(context, shapes=context.shapes * 2, bounds=self.bounds)
+            wire.check(
+                msg,
+                context,
+                round_lo=round,
+                round_hi=min(round + self.window, self.steps - 1),
+                authenticated_sender=authenticated_sender,
+                extremes=extremes,
+            )
+        except wire.WireError as exc:
+            metrics.rejected[type(exc).__name__] += 1
+            if isinstance(exc, wire.RoundOutOfWindow):
+                self._note_far_round(msg, context, round, authenticated_sender)
+            if isinstance(exc, wire.PlanHashMismatch) and authenticated_sender is not None:
+                self.announced[authenticated_sender] = (
+                    self.announced.get(authenticated_sender, 0) + 1
+                )
+            return False
+        slot = self.inbox.setdefault(msg.round, {})
+        if msg.sender in slot:
+            metrics.rejected["Replayed"] += 1
+            return False
+        slot[msg.sender] = np.array(msg.arrays[0], dtype=np.float64)  # own copy
+        if len(msg.arrays) == 2:
+            assert self.aggregator is not None  # wire.check allows a second array only then
+            self.aggregator.take(msg.sender, msg.round, np.array(msg.arrays[1], dtype=np.float64))
+        self.announced[msg.sender] = 0
+        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+        metrics.received += 1
+        return True
+
+    def _note_far_round(self, msg, context, round: int, authenticated_sender: int | None) -> None:
+        """Note the round of an authenticated neighbour's message past the receive window if
+        the message is valid in every other way (round < T); it stays rejected."""
+        if authenticated_sender is None or msg.round <= round + self.window:
+            return
+        try:
+            wire.check(
+                msg,
+                context,
+                round_lo=0,
+                round_hi=self.steps - 1,
+                authenticated_sender=authenticated_sender,
+            )
+        except wire.WireError:
+            return
+        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+
+    def missing(self, round: int) -> tuple[int, ...]:
+        """Neighbours whose message for ``round`` has not arrived."""
+        got = self.inbox.get(round, {})
+        return tuple(v for v in self.neighbours if v not in got)
+
+    def hopeless(self, round: int) -> tuple[int, ...]:
+        """Missing neighbours already seen in a later round (also past the receive window):
+        their message for ``round`` will never come."""
+        return tuple(v for v in self.missing(round) if self.ahead.get(v, -1) > round)
+
+    def waits(self, round: int, begun: bool) -> bool:
+        """Whether waiting can still help the node in ``round``: a message is missing and
+        not every missing neighbour is :meth:`hopeless`, or (none missing) the round has
+        not ``begun`` (one pass over the neighbours)."""
+        got = self.inbox.get(round, {})
+        missing = [v for v in self.neighbours if v not in got]
+        if not missing:
+            return not begun
+        return any(self.ahead.get(v, -1) <= round for v in missing)
+
+    def plan_rejected_by_all(self, limit: int) -> bool:
+        """True when every neighbour sent at least ``limit`` messages for another plan and no
+        valid one since: this node, not its neighbours, holds the wrong plan."""
+        return all(self.announced.get(v, 0) >= limit for v in self.neighbours)
+
+    def drop_before(self, round: int) -> None:
+        """Forget the messages of rounds before ``round``."""
+        self.inbox = {k: v for k, v in self.inbox.items() if k >= round}
+
+
+class ReceiveSide:
+    """The Agent's receive API (:class:`edgedp.agent.Agent` derives from it) over its
+    :class:`Mailbox` ``mailbox``, at its current ``round`` with its ``metrics``; ``message``
+    is the node's own message once its round has begun, ``aggregator`` its adaptive DOME
+    aggregate (or None)."""
+
+    mailbox: Mailbox
+    round: int
+    metrics: Any
+    message: np.ndarray | None
+    aggregator: Any
+
+    @property
+    def context(self) -> wire.Context:
+        """What a neighbour's message is checked against (:func:`wire_context`)."""
+        return self.mailbox.context
+
+    @property
+    def inbox(self) -> dict[int, dict[int, np.ndarray]]:
+        """The accepted messages: round -> sender -> vector."""
+        return self.mailbox.inbox
+
+    @inbox.setter
+    def inbox(self, value: dict[int, dict[int, np.ndarray]]) -> None:
+        self.mailbox.inbox = value
+
+    @property
+    def ahead(self) -> dict[int, int]:
+        """The latest round seen from each neighbour (also past the receive window)."""
+        return self.mailbox.ahead
+
+    def wire_limits(self) -> tuple[int, int]:
+        """``(largest frame in bytes, most frames)`` of any message this node accepts
+        (:func:`wire_limits`). Transports cap inbound frames and parts."""
+        return wire_limits(self.context, tree=self.aggregator is not None)
+
+    def receive(self, frames: Sequence[Any], *, authenticated_sender: int | None = None) -> bool:
+        """Take a message; returns False (and counts why) if it is rejected."""
+        try:
+            msg = wire.decode(frames, max_bytes=self.mailbox.context.max_bytes)
+        except wire.WireError as exc:
+            self.metrics.rejected[type(exc).__name__] += 1
+            return False
+        return self.accept(msg, authenticated_sender=authenticated_sender)
+
+    def accept(
+        self,
+        msg: wire.Message,
+        *,
+        authenticated_sender: int | None = None,
+        extremes: tuple | None = None,
+    ) -> bool:
+        """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
+        every check against this node's plan, round window and bounds, then the inbox
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed)."""
+        # positional: the event engine and the daemon call this for every message
+        return self.mailbox.accept(msg, self.round, self.metrics, authenticated_sender, extremes)
+
+    def missing(self) -> tuple[int, ...]:
+        """Neighbours whose message for the current round has not arrived."""
+        return self.mailbox.missing(self.round)
+
+    def hopeless(self) -> tuple[int, ...]:
+        """Missing neighbours already seen in a later round (also past the receive window):
+        their message for this round will never come."""
+        return self.mailbox.hopeless(self.round)
+
+    def plan_rejected_by_all(self, limit: int) -> bool:
+        """True when every neighbour sent at least ``limit`` messages for another plan and no
+        valid one since: this node, not its neighbours, holds the wrong plan."""
+        return self.mailbox.plan_rejected_by_all(limit)
+
+    def ready(self) -> bool:
+        return self.message is not None and not self.missing()
+
+    def waits(self) -> bool:
+        """Whether waiting can still help: ``not ready()``, unless every missing neighbour
+        is :meth:`hopeless` (one pass over the neighbours; the simulator asks at every
+        message)."""
+        return self.mailbox.waits(self.round, self.message is not None)
