@@ -4,7 +4,8 @@ Before the first round: load and re-certify the plan, check the device's budget 
 worst adversary it faces (``run.max_epsilon``, :mod:`edgedp.accounting.budget`), derive every
 stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), and check the stream
 ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise secret already
-drew noise for is refused; keep descriptors in reserve (:mod:`firmware_py.resources`) and
+drew noise for is refused; keep descriptors in reserve and freed memory in the heap for the
+next round (:mod:`firmware_py.resources`) and
 cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`); resume
 from the newest usable checkpoint (:mod:`firmware_py.recovery`: a damaged latest one is
 rolled back to ``checkpoint.prev`` when nothing sent is lost). The rounds are those of
@@ -289,6 +290,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     ``rollback``: resume from the newest usable checkpoint and sit out the rounds already
     sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`."""
     logger = logger or logs.setup(cfg.id)
+    kept = resources.keep_freed_memory()  # before the round's arrays are first allocated
     log = logs.TextAdapter(logger)  # for the retry and metrics helpers, which write text
     plan, share, public, secret, noise_secret, x, y, (eps, against) = _load_inputs(cfg)
     if cfg.reproducible:
@@ -394,7 +396,8 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         logging.INFO,
         "limits",
         f"descriptors {soft} (hard {hard}; the rest kept for own files); "
-        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message",
+        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message; "
+        + (f"freed memory kept up to {kept >> 20} MiB" if kept else "freed memory returned"),
     )
     checkpoint.private_folder(cfg.metrics.parent)
     metrics = resources.MetricsLog(cfg.metrics, log=log)
