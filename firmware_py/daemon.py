@@ -526,6 +526,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                 "update_norm": report.update_norm,
                 "noise": out.noise_digest,
                 "seconds": round(time.monotonic() - started, 4),
+                "cpu": round(time.process_time(), 4),  # the process's CPU seconds so far
                 "rejected": dict(agent.metrics.rejected),
                 "refused": dict(transport.refused),
                 "refused_handshakes": transport.refused_handshakes,
