@@ -20,15 +20,16 @@ skipped: the caller does not go on (e.g. send a round) until the write is done.
 :class:`MetricsLog` writes metrics lines without ever raising; lines that could not be
 written wait in memory and go out with the next successful write.
 
-*Freed memory.* A round allocates and frees arrays of the model's size (gradients, noise,
-received copies: megabytes at d = 10⁵). With glibc's default, adaptive thresholds the heap
-top is given back to the kernel (``brk``) and taken again every round, and each page taken
-again is a page fault that zeroes it: at d = 10⁵ that was a third of an agent's CPU per
-round. :func:`keep_freed_memory` pins ``M_MMAP_THRESHOLD`` at the largest value glibc's
+*Freed memory.* A round allocates and frees blocks of the model's size (libzmq's buffer of
+each received message, gradients, noise, copies: megabytes at d = 10⁵). With glibc's
+default, adaptive thresholds such blocks are mapped and unmapped, or the heap top is given
+back to the kernel and taken again, every round, and each page taken again is a page fault
+that zeroes it: at d = 10⁵ that was over a quarter of an agent's
+CPU per round. :func:`keep_freed_memory` pins ``M_MMAP_THRESHOLD`` at the largest value glibc's
 own adaptation reaches (32 MiB on 64-bit: blocks larger than that are still mapped and
 unmapped on their own) and ``M_TRIM_THRESHOLD`` at twice that (the rule glibc applies when
-it raises the threshold): freed memory below 64 MiB stays in the heap for the next round.
-The resident size never exceeds the peak the round already reached; it only stays there.
+it raises the threshold): up to 64 MiB of freed memory stays in the heap for the next round:
+the resident size stays at about the peak a round reaches instead of dropping between rounds.
 On another C library (no ``mallopt``, or one that ignores it) nothing changes.
 """
 
