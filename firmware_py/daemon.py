@@ -397,7 +397,11 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         "limits",
         f"descriptors {soft} (hard {hard}; the rest kept for own files); "
         f"inbound frames <= {max_frame} bytes, <= {max_parts} per message; "
-        + (f"freed memory kept up to {kept >> 20} MiB" if kept else "freed memory returned"),
+        + (
+            f"freed memory kept up to {kept >> 20} MiB"
+            if kept
+            else "allocator settings left as they are"
+        ),
     )
     checkpoint.private_folder(cfg.metrics.parent)
     metrics = resources.MetricsLog(cfg.metrics, log=log)

@@ -30,7 +30,11 @@ own adaptation reaches (32 MiB on 64-bit: blocks larger than that are still mapp
 unmapped on their own) and ``M_TRIM_THRESHOLD`` at twice that (the rule glibc applies when
 it raises the threshold): up to 64 MiB of freed memory stays in the heap for the next round:
 the resident size stays at about the peak a round reaches instead of dropping between rounds.
-On another C library (no ``mallopt``, or one that ignores it) nothing changes.
+An allocator setting in the environment (e.g. ``GLIBC_TUNABLES=glibc.malloc.
+mmap_threshold=131072``: every large block mapped and handed back when freed, so that the
+resident size follows what the agent holds, at that CPU cost) is the operator's choice and
+is left alone; on another C library (no ``mallopt``, or one that ignores it) nothing
+changes either.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import json
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 __all__ = [
@@ -50,6 +54,7 @@ __all__ = [
     "RESERVE",
     "MetricsLog",
     "StoppedError",
+    "allocator_configured",
     "keep_freed_memory",
     "open_fd",
     "reserve_descriptors",
@@ -69,10 +74,29 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = (32 << 20) if ctypes.sizeof(ctypes.c_long) == 8 else (512 << 10)
 
 
-def keep_freed_memory() -> int:
+#: Environment variables through which an operator sets glibc's allocator.
+_ALLOCATOR_VARIABLES = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+)
+
+
+def allocator_configured(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the environment sets glibc's allocator (``GLIBC_TUNABLES`` with a
+    ``glibc.malloc.`` tunable, or a ``MALLOC_*_`` variable): the operator's choice."""
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    return "glibc.malloc." in tunables or any(v in environ for v in _ALLOCATOR_VARIABLES)
+
+
+def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> int:
     """Keep freed memory in the heap instead of returning it every round (module
-    docstring); returns the bytes that may stay (0 if this C library has no ``mallopt``
-    or refused the setting)."""
+    docstring); returns the bytes that may stay. 0: nothing changed, because the
+    environment configures the allocator (:func:`allocator_configured`: the operator's
+    setting is kept), or this C library has no ``mallopt`` or refused the setting."""
+    if allocator_configured(environ):
+        return 0
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

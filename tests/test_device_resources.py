@@ -300,7 +300,7 @@ def test_a_full_descriptor_table_still_opens_the_agents_own_files(tmp_path):
     assert held > 150 and fd >= 192  # the file got a reserved descriptor
 
 
-def _faults_per_message(keep: bool) -> float:
+def _faults_per_message(keep: bool, environ: dict | None = None) -> float:
     """Page faults per 0.8 MB message received over a real ZeroMQ link in a child process
     (the agent's receive pattern: a zero-copy frame, a private copy, a gradient-sized
     temporary), with or without :func:`resources.keep_freed_memory`."""
@@ -310,7 +310,8 @@ def _faults_per_message(keep: bool) -> float:
         import numpy as np, zmq
         from firmware_py import resources
         if {keep!r}:
-            assert resources.keep_freed_memory() == 2 * resources.MMAP_THRESHOLD
+            kept = resources.keep_freed_memory()
+            assert kept == (0 if resources.allocator_configured() else 2 * resources.MMAP_THRESHOLD)
         ctx = zmq.Context()
         pull = ctx.socket(zmq.PULL)
         port = pull.bind_to_random_port("tcp://127.0.0.1")
@@ -336,6 +337,8 @@ def _faults_per_message(keep: bool) -> float:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"):
         env.pop(name, None)
+    env.pop("GLIBC_TUNABLES", None)
+    env.update(environ or {})
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
     )
@@ -351,3 +354,7 @@ def test_freed_memory_is_kept_for_the_next_round_without_page_faults():
     # glibc's adaptive thresholds give the heap back and take it again: a fault per page
     assert default > 100, default
     assert kept < 5, kept
+    # the operator's allocator setting (the systemd unit's choice before) is left alone
+    unit = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
+    assert _faults_per_message(keep=True, environ=unit) > 100
+    assert resources.allocator_configured(unit) and not resources.allocator_configured({})
