@@ -24,9 +24,9 @@ written wait in memory and go out with the next successful write.
 each received message, gradients, noise, copies: megabytes at d = 10⁵). With glibc's
 default, adaptive thresholds such blocks are mapped and unmapped, or the heap top is given
 back to the kernel and taken again, every round, and each page taken again is a page fault
-that zeroes it: at d = 10⁵ that was over a quarter of an agent's
-CPU per round. :func:`keep_freed_memory` pins ``M_MMAP_THRESHOLD`` at the largest value glibc's
-own adaptation reaches (32 MiB on 64-bit: blocks larger than that are still mapped and
+that zeroes it: at d = 10⁵ that was a fifth to a quarter of an agent's CPU per round.
+:func:`keep_freed_memory` pins ``M_MMAP_THRESHOLD`` at the largest value glibc's own
+adaptation reaches (32 MiB on 64-bit: blocks larger than that are still mapped and
 unmapped on their own) and ``M_TRIM_THRESHOLD`` at twice that (the rule glibc applies when
 it raises the threshold): up to 64 MiB of freed memory stays in the heap for the next round:
 the resident size stays at about the peak a round reaches instead of dropping between rounds.
