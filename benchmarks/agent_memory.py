@@ -16,7 +16,9 @@ Three ways, in the same run:
   mmap threshold after the first large free, so later model-sized arrays come from the heap
   and freed ones stay resident (about one vector more);
 * "unit": the same with ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072``, which the
-  systemd unit sets: every large array is mapped and returned when freed.
+  systemd unit offers (commented out; the daemon otherwise keeps up to 64 MiB of freed
+  memory for the next round, ``firmware_py.resources.keep_freed_memory``): every large array
+  is mapped and returned when freed.
 """
 
 from __future__ import annotations

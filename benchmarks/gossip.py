@@ -17,7 +17,11 @@ that the load of the shared machine falls on all of them alike; ``--compare-tree
 runs the agents from another checkout (e.g. the main branch) in each repeat, the two trees
 taking turns to go first. Printed: the
 load average at the start, each median over all repeats, and the ratios edgedp / raw CURVE
-and edgedp / raw plain (of the pooled medians, and their range over the repeats).
+and edgedp / raw plain (of the pooled medians, and their range over the repeats). Also the
+CPU time of one process's round (user + system, all its threads: compute, CURVE, writes;
+the median over processes and rounds of the difference of ``time.process_time()`` between
+round ends), which depends far less on the other work of a shared machine than the round
+time does; agents of a checkout whose metrics lines carry no ``cpu`` have none.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def _raw_node(u, neighbours, size, rounds, keys, conn) -> None:
         push[v] = s
     payload = b"\x01" * size
     early: dict[int, int] = {}  # round -> messages that came before their round
-    ends = []
+    ends, cpu = [], []
     for r in range(rounds):
         head = struct.pack("<q", r)
         for s in push.values():
@@ -79,16 +83,20 @@ def _raw_node(u, neighbours, size, rounds, keys, conn) -> None:
             else:
                 early[k] = early.get(k, 0) + 1
         ends.append(time.monotonic())
-    conn.send(ends)
+        cpu.append(time.process_time())
+    conn.send((ends, cpu))
     for s in push.values():
         s.close(linger=-1)
     pull.close(linger=0)
     ctx.term()
 
 
-def raw_gossip_intervals(graph, size: int, rounds: int, *, curve: bool) -> list[float]:
-    """Round-end intervals of bare pyzmq gossip: one process per node of ``graph``, every
-    node sends ``size`` bytes to each neighbour per round and waits for theirs."""
+def raw_gossip_intervals(
+    graph, size: int, rounds: int, *, curve: bool
+) -> tuple[list[float], list[float]]:
+    """Round-end intervals of bare pyzmq gossip, and the processes' CPU seconds per round:
+    one process per node of ``graph``, every node sends ``size`` bytes to each neighbour
+    per round and waits for theirs."""
     mp = multiprocessing.get_context("spawn")
     keys = [zmq.curve_keypair() for _ in range(graph.n)] if curve else None
     pipes, procs = [], []
@@ -103,12 +111,14 @@ def raw_gossip_intervals(graph, size: int, rounds: int, *, curve: bool) -> list[
     ports = [p.recv() for p in pipes]
     for p in pipes:
         p.send(ports)
-    intervals = []
+    intervals, cpu = [], []
     for p in pipes:
-        intervals += list(np.diff(p.recv()[SKIP:]))
+        ends, times = p.recv()
+        intervals += list(np.diff(ends[SKIP:]))
+        cpu += list(np.diff(times[SKIP:]))
     for proc in procs:
         proc.join()
-    return intervals
+    return intervals, cpu
 
 
 def one_agent_compute(plan, task, n: int, d: int) -> float:
@@ -135,8 +145,11 @@ def one_agent_compute(plan, task, n: int, d: int) -> float:
     return statistics.median(times)
 
 
-def edgedp_round(plan_file: Path, directory: Path, n: int, tree: str | None) -> list[float]:
-    """Round-end intervals of ``n`` real agent processes (from ``tree`` if given)."""
+def edgedp_round(
+    plan_file: Path, directory: Path, n: int, tree: str | None
+) -> tuple[list[float], list[float]]:
+    """Round-end intervals of ``n`` real agent processes (from ``tree`` if given), and
+    their CPU seconds per round (empty if the agents' metrics lines have no ``cpu``)."""
     saved = os.environ.get("PYTHONPATH")
     if tree is not None:  # the agents import firmware_py and edgedp from that checkout
         os.environ["PYTHONPATH"] = str(Path(tree).resolve())
@@ -151,11 +164,13 @@ def edgedp_round(plan_file: Path, directory: Path, n: int, tree: str | None) -> 
     codes = run.wait(timeout=600)
     if any(codes):
         raise SystemExit(f"agents failed: {codes} (logs in {directory})")
-    intervals = []
+    intervals, cpu = [], []
     for u in range(n):
-        ends = [m["time"] for m in run.metrics(u) if m["event"] == "round"]
-        intervals += list(np.diff(ends[SKIP:]))
-    return intervals
+        lines = [m for m in run.metrics(u) if m["event"] == "round"]
+        intervals += list(np.diff([m["time"] for m in lines][SKIP:]))
+        if all("cpu" in m for m in lines):
+            cpu += list(np.diff([m["cpu"] for m in lines][SKIP:]))
+    return intervals, cpu
 
 
 def main() -> None:
@@ -195,20 +210,27 @@ def main() -> None:
         trees[f"edgedp from {args.compare_tree}"] = args.compare_tree
     pooled = {name: [] for name in [*trees, "raw CURVE", "raw plain"]}
     per_repeat = {name: [] for name in pooled}
+    cpu: dict[str, list[float]] = {name: [] for name in pooled}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "run.plan").write_bytes(plan.to_bytes())
         for i in range(args.repeats):
-            samples = {"raw CURVE": raw_gossip_intervals(graph, 8 * d, steps, curve=True)}
+            samples, times = {}, {}
+            samples["raw CURVE"], times["raw CURVE"] = raw_gossip_intervals(
+                graph, 8 * d, steps, curve=True
+            )
             order = list(trees.items())
             for name, tree in order[i % len(order) :] + order[: i % len(order)]:
-                samples[name] = edgedp_round(
+                samples[name], times[name] = edgedp_round(
                     tmp / "run.plan", tmp / f"run-{i}-{len(samples)}", n, tree
                 )
-            samples["raw plain"] = raw_gossip_intervals(graph, 8 * d, steps, curve=False)
+            samples["raw plain"], times["raw plain"] = raw_gossip_intervals(
+                graph, 8 * d, steps, curve=False
+            )
             for name, values in samples.items():
                 pooled[name] += values
                 per_repeat[name].append(statistics.median(values))
+                cpu[name] += times[name]
             print(
                 f"repeat {i + 1}: "
                 + ", ".join(f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in samples.items())
@@ -233,6 +255,13 @@ def main() -> None:
             f"(repeats {min(ratios):.2f}-{max(ratios):.2f}); "
             f"/ raw plain {median[name] / median['raw plain']:.2f}"
         )
+    print(
+        "CPU per process and round (user + system, all threads; median over processes, "
+        "rounds, repeats): "
+        + ", ".join(
+            f"{k} {statistics.median(v) * 1e3:.2f} ms" if v else f"{k} n/a" for k, v in cpu.items()
+        )
+    )
     print(f"one agent's compute per round in-process: {compute * 1e3:.1f} ms")
 
 

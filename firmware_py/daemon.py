@@ -4,7 +4,8 @@ Before the first round: load and re-certify the plan, check the device's budget 
 worst adversary it faces (``run.max_epsilon``, :mod:`edgedp.accounting.budget`), derive every
 stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), and check the stream
 ledger (:mod:`firmware_py.ledger`): a fresh start on a (plan, run) this noise secret already
-drew noise for is refused; keep descriptors in reserve (:mod:`firmware_py.resources`) and
+drew noise for is refused; keep descriptors in reserve and freed memory in the heap for the
+next round (:mod:`firmware_py.resources`) and
 cap inbound frames and parts at the plan's (:meth:`edgedp.agent.Agent.wire_limits`); resume
 from the newest usable checkpoint (:mod:`firmware_py.recovery`: a damaged latest one is
 rolled back to ``checkpoint.prev`` when nothing sent is lost). The rounds are those of
@@ -286,6 +287,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
     ``rollback``: resume from the newest usable checkpoint and sit out the rounds already
     sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`."""
     logger = logger or logs.setup(cfg.id)
+    kept = resources.keep_freed_memory()  # before the round's arrays are first allocated
     log = logs.TextAdapter(logger)  # for the retry and metrics helpers, which write text
     plan, share, public, secret, noise_secret, x, y, (eps, against) = _load_inputs(cfg)
     if cfg.reproducible:
@@ -391,7 +393,12 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         logging.INFO,
         "limits",
         f"descriptors {soft} (hard {hard}; the rest kept for own files); "
-        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message",
+        f"inbound frames <= {max_frame} bytes, <= {max_parts} per message; "
+        + (
+            f"freed memory kept up to {kept >> 20} MiB"
+            if kept
+            else "allocator settings left as they are"
+        ),
     )
     checkpoint.private_folder(cfg.metrics.parent)
     metrics = resources.MetricsLog(cfg.metrics, log=log)
@@ -520,6 +527,7 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                 "update_norm": report.update_norm,
                 "noise": out.noise_digest,
                 "seconds": round(time.monotonic() - started, 4),
+                "cpu": round(time.process_time(), 4),  # the process's CPU seconds so far
                 "rejected": dict(agent.metrics.rejected),
                 "refused": dict(transport.refused),
                 "refused_handshakes": transport.refused_handshakes,

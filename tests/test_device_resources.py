@@ -9,6 +9,7 @@ the metrics writer and the descriptor reserve also in-process and in a child pro
 import io
 import json
 import os
+import platform
 import resource
 import socket
 import subprocess
@@ -297,3 +298,63 @@ def test_a_full_descriptor_table_still_opens_the_agents_own_files(tmp_path):
     assert out.returncode == 0, out.stderr
     held, fd = map(int, out.stdout.split())
     assert held > 150 and fd >= 192  # the file got a reserved descriptor
+
+
+def _faults_per_message(keep: bool, environ: dict | None = None) -> float:
+    """Page faults per 0.8 MB message received over a real ZeroMQ link in a child process
+    (the agent's receive pattern: a zero-copy frame, a private copy, a gradient-sized
+    temporary), with or without :func:`resources.keep_freed_memory`."""
+    code = textwrap.dedent(
+        f"""
+        import resource
+        import numpy as np, zmq
+        from firmware_py import resources
+        if {keep!r}:
+            kept = resources.keep_freed_memory()
+            assert kept == (0 if resources.allocator_configured() else 2 * resources.MMAP_THRESHOLD)
+        ctx = zmq.Context()
+        pull = ctx.socket(zmq.PULL)
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        push = ctx.socket(zmq.PUSH)
+        push.connect(f"tcp://127.0.0.1:{{port}}")
+        payload = np.ones(100_000)
+        def one():
+            push.send_multipart([b"h", payload], copy=False)
+            frames = pull.recv_multipart(copy=False)
+            own = np.array(np.frombuffer(frames[1].buffer), dtype=np.float64)
+            return float((np.ones((5, 100_000)) * own).sum())
+        for _ in range(5):
+            one()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(30):
+            one()
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 30)
+        for s in (push, pull):
+            s.close(linger=0)
+        ctx.term()
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"):
+        env.pop(name, None)
+    env.pop("GLIBC_TUNABLES", None)
+    env.update(environ or {})
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout)
+
+
+def test_freed_memory_is_kept_for_the_next_round_without_page_faults():
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt's thresholds are glibc's")
+    default = _faults_per_message(keep=False)
+    kept = _faults_per_message(keep=True)
+    # glibc's adaptive thresholds give the heap back and take it again: a fault per page
+    assert default > 100, default
+    assert kept < 5, kept
+    # the operator's allocator setting (the systemd unit's choice before) is left alone
+    unit = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
+    assert _faults_per_message(keep=True, environ=unit) > 100
+    assert resources.allocator_configured(unit) and not resources.allocator_configured({})
