@@ -24,7 +24,7 @@ from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
 from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan, batch_schedule
-from edgedp_sim import evaluation, initial, round_faults
+from edgedp_sim import evaluation, initial, kernels, round_faults
 from edgedp_sim.churn import Faults
 from edgedp_sim.datasets import FederatedData
 from edgedp_sim.links import Network
@@ -136,8 +136,8 @@ def run(
     size = data.local_size  # rng.permutation(run_keys.batch(u, trial=tr), size), in bulk
     batch_keys = run_keys.per_trial("batch", **per_trial_keys)
     orders = rng.stacked(batch_keys, 0, (size,), lambda g: g.permutation(size)).astype(np.int64)
-    # the Laplace draws (noise.laplace_draw of every key), converted once, 16 steps at a time
-    laplace_ahead = rng.LaplaceAhead(rng.key_words(keys), (model.dim,))
+    # the Laplace draws (noise.laplace_draw of every key), converted once, many steps a pass
+    laplace_ahead = kernels.laplace_ahead(rng.key_words(keys), (model.dim,))
     msg_dim = d if plan.sketch is None else plan.sketch.dim  # DOME: k floats per message
     source = NoiseSource(
         plan.factor, keys, msg_dim, plan.noise_std, memoize=plan.factor.kind == "dense"
