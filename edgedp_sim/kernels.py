@@ -1,17 +1,24 @@
-"""Compiled loops of the simulator (numba): keyed Laplace draws in bulk.
+"""Compiled loops of the simulator (numba): keyed Laplace draws in bulk, and the sorted
+scans of the KSG estimator.
 
-Every function here computes exactly what a numpy path elsewhere computes — the same bits —
-only in one compiled pass without temporaries:
+Every function here computes exactly what a numpy, scipy or scikit-learn path elsewhere
+computes — the same bits — only in one compiled pass without temporaries:
 
 - :func:`laplace_logs`: the Philox-4x64-10 words of every (step, key) and numpy's Laplace
   transform of them, as :class:`edgedp.rng.LaplaceAhead` computes them in numpy uint64
   arithmetic (the C library's ``log``: numba calls libm's, as numpy's sampler and
   ``math.log`` do; ``numpy.log`` is a different, vectorised one). :class:`LaplaceAhead`
   is that class with this fill.
+- :func:`sorted_knn_radius` and :func:`sorted_ball_counts`: Chebyshev (max-norm) k-th
+  neighbour distances and ball counts of points sorted in one coordinate, by scanning that
+  order — cKDTree's and scikit-learn's KDTree's numbers (distances ``max_d |p_jd − p_id|``
+  are exact in floating point, and ``fl(s_j − s_i)`` is monotone in s_j, so a scan that
+  stops at a first-coordinate gap misses no one). Both give up (None) when the scan would
+  cost more than a tree.
 
 numba is an optional dependency of the ``sim`` extra: without it (``AVAILABLE`` false) the
-callers keep their numpy paths. The functions compile on first use and are cached on disk
-(``cache=True``).
+callers keep their numpy, scipy and scikit-learn paths. The functions compile on first use
+and are cached on disk (``cache=True``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,14 @@ except ImportError:  # pragma: no cover - exercised only where numba is missing
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "LaplaceAhead", "laplace_ahead", "laplace_logs"]
+__all__ = [
+    "AVAILABLE",
+    "LaplaceAhead",
+    "laplace_ahead",
+    "laplace_logs",
+    "sorted_ball_counts",
+    "sorted_knn_radius",
+]
 
 
 def _jit(f):
@@ -140,3 +154,152 @@ class LaplaceAhead(rng.LaplaceAhead):
 def laplace_ahead(keys: np.ndarray, shape: tuple[int, ...]) -> rng.LaplaceAhead:
     """The compiled :class:`LaplaceAhead` with numba, else :class:`edgedp.rng.LaplaceAhead`."""
     return LaplaceAhead(keys, shape) if AVAILABLE else rng.LaplaceAhead(keys, shape)
+
+
+@_jit
+def _scan_knn(points, k, rows, out):  # pragma: no cover - compiled
+    """out[i] for i in rows; returns the number of distances computed."""
+    n = points.shape[0]
+    best = np.empty(k + 1)
+    work = 0
+    for i in rows:
+        for j in range(k + 1):
+            best[j] = np.inf
+        best[0] = 0.0  # the point itself
+        lo, hi = i - 1, i + 1
+        go_lo, go_hi = True, True
+        while go_lo or go_hi:
+            if go_hi:
+                if hi >= n or points[hi, 0] - points[i, 0] >= best[k]:
+                    go_hi = False
+                else:
+                    _offer(points, i, hi, best, k)
+                    hi += 1
+            if go_lo:
+                if lo < 0 or points[i, 0] - points[lo, 0] >= best[k]:
+                    go_lo = False
+                else:
+                    _offer(points, i, lo, best, k)
+                    lo -= 1
+        work += hi - lo
+        out[i] = best[k]
+    return work
+
+
+@_jit
+def _offer(points, i, j, best, k):  # pragma: no cover - compiled
+    dist = 0.0
+    for c in range(points.shape[1]):
+        g = abs(points[j, c] - points[i, c])
+        if g > dist:
+            dist = g
+    if dist < best[k]:
+        p = k
+        while p > 0 and best[p - 1] > dist:
+            best[p] = best[p - 1]
+            p -= 1
+        best[p] = dist
+
+
+@_jit
+def _runs(s, radius, first, last):  # pragma: no cover - compiled
+    """For each i: the run [first_i, last_i] of rows with |s_j − s_i| ≤ r_i (s ascending;
+    fl(s_j − s_i) is monotone in s_j, so binary searches on that exact test find both
+    ends); returns the runs' total length."""
+    n = s.shape[0]
+    total = 0
+    for i in range(n):
+        r = radius[i]
+        if not r >= 0.0:
+            first[i], last[i] = i + 1, i  # empty
+            continue
+        step = 1  # gallop out from i (runs are mostly short), then bisect
+        while i - step >= 0 and not s[i] - s[i - step] > r:
+            step *= 2
+        a, b = max(0, i - step + 1), i - step // 2
+        while a < b:
+            m = (a + b) // 2
+            if s[i] - s[m] > r:
+                a = m + 1
+            else:
+                b = m
+        first[i] = a
+        step = 1
+        while i + step < n and not s[i + step] - s[i] > r:
+            step *= 2
+        a, b = i + step // 2, min(n - 1, i + step - 1)
+        while a < b:
+            m = (a + b + 1) // 2
+            if s[m] - s[i] > r:
+                b = m - 1
+            else:
+                a = m
+        last[i] = a
+        total += a - first[i] + 1
+    return total
+
+
+@_jit
+def _filter_runs(points, radius, first, last):  # pragma: no cover - compiled
+    n, d = points.shape
+    out = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        r = radius[i]
+        count = 0
+        for j in range(first[i], last[i] + 1):
+            inside = True
+            for c in range(1, d):
+                if abs(points[j, c] - points[i, c]) > r:
+                    inside = False
+                    break
+            if inside:
+                count += 1
+        out[i] = count
+    return out
+
+
+#: Distances per point above which :func:`sorted_knn_radius` gives up (a k-d tree is then
+#: faster: comparable spreads in several coordinates), judged on every 64th point first.
+SCAN_BUDGET = 128
+#: Run length per point above which :func:`sorted_ball_counts` gives up (likewise).
+RUN_BUDGET = 512
+
+
+def sorted_knn_radius(points: np.ndarray, k: int, *, budget: float = SCAN_BUDGET):
+    """Chebyshev distance of each point of ``points`` (N, d), sorted ascending in their
+    first coordinate, to its k-th nearest other point (the (k+1)-th smallest counting
+    itself: ``cKDTree.query(points, [k + 1], p=inf)``), by scanning that order outwards
+    from each point until the first coordinate's gap alone reaches the k-th distance —
+    fast when the first coordinate outspreads the others. None when a scan of every 64th
+    point costs more than ``budget`` distances per point (then a tree is faster).
+
+    Every distance is ``max_d |p_jd − p_id|``, exact, and a point left unscanned is at
+    least as far in the first coordinate alone (``fl(s_j − s_i)`` is monotone in s_j):
+    the radii are the tree's, bit for bit."""
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    n = len(points)
+    out = np.empty(n)
+    sample = np.arange(0, n, 64)
+    if _scan_knn(points, int(k), sample, out) > budget * len(sample):
+        return None
+    _scan_knn(points, int(k), np.arange(n), out)
+    return out
+
+
+def sorted_ball_counts(points: np.ndarray, radius: np.ndarray, *, budget: float = RUN_BUDGET):
+    """#{j : max_d |p_jd − p_id| ≤ radius_i} for each point i of ``points`` (N, d), sorted
+    ascending in their first coordinate (itself included; 0 where radius_i < 0) — what
+    scikit-learn's ``KDTree.query_radius(count_only=True)`` counts: the run of each ball in
+    the first coordinate by two exact binary searches, filtered by the others. None when
+    the runs hold more than ``budget`` points per point on average (then a tree is faster)."""
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    radius = np.ascontiguousarray(radius, dtype=np.float64)
+    n = len(points)
+    first = np.empty(n, dtype=np.int64)
+    last = np.empty(n, dtype=np.int64)
+    total = _runs(np.ascontiguousarray(points[:, 0]), radius, first, last)
+    if points.shape[1] == 1:
+        return last - first + 1
+    if total > budget * n:
+        return None
+    return _filter_runs(points, radius, first, last)

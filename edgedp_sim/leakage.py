@@ -25,7 +25,9 @@ per problem for the rest (estimates on recurring raw samples may share neighbour
 an exact boundary fix-up, so the counts equal the tree's), other marginals the same runs
 in their widest coordinate filtered by the others when short, else scikit-learn's
 ``KDTree`` ball counts (NPEET's own). Distances are max |differences| in every path, so
-the estimates equal NPEET's bit for bit.
+the estimates equal NPEET's bit for bit. With numba, both the k-NN and the counts are first
+compiled scans in the widest coordinate's order (:mod:`edgedp_sim.kernels`); the numpy and
+tree paths above take over where a scan would cost more than a tree, and without numba.
 
 The normalizer I(V; V) is finite only because of the tie noise: for V of moderate scale
 (typical k-NN distances well above 1e-10 and below ~8, where 1e-15 still subtracts) the
@@ -53,6 +55,7 @@ from scipy.spatial import cKDTree
 from scipy.special import digamma
 
 from edgedp import strict_json
+from edgedp_sim import kernels
 
 __all__ = [
     "DEFAULT_NEIGHBORS",
@@ -167,6 +170,27 @@ def _run_counts(m: np.ndarray, r: np.ndarray, hint=None):
     return np.where(r >= 0, counts, 0)
 
 
+def _compiled_counts(m: np.ndarray, r: np.ndarray, hint=None):
+    """:func:`_marginal_counts` by :func:`edgedp_sim.kernels.sorted_ball_counts` in the order
+    of the widest coordinate (``hint`` nearly sorts it: a quick merge), or None when numba
+    is missing or the runs are long (then the trees)."""
+    if not kernels.AVAILABLE:
+        return None
+    span = m.max(axis=0) - m.min(axis=0)
+    c = int(np.argmax(span))
+    if hint is None:
+        order = np.argsort(m[:, c], kind="stable")
+    else:
+        order = hint[np.argsort(m[hint, c], kind="stable")]
+    cols = [c, *(j for j in range(m.shape[1]) if j != c)]
+    got = kernels.sorted_ball_counts(m[order][:, cols], r[order])
+    if got is None:
+        return None
+    counts = np.empty(len(m), dtype=np.int64)
+    counts[order] = got
+    return counts
+
+
 def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, hint=None):
     """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
 
@@ -176,6 +200,9 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, h
     (:func:`_run_counts`), else scikit-learn's ``KDTree.query_radius`` with ``count_only``
     — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster than
     ``cKDTree.query_ball_point`` in 3-D)."""
+    counts = _compiled_counts(m, r, hint)
+    if counts is not None:
+        return counts
     if m.shape[1] == 1:
         if ascending:
             return _counts_sorted(m[:, 0], r)
@@ -412,7 +439,11 @@ def ksg_mi(
             key = _raw_key(raw_x[i], raw_y[i], k)
             rest = _SharedKnn(knn_memo, key, order, margin, k, workers)
         r = np.empty(n)
-        radius = _knn_radius(joint[order][:, cols], k, workers, rest, windows=windows)
+        points = joint[order][:, cols]
+        radius = kernels.sorted_knn_radius(points, k) if kernels.AVAILABLE else None
+        if radius is None:  # no numba, or a scan in that order costs more than a tree
+            windows = windows and not kernels.AVAILABLE
+            radius = _knn_radius(points, k, workers, rest, windows=windows)
         r[order] = radius - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
         if wide == 0 and dx == 1:  # x is the sorted coordinate

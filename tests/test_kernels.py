@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgedp import rng, streams
 from edgedp_sim import kernels
@@ -50,3 +52,57 @@ def test_laplace_ahead_falls_back_to_numpy_without_numba(monkeypatch):
         ahead.draw(7, scale=0.5).tobytes()
         == rng.laplace_stacked(words, 7, (2,), scale=0.5).tobytes()
     )
+
+
+def _sorted_samples(data, n, d, kind):
+    """Samples with ties and duplicates: small integers times a scale, optionally jittered,
+    sorted ascending in the first coordinate."""
+    ints = data.draw(st.lists(st.integers(-3, 3), min_size=n * d, max_size=n * d))
+    scale = data.draw(st.sampled_from([1.0, 0.1, 1e-9, 1e6]))
+    p = np.array(ints, dtype=np.float64).reshape(n, d) * scale
+    if kind == "jitter":
+        seed = data.draw(st.integers(0, 2**32 - 1))
+        p = p + 1e-10 * np.random.default_rng(seed).random(p.shape)
+    elif kind == "wide":
+        p[:, 0] *= 1e3
+    return p[np.argsort(p[:, 0], kind="stable")]
+
+
+@needs_numba
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(5, 120),
+    d=st.integers(1, 4),
+    k=st.integers(1, 4),
+    kind=st.sampled_from(["ties", "jitter", "wide"]),
+)
+def test_sorted_scans_equal_the_trees_with_ties_and_duplicates(data, n, d, k, kind):
+    from scipy.spatial import cKDTree
+    from sklearn.neighbors import KDTree
+
+    p = _sorted_samples(data, n, d, kind)
+    k = min(k, n - 1)
+    got = kernels.sorted_knn_radius(p, k, budget=np.inf)
+    want = cKDTree(p).query(p, [k + 1], p=np.inf)[0][:, 0]
+    assert got.tobytes() == want.tobytes()
+    # NPEET's radius (minus 1e-15: strictly inside; below 0 at distance-0 neighbours) and
+    # others around it: counts of points within max-norm distance <= r, the point included
+    shrink = data.draw(st.sampled_from([1e-15, 0.0, -1e-15, 1e-3]))
+    radius = want - shrink
+    counts = kernels.sorted_ball_counts(p, radius, budget=np.inf)
+    tree = KDTree(p, metric="chebyshev").query_radius(p, np.maximum(radius, 0.0), count_only=True)
+    assert counts.tolist() == np.where(radius >= 0, tree, 0).tolist()
+    brute = (np.abs(p[:, None, :] - p[None, :, :]).max(axis=-1) <= radius[:, None]).sum(axis=1)
+    assert counts.tolist() == np.where(radius >= 0, brute, 0).tolist()
+
+
+@needs_numba
+def test_sorted_scans_give_up_when_a_tree_is_cheaper():
+    g = np.random.default_rng(0)
+    p = g.standard_normal((4000, 6))  # six comparable coordinates: long scans
+    p = p[np.argsort(p[:, 0])]
+    assert kernels.sorted_knn_radius(p, 3) is None
+    assert kernels.sorted_ball_counts(p, np.full(4000, 1.0)) is None
+    q = p * np.array([1e4, 1, 1, 1, 1, 1])  # the first coordinate outspreads the others
+    assert kernels.sorted_knn_radius(q, 3) is not None
