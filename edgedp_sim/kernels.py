@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - exercised only where numba is missing
 __all__ = [
     "AVAILABLE",
     "LaplaceAhead",
+    "ksg_counts",
     "laplace_ahead",
     "laplace_logs",
     "sorted_ball_counts",
@@ -260,7 +261,7 @@ def _filter_runs(points, radius, first, last):  # pragma: no cover - compiled
 
 #: Distances per point above which :func:`sorted_knn_radius` gives up (a k-d tree is then
 #: faster: comparable spreads in several coordinates), judged on every 64th point first.
-SCAN_BUDGET = 128
+SCAN_BUDGET = 256
 #: Run length per point above which :func:`sorted_ball_counts` gives up (likewise).
 RUN_BUDGET = 512
 
@@ -303,3 +304,114 @@ def sorted_ball_counts(points: np.ndarray, radius: np.ndarray, *, budget: float 
     if total > budget * n:
         return None
     return _filter_runs(points, radius, first, last)
+
+
+@_jit
+def _gather(columns, rows, order):  # pragma: no cover - compiled
+    """points[j, a] = columns[rows[a], order[j]]: (N, len(rows)), C order."""
+    n = order.shape[0]
+    out = np.empty((n, rows.shape[0]))
+    for a in range(rows.shape[0]):
+        col = columns[rows[a]]
+        for j in range(n):
+            out[j, a] = col[order[j]]
+    return out
+
+
+@_jit
+def _marginal(columns, rows, order, r_in, knn_budget, run_budget, out):  # pragma: no cover
+    """Counts of one marginal (``columns[rows]``, sorted by ``order`` in ``rows[0]``) into
+    ``out`` in input order; False when its runs are too long."""
+    n = order.shape[0]
+    m = _gather(columns, rows, order)
+    rr = np.empty(n)
+    for j in range(n):
+        rr[j] = r_in[order[j]]
+    first = np.empty(n, dtype=np.int64)
+    last = np.empty(n, dtype=np.int64)
+    total = _runs(np.ascontiguousarray(m[:, 0]), rr, first, last)
+    if rows.shape[0] == 1:
+        for j in range(n):
+            out[order[j]] = last[j] - first[j] + 1
+        return True
+    if total > run_budget * n:
+        return False
+    got = _filter_runs(m, rr, first, last)
+    for j in range(n):
+        out[order[j]] = got[j]
+    return True
+
+
+@_jit
+def _ksg_counts(
+    columns,
+    joint_rows,
+    order,
+    x_rows,
+    x_order,
+    y_rows,
+    y_order,
+    k,
+    shrink,
+    knn_budget,
+    run_budget,
+    r_in,
+    counts,
+):  # pragma: no cover - compiled
+    n = order.shape[0]
+    points = _gather(columns, joint_rows, order)
+    radius = np.empty(n)
+    sample = np.arange(0, n, 64)
+    if _scan_knn(points, k, sample, radius) > knn_budget * sample.shape[0]:
+        return 0
+    _scan_knn(points, k, np.arange(n), radius)
+    for j in range(n):
+        r_in[order[j]] = radius[j] - shrink
+    done = 1
+    if _marginal(columns, x_rows, x_order, r_in, knn_budget, run_budget, counts[0]):
+        done += 2
+    if _marginal(columns, y_rows, y_order, r_in, knn_budget, run_budget, counts[1]):
+        done += 4
+    return done
+
+
+def ksg_counts(columns: np.ndarray, dx: int, k: int, shrink: float, spread: np.ndarray):
+    """The KSG estimate's radii and marginal counts, all by scans, for one problem.
+
+    ``columns`` (dx + dy, N): x's coordinates then y's, one row each (C order); ``spread``
+    a per-row scale (e.g. the std) that picks the sorted coordinates (any choice gives the
+    same numbers). Returns ``(r, counts, done)``: r the k-th neighbour distances in the
+    joint minus ``shrink`` (None when the scan would cost more than a tree), counts (2, N)
+    the points within r_i in x and in y (itself included), and ``done`` which count rows
+    were computed (a row whose runs were too long is left for a tree)."""
+    columns = np.ascontiguousarray(columns, dtype=np.float64)
+    dims, n = columns.shape
+    wide = int(np.argmax(spread))
+    order = np.argsort(columns[wide])  # any ascending order gives the same numbers
+    orders = []
+    for rows in (np.arange(dx), np.arange(dx, dims)):
+        c = int(rows[np.argmax(spread[rows])])
+        rows = np.array([c, *(j for j in rows if j != c)], dtype=np.int64)
+        orders.append((rows, order if c == wide else np.argsort(columns[c])))
+    joint = np.array([wide, *(j for j in range(dims) if j != wide)], dtype=np.int64)
+    r = np.empty(n)
+    counts = np.zeros((2, n), dtype=np.int64)
+    (x_rows, x_order), (y_rows, y_order) = orders
+    flag = _ksg_counts(
+        columns,
+        joint,
+        order,
+        x_rows,
+        x_order,
+        y_rows,
+        y_order,
+        int(k),
+        float(shrink),
+        float(SCAN_BUDGET),
+        float(RUN_BUDGET),
+        r,
+        counts,
+    )
+    if flag == 0:
+        return None, counts, (False, False)
+    return r, counts, (bool(flag & 2), bool(flag & 4))

@@ -176,8 +176,7 @@ def _compiled_counts(m: np.ndarray, r: np.ndarray, hint=None):
     is missing or the runs are long (then the trees)."""
     if not kernels.AVAILABLE:
         return None
-    span = m.max(axis=0) - m.min(axis=0)
-    c = int(np.argmax(span))
+    c = 0 if m.shape[1] == 1 else int(np.argmax(np.ptp(np.ascontiguousarray(m.T), axis=1)))
     if hint is None:
         order = np.argsort(m[:, c], kind="stable")
     else:
@@ -191,7 +190,9 @@ def _compiled_counts(m: np.ndarray, r: np.ndarray, hint=None):
     return counts
 
 
-def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, hint=None):
+def _marginal_counts(
+    m: np.ndarray, r: np.ndarray, *, ascending: bool = False, hint=None, compiled: bool = True
+):
     """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
 
     Scalars: sorted arrays (``hint``: an order that nearly sorts them, e.g. the joint's, so
@@ -200,7 +201,10 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, h
     (:func:`_run_counts`), else scikit-learn's ``KDTree.query_radius`` with ``count_only``
     — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster than
     ``cKDTree.query_ball_point`` in 3-D)."""
-    counts = _compiled_counts(m, r, hint)
+    compiled = compiled and kernels.AVAILABLE
+    if ascending and compiled:
+        return kernels.sorted_ball_counts(m, r)  # a scalar: never None
+    counts = _compiled_counts(m, r, hint) if compiled else None
     if counts is not None:
         return counts
     if m.shape[1] == 1:
@@ -426,24 +430,31 @@ def ksg_mi(
         # the joint sorted by its widest coordinate (first): windows in that order settle
         # most k-NN radii, the tree and the queries walk memory in order (2x faster); counts
         # stay in the input order so the means are NPEET's bits
-        joint = np.concatenate([xs[i], ys[i]], axis=1)
-        std = joint.std(axis=0)
+        columns = np.concatenate([xs[i].T, ys[i].T])  # (dx + dy, N): rows contiguous
+        std = columns.std(axis=1)
+        if kernels.AVAILABLE:  # everything in compiled scans, unless one costs more than a tree
+            r, counts, done = kernels.ksg_counts(columns, dx, k, _RADIUS_SHRINK, std)
+            if r is not None:
+                for row, (m, ok) in enumerate(zip((xs[i], ys[i]), done, strict=True)):
+                    if not ok:
+                        counts[row] = _marginal_counts(m, r, compiled=False)
+                out[i] = _digamma_mean(counts, c, d, base)
+                continue
         spread = np.sort(std)
         wide = int(np.argmax(std))
-        order = np.argsort(joint[:, wide], kind="stable")
-        cols = [wide, *(j for j in range(joint.shape[1]) if j != wide)]
-        # windows pay off in 2-D (I(V; V)) or when one coordinate outspreads the others
-        windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
+        order = np.argsort(columns[wide])  # any ascending order gives the same radii
+        cols = [wide, *(j for j in range(len(columns)) if j != wide)]
+        points = columns[cols][:, order].T
+        r = np.empty(n)
         rest = None
         if shared:
             key = _raw_key(raw_x[i], raw_y[i], k)
             rest = _SharedKnn(knn_memo, key, order, margin, k, workers)
-        r = np.empty(n)
-        points = joint[order][:, cols]
-        radius = kernels.sorted_knn_radius(points, k) if kernels.AVAILABLE else None
-        if radius is None:  # no numba, or a scan in that order costs more than a tree
-            windows = windows and not kernels.AVAILABLE
-            radius = _knn_radius(points, k, workers, rest, windows=windows)
+        # windows pay off in 2-D (I(V; V)) or when one coordinate outspreads the others;
+        # with numba the scan has just said that they are long
+        windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
+        windows = windows and not kernels.AVAILABLE
+        radius = _knn_radius(points, k, workers, rest, windows=windows)
         r[order] = radius - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
         if wide == 0 and dx == 1:  # x is the sorted coordinate
@@ -451,10 +462,15 @@ def ksg_mi(
         else:
             counts[0] = _marginal_counts(xs[i], r, hint=order)
         counts[1] = _marginal_counts(ys[i], r, hint=order)
-        table = digamma(np.arange(int(counts.max()) + 1))  # digamma of each count, once
-        a, b = np.mean(table[counts], axis=1)
-        out[i] = (-a - b + c + d) / math.log(base)
+        out[i] = _digamma_mean(counts, c, d, base)
     return out.reshape(lead)
+
+
+def _digamma_mean(counts: np.ndarray, c: float, d: float, base: float) -> float:
+    """(ψ(k) + ψ(N) − ⟨ψ(n_x)⟩ − ⟨ψ(n_y)⟩) / ln(base), the means as NPEET takes them."""
+    table = digamma(np.arange(int(counts.max()) + 1))  # digamma of each count, once
+    a, b = np.mean(table[counts], axis=1)
+    return float((-a - b + c + d) / math.log(base))
 
 
 def self_mi_reference(n_samples: int, k: int = DEFAULT_NEIGHBORS, *, base: float = 2.0) -> float:

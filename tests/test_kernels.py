@@ -106,3 +106,33 @@ def test_sorted_scans_give_up_when_a_tree_is_cheaper():
     assert kernels.sorted_ball_counts(p, np.full(4000, 1.0)) is None
     q = p * np.array([1e4, 1, 1, 1, 1, 1])  # the first coordinate outspreads the others
     assert kernels.sorted_knn_radius(q, 3) is not None
+
+
+@needs_numba
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(8, 150),
+    dx=st.integers(1, 3),
+    dy=st.integers(1, 3),
+    kind=st.sampled_from(["ties", "jitter", "wide"]),
+    budgets=st.sampled_from([(None, None), (0.0, None), (None, 0.0)]),
+)
+def test_compiled_ksg_equals_the_numpy_and_tree_paths(data, n, dx, dy, kind, budgets):
+    # ksg_mi's compiled scans (all of them, or with the k-NN or the vector counts sent back
+    # to the trees by a zero budget) against its numpy/scipy/scikit-learn path
+    from edgedp_sim import leakage
+
+    p = _sorted_samples(data, n, dx + dy, kind)
+    p = p[np.random.default_rng(n).permutation(n)]  # input order is not sorted
+    x, y = p[:, :dx], p[:, dx:]
+    knn, run = budgets
+    with pytest.MonkeyPatch.context() as mp:
+        if knn is not None:
+            mp.setattr(kernels, "SCAN_BUDGET", knn)
+        if run is not None:
+            mp.setattr(kernels, "RUN_BUDGET", run)
+        fast = leakage.ksg_mi(x, y, prenoised=True)
+        mp.setattr(kernels, "AVAILABLE", False)
+        slow = leakage.ksg_mi(x, y, prenoised=True)
+    assert fast.tobytes() == slow.tobytes()
