@@ -189,12 +189,15 @@ def _scan_knn(points, k, rows, out):  # pragma: no cover - compiled
 
 @_jit
 def _offer(points, i, j, best, k):  # pragma: no cover - compiled
+    bound = best[k]
     dist = 0.0
     for c in range(points.shape[1]):
         g = abs(points[j, c] - points[i, c])
         if g > dist:
             dist = g
-    if dist < best[k]:
+            if dist >= bound:  # cannot enter the k nearest
+                return
+    if dist < bound:
         p = k
         while p > 0 and best[p - 1] > dist:
             best[p] = best[p - 1]
