@@ -226,7 +226,8 @@ def _marginal_counts(
     keep = (m.max(axis=0) - m.min(axis=0)) > np.min(r)
     if 0 < keep.sum() < m.shape[1]:
         m = np.ascontiguousarray(m[:, keep])
-    counts = KDTree(m, metric="chebyshev").query_radius(m, np.maximum(r, 0.0), count_only=True)
+    tree = KDTree(m, leaf_size=20, metric="chebyshev")  # leaves of 20: ~7% faster than 40
+    counts = tree.query_radius(m, np.maximum(r, 0.0), count_only=True)
     return np.where(r >= 0, counts, 0)
 
 
@@ -258,6 +259,11 @@ def _window_radius(points: np.ndarray, k: int, width: int):
 _WINDOW_DOMINANCE = 4.0
 
 
+#: Joint dimension from which scikit-learn's KDTree finds the k nearest faster than cKDTree
+#: (N = 5,000, max norm: 23 against 27 ms in 6-D; 12 against 11 ms in 4-D).
+_SKLEARN_KNN_DIMS = 6
+
+
 def _knn_radius(
     points: np.ndarray, k: int, workers: int, rest=None, *, windows: bool = True
 ) -> np.ndarray:
@@ -283,6 +289,12 @@ def _knn_radius(
         width *= 4
     if todo.size and rest is not None:
         rest(points, todo, radius)
+    elif todo.size and points.shape[1] >= _SKLEARN_KNN_DIMS:
+        from sklearn.neighbors import KDTree
+
+        tree = KDTree(points, leaf_size=10, metric="chebyshev")  # 15% faster than 40
+        found = tree.query(points[todo], k=k + 1)[0]
+        radius[todo] = found[:, k]
     elif todo.size:
         tree = cKDTree(points)
         if todo.size == n:  # queries in the tree's leaf order walk memory in order (~15%)
@@ -432,7 +444,12 @@ def ksg_mi(
         # stay in the input order so the means are NPEET's bits
         columns = np.concatenate([xs[i].T, ys[i].T])  # (dx + dy, N): rows contiguous
         std = columns.std(axis=1)
-        if kernels.AVAILABLE:  # everything in compiled scans, unless one costs more than a tree
+        spread = np.sort(std)
+        # windows and scans pay off in 2-D (I(V; V)) or when one coordinate outspreads the
+        # others; in 5-D and more without that, a scan costs more than the trees
+        windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
+        scans = kernels.AVAILABLE and (windows or len(spread) < 5)
+        if scans:  # everything in compiled scans, unless one costs more than a tree
             r, counts, done = kernels.ksg_counts(columns, dx, k, _RADIUS_SHRINK, std)
             if r is not None:
                 for row, (m, ok) in enumerate(zip((xs[i], ys[i]), done, strict=True)):
@@ -440,7 +457,6 @@ def ksg_mi(
                         counts[row] = _marginal_counts(m, r, compiled=False)
                 out[i] = _digamma_mean(counts, c, d, base)
                 continue
-        spread = np.sort(std)
         wide = int(np.argmax(std))
         order = np.argsort(columns[wide])  # any ascending order gives the same radii
         cols = [wide, *(j for j in range(len(columns)) if j != wide)]
@@ -450,9 +466,7 @@ def ksg_mi(
         if shared:
             key = _raw_key(raw_x[i], raw_y[i], k)
             rest = _SharedKnn(knn_memo, key, order, margin, k, workers)
-        # windows pay off in 2-D (I(V; V)) or when one coordinate outspreads the others;
-        # with numba the scan has just said that they are long
-        windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
+        # with numba the scan has just said that windows are long
         windows = windows and not kernels.AVAILABLE
         radius = _knn_radius(points, k, workers, rest, windows=windows)
         r[order] = radius - _RADIUS_SHRINK
@@ -460,8 +474,8 @@ def ksg_mi(
         if wide == 0 and dx == 1:  # x is the sorted coordinate
             counts[0, order] = _marginal_counts(xs[i][order], r[order], ascending=True)
         else:
-            counts[0] = _marginal_counts(xs[i], r, hint=order)
-        counts[1] = _marginal_counts(ys[i], r, hint=order)
+            counts[0] = _marginal_counts(xs[i], r, hint=order, compiled=scans or dx == 1)
+        counts[1] = _marginal_counts(ys[i], r, hint=order, compiled=scans or ys.shape[-1] == 1)
         out[i] = _digamma_mean(counts, c, d, base)
     return out.reshape(lead)
 
