@@ -389,14 +389,14 @@ def ksg_counts(columns: np.ndarray, dx: int, k: int, shrink: float, spread: np.n
     were computed (a row whose runs were too long is left for a tree)."""
     columns = np.ascontiguousarray(columns, dtype=np.float64)
     dims, n = columns.shape
-    wide = int(np.argmax(spread))
+    # coordinates by decreasing spread: the widest sorts, the next ones exclude the most
+    # points first (any order gives the same numbers)
+    joint = np.argsort(-np.asarray(spread), kind="stable").astype(np.int64)
+    wide = int(joint[0])
     order = np.argsort(columns[wide])  # any ascending order gives the same numbers
     orders = []
-    for rows in (np.arange(dx), np.arange(dx, dims)):
-        c = int(rows[np.argmax(spread[rows])])
-        rows = np.array([c, *(j for j in rows if j != c)], dtype=np.int64)
-        orders.append((rows, order if c == wide else np.argsort(columns[c])))
-    joint = np.array([wide, *(j for j in range(dims) if j != wide)], dtype=np.int64)
+    for part in (joint[joint < dx], joint[joint >= dx]):
+        orders.append((part, order if part[0] == wide else np.argsort(columns[part[0]])))
     r = np.empty(n)
     counts = np.zeros((2, n), dtype=np.int64)
     (x_rows, x_order), (y_rows, y_order) = orders
