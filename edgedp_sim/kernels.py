@@ -116,6 +116,15 @@ def _laplace_logs(words, first, ahead, size, logs, upper, zero):  # pragma: no c
                     logs[s, i, w] = math.log(arg)
 
 
+@_jit
+def _signed(logs, upper, scale, out):  # pragma: no cover - compiled
+    """out = 0 − scale·log where upper else 0 + scale·log (rng.LaplaceAhead.draw's ops)."""
+    for i in range(logs.shape[0]):
+        for j in range(logs.shape[1]):
+            v = scale * logs[i, j]
+            out[i, j] = 0.0 - v if upper[i, j] else 0.0 + v
+
+
 def laplace_logs(words: np.ndarray, first: int, ahead: int, size: int):
     """For steps ``first .. first + ahead − 1`` and every key of ``words`` (K, 2) uint64:
     the logs (ahead, K, size) of numpy's Laplace transform, whether each word took the upper
@@ -149,7 +158,25 @@ class LaplaceAhead(rng.LaplaceAhead):
     def _fill(self, step: int) -> None:
         size = math.prod(self._shape)
         self._logs, self._upper, self._zero = laplace_logs(self._words, step, self._ahead, size)
+        self._any_zero = self._zero.any(axis=1)
         self._first = step
+
+    def draw(self, step: int, *, scale: float) -> np.ndarray:
+        """``laplace_stacked(keys, step, shape, scale=scale)``: the parent's numbers (its
+        ``scale · log`` and ``0 ∓`` in one compiled pass); a step with a zero uniform goes to
+        the parent, which redraws that key."""
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
+        if not scale >= 0:
+            raise ValueError(f"Expected scale={scale!r} >= 0.")
+        if self._first < 0 or not 0 <= step - self._first < self._ahead:
+            self._fill(int(step))
+        i = int(step) - self._first
+        if self._any_zero[i]:
+            return super().draw(step, scale=scale)
+        out = np.empty(self._logs.shape[1:])
+        _signed(self._logs[i], self._upper[i], float(scale), out)
+        return out.reshape((*self._lead, *self._shape))
 
 
 def laplace_ahead(keys: np.ndarray, shape: tuple[int, ...]) -> rng.LaplaceAhead:

@@ -136,3 +136,17 @@ def test_compiled_ksg_equals_the_numpy_and_tree_paths(data, n, dx, dy, kind, bud
         mp.setattr(kernels, "AVAILABLE", False)
         slow = leakage.ksg_mi(x, y, prenoised=True)
     assert fast.tobytes() == slow.tobytes()
+
+
+@needs_numba
+def test_compiled_laplace_ahead_sends_a_zero_uniform_to_the_key_s_own_generator():
+    # a uniform of exactly 0 (probability 2^-53 a word) makes numpy skip a word: that key is
+    # redrawn by its own generator; marked here by hand, the draws stay the per-stream ones
+    keys = _keys(4, 3)
+    ahead = kernels.LaplaceAhead(rng.key_words(keys), (2,), ahead=3)
+    ahead.draw(6, scale=1.0)
+    ahead._zero[1, 5] = ahead._any_zero[1] = True  # step 7, key (1, 2)
+    ahead._logs[1, 5] = np.nan  # must not be used
+    got = ahead.draw(7, scale=0.5)
+    for t, u in np.ndindex(keys.shape):
+        assert got[t, u].tobytes() == rng.laplace(keys[t, u], 7, (2,), scale=0.5).tobytes()
