@@ -42,6 +42,7 @@ __all__ = [
     "LaplaceAhead",
     "ksg_counts",
     "laplace_ahead",
+    "row_std",
     "laplace_logs",
     "sorted_ball_counts",
     "sorted_knn_radius",
@@ -403,6 +404,29 @@ def _ksg_counts(
     if _marginal(columns, y_rows, y_order, r_in, knn_budget, run_budget, counts[1]):
         done += 4
     return done
+
+
+@_jit
+def _row_std(columns):  # pragma: no cover - compiled
+    d, n = columns.shape
+    out = np.empty(d)
+    for c in range(d):
+        mean = 0.0
+        for j in range(n):
+            mean += columns[c, j]
+        mean /= n
+        ss = 0.0
+        for j in range(n):
+            e = columns[c, j] - mean
+            ss += e * e
+        out[c] = math.sqrt(ss / n)
+    return out
+
+
+def row_std(columns: np.ndarray) -> np.ndarray:
+    """The std of every row of ``columns`` (d, N) in one pass over memory (numpy's up to
+    rounding: a scale that only chooses orders)."""
+    return _row_std(np.ascontiguousarray(columns, dtype=np.float64))
 
 
 def ksg_counts(columns: np.ndarray, dx: int, k: int, shrink: float, spread: np.ndarray):

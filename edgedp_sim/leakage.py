@@ -443,7 +443,7 @@ def ksg_mi(
         # most k-NN radii, the tree and the queries walk memory in order (2x faster); counts
         # stay in the input order so the means are NPEET's bits
         columns = np.concatenate([xs[i].T, ys[i].T])  # (dx + dy, N): rows contiguous
-        std = columns.std(axis=1)
+        std = kernels.row_std(columns) if kernels.AVAILABLE else columns.std(axis=1)
         spread = np.sort(std)
         # windows and scans pay off in 2-D (I(V; V)) or when one coordinate outspreads the
         # others; in 5-D and more without that, a scan costs more than the trees
