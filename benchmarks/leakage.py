@@ -33,6 +33,9 @@ import os
 import time
 import tomllib
 
+import edgedp  # noqa: F401 (first: numpy loads with the dispatch edgedp pins, as `edgedp leak`)
+
+# isort: split
 import numpy as np
 
 from edgedp import noise, rng, streams
