@@ -714,3 +714,20 @@ def test_every_registered_mechanism_names_an_attack_the_simulator_defines() -> N
     assert attacks.algorithm_attack("dp-dsgd") is attacks.ATTACKS["update-inversion"]
     with pytest.raises(ValueError, match="expected one of"):
         attacks.algorithm_attack("no-such-mechanism")
+
+
+def test_observation_logs_leave_numpy_huge_page_advice_as_it_was():
+    # the logs are allocated without huge-page advice (fragmented hosts compact memory for
+    # it); the process-wide setting is restored, whichever it was
+    switch = adversary._hugepage_switch()
+    if switch is None:
+        pytest.skip("this numpy has no _set_madvise_hugepage")
+    before = switch(True)
+    try:
+        log = adversary._by_round((3, 700, 2, 500))  # 8.4 MB: past numpy's 4 MiB threshold
+        assert log.shape == (3, 700, 2, 500) and np.isnan(log).all()
+        assert switch(False) is True
+        assert adversary._by_round((2, 3), 0.0).tolist() == [[0.0] * 3] * 2
+        assert switch(True) is False
+    finally:
+        switch(before)
