@@ -14,8 +14,9 @@ average is printed before and after):
    calls); the output says so. The gap between the estimates is from independent tie noise
    (equality on identical noised samples is a test: tests/test_leakage_fast.py).
 2. **Keyed Laplace streams**: the draw of one step for every (trial, node) stream
-   (``noise.laplace_draw``, bulk; ``rng.LaplaceAhead``, 16 steps per pass as the batch
-   engine draws them) against one generator per stream (``rng.stacked``, the per-stream
+   (``noise.laplace_draw``, bulk; ``rng.LaplaceAhead``, 16 steps per numpy pass;
+   ``edgedp_sim.kernels.LaplaceAhead``, 64 steps per compiled pass as the batch engine draws
+   them with numba) against one generator per stream (``rng.stacked``, the per-stream
    path), on a few steps; the bits are compared too.
 3. **Multi-dimensional KSG** against npeet-plus on Gaussian samples (N = ``--trials``) with
    scalar V and 3-dim I, and 3-dim V and I, on the same noised samples (values compared).
@@ -27,14 +28,18 @@ Needs the dev extra (npeet-plus). Run: python benchmarks/leakage.py [--trials 50
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 import tomllib
 
+import edgedp  # noqa: F401 (first: numpy loads with the dispatch edgedp pins, as `edgedp leak`)
+
+# isort: split
 import numpy as np
 
 from edgedp import noise, rng, streams
-from edgedp_sim import adversary, leak, leakage, scenarios
+from edgedp_sim import adversary, kernels, leak, leakage, scenarios
 
 SCENARIO = scenarios.__file__.rsplit("/", 1)[0] + "/leakage_table4.toml"
 
@@ -192,16 +197,29 @@ def laplace_streams(args) -> None:
         ahead = rng.LaplaceAhead(words, (1,))
         return [ahead.draw(s, scale=0.7) for s in range(16)]
 
+    def compiled_steps():  # the batch engine's draws with numba: 64 steps per compiled pass
+        ahead = kernels.LaplaceAhead(words, (1,))
+        return [ahead.draw(s, scale=0.7) for s in range(64)]
+
     ahead = _best(ahead_steps, 3) / 16
     same = same and all(
         a.tobytes() == noise.laplace_draw(stack, s, 1, 0.7).tobytes()
         for s, a in enumerate(ahead_steps())
     )
+    compiled = math.nan
+    if kernels.AVAILABLE:
+        compiled_steps()  # compiled (or loaded from numba's cache) outside the timing
+        compiled = _best(compiled_steps, 3) / 64
+        same = same and all(
+            a.tobytes() == noise.laplace_draw(stack, s, 1, 0.7).tobytes()
+            for s, a in enumerate(compiled_steps()[:16])
+        )
     print(
         f"2. keyed Laplace draws of one step for {stack.size:,} (trial, node) streams (CPU): bulk "
-        f"{bulk * 1e3:.1f} ms, 16 steps ahead (rng.LaplaceAhead, the batch engine's) "
-        f"{ahead * 1e3:.1f} ms, one generator per stream {per * 1e3:.1f} ms: "
-        f"{per / bulk:.1f}x / {per / ahead:.1f}x (bit-identical: {same})"
+        f"{bulk * 1e3:.1f} ms, 16 steps ahead in numpy (rng.LaplaceAhead) {ahead * 1e3:.1f} ms, "
+        f"64 steps ahead compiled (kernels.LaplaceAhead, the batch engine's with numba) "
+        f"{compiled * 1e3:.2f} ms, one generator per stream {per * 1e3:.1f} ms: "
+        f"{per / bulk:.1f}x / {per / ahead:.1f}x / {per / compiled:.1f}x (bit-identical: {same})"
     )
 
 

@@ -12,6 +12,7 @@ the source's stream with its cross-agent components, and the Laplace draws.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,8 @@ class NoiseStreams:
       cross: the :class:`~edgedp.cross_agent.CrossNoise` of a cross-agent plan (its
         ``compose(own, step)`` adds the shared-seed, per-edge and message components).
       memoize, consume: :class:`~edgedp.noise.NoiseSource`'s options.
+      laplace_ahead: a stack: makes its bulk Laplace draws from the keys' words and the
+        draw shape (:class:`edgedp.rng.LaplaceAhead`, or a simulator's compiled equivalent).
     """
 
     def __init__(
@@ -147,6 +150,9 @@ class NoiseStreams:
         cross: Any | None = None,
         memoize: bool = False,
         consume: bool = False,
+        laplace_ahead: Callable[[np.ndarray, tuple[int, ...]], rng.LaplaceAhead] = (
+            rng.LaplaceAhead
+        ),
     ) -> None:
         keys = np.array(keys, dtype=object) if isinstance(keys, rng.StreamKey) else keys
         self.std = float(params.noise_std)
@@ -156,7 +162,8 @@ class NoiseStreams:
         )
         self.state: StreamState = self.source.init()
         self.cross = cross
-        self._ahead: rng.LaplaceAhead | None = None  # a stack's Laplace draws, 16 rounds ahead
+        self._make_ahead = laplace_ahead
+        self._ahead: rng.LaplaceAhead | None = None  # a stack's Laplace draws, rounds ahead
 
     def gaussian(self, t: int) -> np.ndarray | None:
         """Round ``t``'s Gaussian noise (with its cross-agent components), None without noise.
@@ -188,5 +195,5 @@ class NoiseStreams:
         if keys.ndim == 0:
             return laplace_draw(keys, t, self.dim, scale)
         if self._ahead is None:
-            self._ahead = rng.LaplaceAhead(rng.key_words(keys), (self.dim,))
+            self._ahead = self._make_ahead(rng.key_words(keys), (self.dim,))
         return self._ahead.draw(t, scale=scale)

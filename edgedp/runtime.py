@@ -220,6 +220,8 @@ class Runtime:
         rows`` on the per-example gradients of the batch ``sel`` before projection/clipping.
       first_trial: a stack with per-trial data: the trial of its first row.
       chunk_floats: one node: per-example gradient entries held at once.
+      laplace_ahead: a stack: how its Laplace draws are made in bulk
+        (:class:`~edgedp.rng.LaplaceAhead` or a simulator's compiled one, the same bits).
     """
 
     def __init__(
@@ -236,6 +238,9 @@ class Runtime:
         gradient_transform: Callable | None = None,
         first_trial: int = 0,
         chunk_floats: int = CHUNK_FLOATS,
+        laplace_ahead: Callable[[np.ndarray, tuple[int, ...]], rng.LaplaceAhead] = (
+            rng.LaplaceAhead
+        ),
     ) -> None:
         self.params = params
         self.model = model
@@ -251,6 +256,7 @@ class Runtime:
             cross=cross,
             memoize=memoize,
             consume=consume,
+            laplace_ahead=laplace_ahead,
         )
         self.transform = gradient_transform
         self.fused = getattr(model, "clips_fused", False)  # clipped sum inside the model

@@ -193,8 +193,30 @@ class ObservationLog:
 
 def _by_round(shape: tuple[int, ...], fill: float = np.nan) -> np.ndarray:
     """An array ``(trials, rounds, ...)`` filled with ``fill``, stored round by round: the
-    batch engine writes one round of every trial at a time, contiguously."""
-    return np.full((shape[1], shape[0], *shape[2:]), fill).swapaxes(0, 1)
+    batch engine writes one round of every trial at a time, contiguously.
+
+    Allocated without numpy's huge-page advice (restored at once): on a host whose memory is
+    fragmented, ``MADV_HUGEPAGE`` makes the kernel compact memory before it maps each fresh
+    log — Table 4's probes of 10 chunks of 500 trials × 1,000 rounds took 1.1 s CPU to set up
+    against 0.26 s without (only speed: the array is the same)."""
+    previous = None if _HUGEPAGE is None else _HUGEPAGE(False)
+    try:
+        return np.full((shape[1], shape[0], *shape[2:]), fill).swapaxes(0, 1)
+    finally:
+        if previous is not None:
+            _HUGEPAGE(previous)
+
+
+def _hugepage_switch():
+    """numpy's ``_set_madvise_hugepage`` (returns the previous setting), or None."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray  # type: ignore[no-redef]
+    return getattr(multiarray, "_set_madvise_hugepage", None)
+
+
+_HUGEPAGE = _hugepage_switch()
 
 
 @functools.lru_cache(maxsize=1 << 14)

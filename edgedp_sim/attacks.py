@@ -128,11 +128,10 @@ def sr_gt_estimate(
     z = m[:, :, log.senders.index(victim)]
     zbar = mix_gathered(weights, m[:, :, cols])  # (trials, T, d)
     T = m.shape[1]
-    y = np.empty_like(z)
-    acc = np.zeros_like(z[:, 0])
-    for t in range(T):
-        acc = acc + sched.beta * (z[:, t] - zbar[:, t])
-        y[:, t] = acc
+    # y(k) = y(k−1) + β (z − z̄) from y(0) = 0, added in order: accumulate is sequential, and
+    # the leading +0.0 keeps even the signs of zeros of the loop acc = acc + β (z − z̄)
+    steps = np.concatenate([np.zeros_like(z[:, :1]), sched.beta * (z - zbar)], axis=1)
+    y = np.add.accumulate(steps, axis=1)[:, 1:]
     alpha = np.array([sched.stepsize(t) for t in range(T)])[None, :, None]
     if form == "paper":
         return np.concatenate([z, y, (zbar - z) / alpha - y], axis=-1)

@@ -22,7 +22,7 @@ from edgedp import cross_agent as cross_mod
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
 from edgedp.plan import NoisePlan
-from edgedp_sim import evaluation, initial, round_faults
+from edgedp_sim import evaluation, initial, kernels, round_faults
 from edgedp_sim.churn import Faults
 from edgedp_sim.datasets import FederatedData
 from edgedp_sim.links import Network
@@ -145,6 +145,7 @@ def run(
         memoize=plan.factor.kind == "dense",
         gradient_transform=gradient_transform,
         first_trial=first_trial,
+        laplace_ahead=kernels.laplace_ahead,  # compiled with numba, the same bits
     )
     batch = stack.schedule.batch_size
     msg_dim = stack.message_dim  # DOME: k floats per message

@@ -25,7 +25,9 @@ per problem for the rest (estimates on recurring raw samples may share neighbour
 an exact boundary fix-up, so the counts equal the tree's), other marginals the same runs
 in their widest coordinate filtered by the others when short, else scikit-learn's
 ``KDTree`` ball counts (NPEET's own). Distances are max |differences| in every path, so
-the estimates equal NPEET's bit for bit.
+the estimates equal NPEET's bit for bit. With numba, both the k-NN and the counts are first
+compiled scans in the widest coordinate's order (:mod:`edgedp_sim.kernels`); the numpy and
+tree paths above take over where a scan would cost more than a tree, and without numba.
 
 The normalizer I(V; V) is finite only because of the tie noise: for V of moderate scale
 (typical k-NN distances well above 1e-10 and below ~8, where 1e-15 still subtracts) the
@@ -53,6 +55,7 @@ from scipy.spatial import cKDTree
 from scipy.special import digamma
 
 from edgedp import strict_json
+from edgedp_sim import kernels
 
 __all__ = [
     "DEFAULT_NEIGHBORS",
@@ -167,7 +170,29 @@ def _run_counts(m: np.ndarray, r: np.ndarray, hint=None):
     return np.where(r >= 0, counts, 0)
 
 
-def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, hint=None):
+def _compiled_counts(m: np.ndarray, r: np.ndarray, hint=None):
+    """:func:`_marginal_counts` by :func:`edgedp_sim.kernels.sorted_ball_counts` in the order
+    of the widest coordinate (``hint`` nearly sorts it: a quick merge), or None when numba
+    is missing or the runs are long (then the trees)."""
+    if not kernels.AVAILABLE:
+        return None
+    c = 0 if m.shape[1] == 1 else int(np.argmax(np.ptp(np.ascontiguousarray(m.T), axis=1)))
+    if hint is None:
+        order = np.argsort(m[:, c], kind="stable")
+    else:
+        order = hint[np.argsort(m[hint, c], kind="stable")]
+    cols = [c, *(j for j in range(m.shape[1]) if j != c)]
+    got = kernels.sorted_ball_counts(m[order][:, cols], r[order])
+    if got is None:
+        return None
+    counts = np.empty(len(m), dtype=np.int64)
+    counts[order] = got
+    return counts
+
+
+def _marginal_counts(
+    m: np.ndarray, r: np.ndarray, *, ascending: bool = False, hint=None, compiled: bool = True
+):
     """Points of ``m`` (N, d) within Chebyshev distance r_i of each point i (itself included).
 
     Scalars: sorted arrays (``hint``: an order that nearly sorts them, e.g. the joint's, so
@@ -176,6 +201,12 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, h
     (:func:`_run_counts`), else scikit-learn's ``KDTree.query_radius`` with ``count_only``
     — NPEET's own count (it prunes whole nodes inside the ball: ~2.5x faster than
     ``cKDTree.query_ball_point`` in 3-D)."""
+    compiled = compiled and kernels.AVAILABLE
+    if ascending and compiled:
+        return kernels.sorted_ball_counts(m, r)  # a scalar: never None
+    counts = _compiled_counts(m, r, hint) if compiled else None
+    if counts is not None:
+        return counts
     if m.shape[1] == 1:
         if ascending:
             return _counts_sorted(m[:, 0], r)
@@ -195,7 +226,8 @@ def _marginal_counts(m: np.ndarray, r: np.ndarray, *, ascending: bool = False, h
     keep = (m.max(axis=0) - m.min(axis=0)) > np.min(r)
     if 0 < keep.sum() < m.shape[1]:
         m = np.ascontiguousarray(m[:, keep])
-    counts = KDTree(m, metric="chebyshev").query_radius(m, np.maximum(r, 0.0), count_only=True)
+    tree = KDTree(m, leaf_size=20, metric="chebyshev")  # leaves of 20: ~7% faster than 40
+    counts = tree.query_radius(m, np.maximum(r, 0.0), count_only=True)
     return np.where(r >= 0, counts, 0)
 
 
@@ -227,6 +259,11 @@ def _window_radius(points: np.ndarray, k: int, width: int):
 _WINDOW_DOMINANCE = 4.0
 
 
+#: Joint dimension from which scikit-learn's KDTree finds the k nearest faster than cKDTree
+#: (N = 5,000, max norm: 23 against 27 ms in 6-D; 12 against 11 ms in 4-D).
+_SKLEARN_KNN_DIMS = 6
+
+
 def _knn_radius(
     points: np.ndarray, k: int, workers: int, rest=None, *, windows: bool = True
 ) -> np.ndarray:
@@ -252,6 +289,12 @@ def _knn_radius(
         width *= 4
     if todo.size and rest is not None:
         rest(points, todo, radius)
+    elif todo.size and points.shape[1] >= _SKLEARN_KNN_DIMS:
+        from sklearn.neighbors import KDTree
+
+        tree = KDTree(points, leaf_size=10, metric="chebyshev")  # 15% faster than 40
+        found = tree.query(points[todo], k=k + 1)[0]
+        radius[todo] = found[:, k]
     elif todo.size:
         tree = cKDTree(points)
         if todo.size == n:  # queries in the tree's leaf order walk memory in order (~15%)
@@ -399,31 +442,49 @@ def ksg_mi(
         # the joint sorted by its widest coordinate (first): windows in that order settle
         # most k-NN radii, the tree and the queries walk memory in order (2x faster); counts
         # stay in the input order so the means are NPEET's bits
-        joint = np.concatenate([xs[i], ys[i]], axis=1)
-        std = joint.std(axis=0)
+        columns = np.concatenate([xs[i].T, ys[i].T])  # (dx + dy, N): rows contiguous
+        std = kernels.row_std(columns) if kernels.AVAILABLE else columns.std(axis=1)
         spread = np.sort(std)
-        wide = int(np.argmax(std))
-        order = np.argsort(joint[:, wide], kind="stable")
-        cols = [wide, *(j for j in range(joint.shape[1]) if j != wide)]
-        # windows pay off in 2-D (I(V; V)) or when one coordinate outspreads the others
+        # windows and scans pay off in 2-D (I(V; V)) or when one coordinate outspreads the
+        # others; in 5-D and more without that, a scan costs more than the trees
         windows = len(spread) == 2 or spread[-1] >= _WINDOW_DOMINANCE * spread[-2]
+        scans = kernels.AVAILABLE and (windows or len(spread) < 5)
+        if scans:  # everything in compiled scans, unless one costs more than a tree
+            r, counts, done = kernels.ksg_counts(columns, dx, k, _RADIUS_SHRINK, std)
+            if r is not None:
+                for row, (m, ok) in enumerate(zip((xs[i], ys[i]), done, strict=True)):
+                    if not ok:
+                        counts[row] = _marginal_counts(m, r, compiled=False)
+                out[i] = _digamma_mean(counts, c, d, base)
+                continue
+        wide = int(np.argmax(std))
+        order = np.argsort(columns[wide])  # any ascending order gives the same radii
+        cols = [wide, *(j for j in range(len(columns)) if j != wide)]
+        points = columns[cols][:, order].T
+        r = np.empty(n)
         rest = None
         if shared:
             key = _raw_key(raw_x[i], raw_y[i], k)
             rest = _SharedKnn(knn_memo, key, order, margin, k, workers)
-        r = np.empty(n)
-        radius = _knn_radius(joint[order][:, cols], k, workers, rest, windows=windows)
+        # with numba the scan has just said that windows are long
+        windows = windows and not kernels.AVAILABLE
+        radius = _knn_radius(points, k, workers, rest, windows=windows)
         r[order] = radius - _RADIUS_SHRINK
         counts = np.empty((2, n), dtype=np.int64)
         if wide == 0 and dx == 1:  # x is the sorted coordinate
             counts[0, order] = _marginal_counts(xs[i][order], r[order], ascending=True)
         else:
-            counts[0] = _marginal_counts(xs[i], r, hint=order)
-        counts[1] = _marginal_counts(ys[i], r, hint=order)
-        table = digamma(np.arange(int(counts.max()) + 1))  # digamma of each count, once
-        a, b = np.mean(table[counts], axis=1)
-        out[i] = (-a - b + c + d) / math.log(base)
+            counts[0] = _marginal_counts(xs[i], r, hint=order, compiled=scans or dx == 1)
+        counts[1] = _marginal_counts(ys[i], r, hint=order, compiled=scans or ys.shape[-1] == 1)
+        out[i] = _digamma_mean(counts, c, d, base)
     return out.reshape(lead)
+
+
+def _digamma_mean(counts: np.ndarray, c: float, d: float, base: float) -> float:
+    """(ψ(k) + ψ(N) − ⟨ψ(n_x)⟩ − ⟨ψ(n_y)⟩) / ln(base), the means as NPEET takes them."""
+    table = digamma(np.arange(int(counts.max()) + 1))  # digamma of each count, once
+    a, b = np.mean(table[counts], axis=1)
+    return float((-a - b + c + d) / math.log(base))
 
 
 def self_mi_reference(n_samples: int, k: int = DEFAULT_NEIGHBORS, *, base: float = 2.0) -> float:

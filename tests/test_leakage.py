@@ -483,6 +483,29 @@ def test_sr_gt_eq44_inverts_alg1_exactly():
     )
 
 
+def test_sr_gt_eq44_tracks_y_in_the_order_of_the_update_rule():
+    # y(k) = y(k−1) + β (z − z̄) from y(0) = 0, one round after the other: the same bits as
+    # that loop, signs of zeros included (messages that give β (z − z̄) = −0.0 on purpose)
+    p = _sr_gt_plan(eps=1.0, steps=8)
+    probe = adversary.Probe(adversary.tap_all(), p, trials=3, dim=1)
+    g = np.random.default_rng(8)
+    m = g.standard_normal(probe.log.messages.shape)
+    m[0] = 0.0  # trial 0: every message 0, so z − z̄ = 0 (and −0.0 through the weights)
+    m[1, :, :] = -0.0
+    probe.log.messages[...] = m
+    got = attacks.sr_gt_estimate(probe.log, victim=0, plan=p)[..., 1]
+    z = m[:, :, probe.log.senders.index(0), 0]
+    zbar = attacks.mix_gathered(
+        np.asarray(p.mixing_weight[0], dtype=np.float64),
+        m[:, :, [probe.log.senders.index(int(j)) for j in p.mixing_index[0]]],
+    )[..., 0]
+    acc, want = np.zeros(3), np.empty((3, p.steps))
+    for t in range(p.steps):
+        acc = acc + p.laplace.beta * (z[:, t] - zbar[:, t])
+        want[:, t] = acc
+    assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("mechanism", ["decor", "whisper"])
 def test_cross_agent_estimators_subtract_exactly_what_the_attacker_knows(mechanism):
     p = _cross_plan(mechanism, **({"form": "lowrank", "rank": 2} if mechanism == "whisper" else {}))
@@ -691,3 +714,20 @@ def test_every_registered_mechanism_names_an_attack_the_simulator_defines() -> N
     assert attacks.algorithm_attack("dp-dsgd") is attacks.ATTACKS["update-inversion"]
     with pytest.raises(ValueError, match="expected one of"):
         attacks.algorithm_attack("no-such-mechanism")
+
+
+def test_observation_logs_leave_numpy_huge_page_advice_as_it_was():
+    # the logs are allocated without huge-page advice (fragmented hosts compact memory for
+    # it); the process-wide setting is restored, whichever it was
+    switch = adversary._hugepage_switch()
+    if switch is None:
+        pytest.skip("this numpy has no _set_madvise_hugepage")
+    before = switch(True)
+    try:
+        log = adversary._by_round((3, 700, 2, 500))  # 8.4 MB: past numpy's 4 MiB threshold
+        assert log.shape == (3, 700, 2, 500) and np.isnan(log).all()
+        assert switch(False) is True
+        assert adversary._by_round((2, 3), 0.0).tolist() == [[0.0] * 3] * 2
+        assert switch(True) is False
+    finally:
+        switch(before)

@@ -7,9 +7,18 @@ import tomllib
 import numpy as np
 import pytest
 
-from edgedp_sim import adversary, leak, leakage, scenarios
+from edgedp_sim import adversary, kernels, leak, leakage, scenarios
 
 npeet = pytest.importorskip("npeet_plus.estimators")
+PATHS = ["compiled", "numpy"] if kernels.AVAILABLE else ["numpy"]
+
+
+@pytest.fixture(params=PATHS, autouse=True)
+def path(request, monkeypatch):
+    """Every test on both paths: numba's scans (edgedp_sim.kernels) and numpy/scipy/sklearn's."""
+    if request.param == "numpy":
+        monkeypatch.setattr(kernels, "AVAILABLE", False)
+    return request.param
 
 
 @pytest.fixture
@@ -81,9 +90,11 @@ def scenarios_dir():
 
 
 @pytest.mark.parametrize("discrete", [False, True])
-def test_knn_memo_reuses_neighbours_without_changing_a_bit(discrete):
+def test_knn_memo_reuses_neighbours_without_changing_a_bit(discrete, monkeypatch):
     # two estimates on the same raw samples with fresh tie noise (two attackers with one
-    # information set): the second takes its radii from the first's kept neighbours
+    # information set): the second takes its radii from the first's kept neighbours (the
+    # trees' path: the compiled scans keep none)
+    monkeypatch.setattr(kernels, "AVAILABLE", False)
     g = np.random.default_rng(24)
     v = 30.0 * g.standard_normal((3, 800, 1))
     i = np.concatenate([v * 0.01, 50.0 * g.standard_normal((3, 800, 2))], axis=-1)
