@@ -398,15 +398,19 @@ class LaplaceAhead:
         self._zero = (u == 0.0).any(axis=1).reshape(self._ahead, k)
         self._first = step
 
-    def draw(self, step: int, *, scale: float) -> np.ndarray:
-        """``laplace_stacked(keys, step, shape, scale=scale)``."""
+    def _row(self, step: int, scale: float) -> int:
+        """Check the arguments, fill the window that holds ``step``; its row in the window."""
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
         if not scale >= 0:
             raise ValueError(f"Expected scale={scale!r} >= 0.")
         if self._first < 0 or not 0 <= step - self._first < self._ahead:
             self._fill(int(step))
-        i = int(step) - self._first
+        return int(step) - self._first
+
+    def draw(self, step: int, *, scale: float) -> np.ndarray:
+        """``laplace_stacked(keys, step, shape, scale=scale)``."""
+        i = self._row(step, scale)
         logs = scale * self._logs[i]
         out = np.where(self._upper[i], 0.0 - logs, 0.0 + logs)
         for row in np.flatnonzero(self._zero[i]):

@@ -166,13 +166,7 @@ class LaplaceAhead(rng.LaplaceAhead):
         """``laplace_stacked(keys, step, shape, scale=scale)``: the parent's numbers (its
         ``scale · log`` and ``0 ∓`` in one compiled pass); a step with a zero uniform goes to
         the parent, which redraws that key."""
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
-        if not scale >= 0:
-            raise ValueError(f"Expected scale={scale!r} >= 0.")
-        if self._first < 0 or not 0 <= step - self._first < self._ahead:
-            self._fill(int(step))
-        i = int(step) - self._first
+        i = self._row(step, scale)
         if self._any_zero[i]:
             return super().draw(step, scale=scale)
         out = np.empty(self._logs.shape[1:])
