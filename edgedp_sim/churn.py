@@ -48,12 +48,11 @@ class Faults:
         """Boolean (n, rounds): node u sits out round r."""
         if self.dropout == 0:
             return np.zeros((n, rounds), dtype=bool)
-        return np.stack(
-            [
-                rng.generator(rng.derive_key(secret, "dropout", u), 0).random(rounds) < self.dropout
-                for u in range(n)
-            ]
-        )
+        # rng.generator(derive_key(secret, "dropout", u), 0).random(rounds) for every node
+        # (keys derived and a generator re-keyed in bulk: the same bits)
+        keys = np.empty(n, dtype=object)
+        keys[:] = rng.derive_keys(secret, ("dropout",), [(u,) for u in range(n)])
+        return rng.stacked(keys, 0, (rounds,), lambda gen: gen.random(rounds)) < self.dropout
 
     def crash_schedule(self, n: int, secret: bytes) -> list[Crash]:
         """The listed crashes plus random churn (Poisson per node up to churn_horizon_s)."""

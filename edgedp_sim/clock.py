@@ -277,12 +277,12 @@ class Turns:
 
     def _plan(self, holder: tuple | None, end: float, queue: deque) -> None:
         """Serve ``queue`` after ``holder``'s slot ends at ``end``, until nothing is left."""
-        slots = self.slots
+        slots, length, delay, emit = self.slots, self.length, self.delay, self.emit
         while True:
-            if holder is not None and holder[1] + 1 < self.length(holder[0]):
+            if holder is not None and holder[1] + 1 < length(holder[0]):
                 queue.append((holder[0], holder[1] + 1))  # asks again after its release
             if not queue:
                 return
             job, i = holder = queue.popleft()
-            start, end = end, end + self.delay(job, i)
-            slots.append([start, end, job, i, tuple(queue), self.emit(job, i, end)])
+            start, end = end, end + delay(job, i)
+            slots.append([start, end, job, i, tuple(queue), emit(job, i, end)])

@@ -119,7 +119,9 @@ class _Arrival:
 
 
 class _Planned:
-    """A message planned by :class:`edgedp_sim.clock.Turns`: delivery (None if lost), size."""
+    """A message on its link: sender, recipient, round, the message tuple of
+    :meth:`_Sim._message`, size; ``cancelled`` when :class:`edgedp_sim.clock.Turns`
+    plans its slot again."""
 
     __slots__ = ("cancelled", "u", "v", "r", "message", "size", "lost", "marked")
 
@@ -137,7 +139,8 @@ class _Job:
     round: int
     recipients: tuple[int, ...]
     out: object  # the Agent's outgoing round
-    message: tuple | None = None  # the last (frames, decoded, max_bytes)
+    message: tuple | None = None  # the last made by _Sim._message (for recipient index)
+    index: int = 0
 
 
 class _Sim:
@@ -178,6 +181,10 @@ class _Sim:
         n, T = plan.n, plan.steps  # noqa: N806
         # one share per node (each hashes the whole plan), reused by restarts
         self.shares = [plan.share(u) for u in range(n)]
+        # every node's noise and batch keys at once (the prefix hashed once); cross-agent
+        # keys only for the plans that use them (their own derivation, per node)
+        self.noise_keys = self.keys.per_trial("noise", nodes=n, trials=1, first_trial=trial)[0]
+        self.batch_keys = self.keys.per_trial("batch", nodes=n, trials=1, first_trial=trial)[0]
         self.agents = [self._new_agent(u) for u in range(n)]
         start = initial.states(
             initial_state, self.keys, nodes=n, dim=self.model.dim, first_trial=trial
@@ -187,7 +194,10 @@ class _Sim:
                 agent.theta = start[0, u]
         links = [(u, v) for u in range(n) for v in self.agents[u].neighbours]
         self.links = LinkDraws(network, links, T, net_secret)
+        # per link (loss row, latency row): one lookup per message
+        self._link = {k: (self.links.lost[k], self.links.latency[k]) for k in links}
         self.dropped = faults.dropout_table(n, T, net_secret)
+        self._dropped = self.dropped.tolist()  # read per delivery: lists index faster
         self.crashes: list[Crash] = faults.crash_schedule(n, net_secret)
         self.up = [True] * n
         self.incarnation = [0] * n
@@ -229,7 +239,13 @@ class _Sim:
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
             gradient_transform=self.gradient_transforms.get(u),
-            **self.keys.agent(u, self.shares[u].neighbours, trial=self.trial),
+            noise_key=self.noise_keys[u],
+            batch_key=self.batch_keys[u],
+            cross_keys=(
+                None
+                if self.shares[u].cross_agent is None
+                else self.keys.cross(u, self.shares[u].neighbours, trial=self.trial)
+            ),
         )
 
     def _record_eval(self, rounds_done: int, nodes) -> None:
@@ -253,8 +269,8 @@ class _Sim:
     def _start(self, u: int, incarnation: int, first: bool, agent: Agent) -> None:
         """Node ``u`` (this incarnation, on ``agent``) runs the device's round loop,
         :func:`edgedp.rounds.rounds`, with the scenario's dropouts as its skip policy."""
-        dropped = self.dropped[u]
-        loop = rounds.rounds(agent, skip=lambda r: bool(dropped[r]))
+        dropped = self._dropped[u]
+        loop = rounds.rounds(agent, skip=dropped.__getitem__)
         self._advance(_Driver(u, incarnation, agent, loop, first), None)
 
     def _advance(self, d: _Driver, reply: bool | None) -> None:
@@ -263,20 +279,21 @@ class _Sim:
         A node that crashed in the instant of a skipped round still finishes its skips (and
         may begin one more round) on its agent, as a process that only checks for a crash
         when it wakes up."""
-        env, u = self.env, d.u
+        env, u, send = self.env, d.u, d.loop.send
         while True:
             try:
-                cmd = d.loop.send(reply)
+                cmd = send(reply)
             except StopIteration:
                 return
             reply = None
             kind = type(cmd)
-            if kind is rounds.Wait:
-                remaining = d.start + d.limit - env.now
+            if kind is _WAIT:
+                now = env.now
+                remaining = d.start + d.limit - now
                 if remaining > 0:  # not ready, and not every missing neighbour moved on
                     wait = _Wait(d)
                     self.arrival[u] = _Arrival(wait)
-                    self._arm(u, env.now + remaining, wait)
+                    self._arm(u, now + remaining, wait)
                     return
                 reply = False  # the deadline has passed: the round ends
             elif kind is rounds.Ended:
@@ -369,17 +386,18 @@ class _Sim:
     # ------------------------------------------------------------------ links
     def _transmit(self, u: int, out) -> None:
         """A round's messages leave ``u`` one recipient after another."""
+        job = _Job(u, out.round, out.recipients, out)
         if self.turns is not None:
-            self.turns[u].request(_Job(u, out.round, out.recipients, out))
+            self.turns[u].request(job)
         else:
-            self._send(_Job(u, out.round, out.recipients, out), 0)
+            self._send(job, 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
         """``(frames, decoded, max_bytes, size, serialization s, extremes)`` of message
         ``i``: one copy, one decode and one max/min for all recipients; per recipient only
         where frames differ (Zip-DL, DOME)."""
         out = job.out
-        if out.per_recipient is None and job.message is not None:
+        if job.message is not None and (out.per_recipient is None or job.index == i):
             return job.message
         frames = [bytes(f) for f in out.frames_for(job.recipients[i])]
         max_bytes = self.agents[job.recipients[i]].context.max_bytes
@@ -390,7 +408,7 @@ class _Sim:
         extremes = None if decoded is None else wire.extremes(decoded)
         size = sum(len(f) for f in frames)
         delay = self.network.serialization_s(size)
-        job.message = (frames, decoded, max_bytes, size, delay, extremes)
+        job.message, job.index = (frames, decoded, max_bytes, size, delay, extremes), i
         return job.message
 
     def _send(self, job: _Job, first: int) -> None:
@@ -417,31 +435,34 @@ class _Sim:
         self.result.bytes_sent += size
         for obs in self.observers:  # on the link (a tap sees it even if it is lost later)
             obs.on_message(sender=u, recipient=v, round=r, frames=message[0], time=self.env.now)
-        if self.links.lost[(u, v)][r]:
+        lost, latency = self._link[(u, v)]
+        if lost[r]:
             self.result.lost_messages += 1
             return
-        latency = float(self.links.latency[(u, v)][r])
-        if latency:  # the delivery process would only set its timeout: the same id order
-            self.env.at(self.env.now + latency, self._deliver, u, v, r, message)
+        wire_s = float(latency[r])
+        if wire_s:  # the delivery process would only set its timeout: the same id order
+            self.env.at(self.env.now + wire_s, self._deliver, _Planned(u, v, r, message, size))
         else:  # a delivery process starting now
-            self.env.start(self._deliver, u, v, r, message)
+            self.env.start(self._deliver, _Planned(u, v, r, message, size))
 
     # planned uplinks (edgedp_sim.clock.Turns): the same counts and draws as _emit, at plan time
     def _delay(self, job: _Job, i: int) -> float:
         return self._message(job, i)[4]
 
     def _emit_planned(self, job: _Job, i: int, end: float) -> _Planned:
-        message = self._message(job, i)
-        u, v, r = job.sender, job.recipients[i], job.round
-        planned = _Planned(u, v, r, message, message[3])
-        self.result.messages += 1
-        self.result.bytes_sent += planned.size
-        if self.links.lost[(u, v)][r]:
-            self.result.lost_messages += 1
+        message = self._message(job, i)  # (made by _delay just before)
+        u, v, r, size = job.sender, job.recipients[i], job.round, message[3]
+        planned = _Planned(u, v, r, message, size)
+        result = self.result
+        result.messages += 1
+        result.bytes_sent += size
+        lost, latency = self._link[(u, v)]
+        if lost[r]:
+            result.lost_messages += 1
             planned.lost = True
             return planned
-        planned.marked = time = end + float(self.links.latency[(u, v)][r])
-        self.env.at_unique(time, self._deliver_planned, planned)
+        planned.marked = time = end + float(latency[r])
+        self.env.at_unique(time, self._deliver, planned)
         return planned
 
     def _cancel(self, planned: _Planned) -> None:
@@ -453,20 +474,19 @@ class _Sim:
         if planned.marked is not None:
             self.env.unmark(planned.marked)
 
-    def _deliver_planned(self, planned: _Planned) -> None:
-        if not planned.cancelled:
-            self._deliver(planned.u, planned.v, planned.r, planned.message)
-
-    def _deliver(self, u: int, v: int, r: int, message: tuple) -> None:
-        if not self.up[v] or self.dropped[v, r]:
+    def _deliver(self, planned: _Planned) -> None:
+        if planned.cancelled:
+            return
+        v = planned.v
+        if not self.up[v] or self._dropped[v][planned.r]:
             self.result.offline_drops += 1
             return
         agent = self.agents[v]
-        frames, decoded, max_bytes = message[:3]
+        frames, decoded, max_bytes, _, _, extremes = planned.message
         if decoded is None or agent.context.max_bytes != max_bytes:
-            agent.receive(frames, authenticated_sender=u)
+            agent.receive(frames, authenticated_sender=planned.u)
         else:
-            agent.accept(decoded, authenticated_sender=u, extremes=message[5])
+            agent.accept(decoded, authenticated_sender=planned.u, extremes=extremes)
         if self.env.alone():  # nothing can come between: its two hops are the next events
             arrival = self.arrival[v]
             if not arrival.triggered:
@@ -474,11 +494,12 @@ class _Sim:
                 wait = arrival.wait
                 if wait is not None and not wait.done:
                     wait.done = True
-                    self._wake(wait)
+                    d = wait.driver
+                    if self.incarnation[d.u] == d.incarnation:  # _wake
+                        self._advance(d, True)
         else:
             self._notify(v)
 
-    # ------------------------------------------------------------------ faults
     def _crash_start(self, c: Crash) -> None:
         self.env.at(self.env.now + c.at_s, self._crash, c)
 
@@ -527,6 +548,9 @@ class _Sim:
             mean = thetas.mean(axis=0)
             res.consensus_distance.append(float(np.mean(np.sum((thetas - mean) ** 2, axis=1))))
         return res
+
+
+_WAIT = rounds.Wait
 
 
 def _length(job: _Job) -> int:

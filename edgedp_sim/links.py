@@ -127,7 +127,16 @@ class LinkDraws:
     def __init__(self, network: Network, links: list[tuple[int, int]], rounds: int, secret: bytes):
         self.latency: dict[tuple[int, int], np.ndarray] = {}
         self.lost: dict[tuple[int, int], np.ndarray] = {}
-        for u, v in links:
-            gen = rng.generator(rng.derive_key(secret, "link", u, v), 0)
-            self.latency[(u, v)] = network.latency.sample(gen, rounds, (u, v))
-            self.lost[(u, v)] = gen.random(rounds) < network.loss
+        # derive_key(secret, "link", u, v) for every link with the prefix hashed once; one
+        # generator re-keyed per link (rng.stacked: the bits of rng.generator(key, 0))
+        keys = rng.derive_keys(secret, ("link",), links)
+        for link, key in zip(links, keys, strict=True):
+
+            def draws(gen: np.random.Generator, link=link) -> np.ndarray:
+                return np.concatenate(
+                    (network.latency.sample(gen, rounds, link), gen.random(rounds))
+                )
+
+            both = rng.stacked(np.array(key, dtype=object), 0, (2 * rounds,), draws)
+            self.latency[link] = both[:rounds]
+            self.lost[link] = both[rounds:] < network.loss
