@@ -10,10 +10,10 @@ each message's serialization time, over the same latencies, and waits for all th
 messages or the deadline) and against the batch engine on the same plan without network
 or faults.
 
-``--curve`` runs sizes 100 / 300 / 1,000 / 3,000 / 10,000 agents, each in a fresh process
-(so peak memory is per size), and writes a table, ``benchmarks/out/sim_scale.json`` and
-``benchmarks/out/sim_scale.png``; ``--curve-rounds`` caps the rounds of sizes above
-1,000 agents (printed in the table).
+``--curve`` runs sizes 100 / 300 / 1,000 / 3,000 / 10,000 agents (or ``--sizes``), each in a
+fresh process (so peak memory is per size), and writes a table,
+``benchmarks/out/sim_scale.json`` and ``benchmarks/out/sim_scale.png``; ``--curve-rounds``
+caps the rounds of sizes above 1,000 agents (printed in the table).
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def measure(n: int, T: int, d: int, *, with_batch: bool, with_bare: bool) -> dic
 
 def _curve(args) -> None:
     rows = []
-    for n in SIZES:
+    for n in args.sizes:
         T = args.rounds if n <= 1000 else min(args.rounds, args.curve_rounds)  # noqa: N806
         cmd = [sys.executable, __file__, "--nodes", str(n), "--rounds", str(T), "--json"]
         cmd += ["--dim", str(args.dim)]
@@ -208,10 +208,16 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--curve", action="store_true", help="growth curve over agent counts")
     ap.add_argument("--curve-rounds", type=int, default=20, help="rounds above 1,000 agents")
+    ap.add_argument(
+        "--sizes",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=SIZES,
+        help="agent counts of --curve, comma-separated (default: %(default)s)",
+    )
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if min(args.nodes, args.rounds, args.dim, args.curve_rounds) < 1:
-        ap.error("--nodes, --rounds, --dim and --curve-rounds must be >= 1")
+    if min(args.nodes, args.rounds, args.dim, args.curve_rounds, *args.sizes) < 1:
+        ap.error("--nodes, --rounds, --dim, --curve-rounds and --sizes must be >= 1")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})
     print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared)", flush=True)

@@ -224,3 +224,20 @@ def test_cli_run_and_sweep(tmp_path):
         assert env["git_revision"] == provenance.environment()["git_revision"]
     bad = subprocess.run([*cmd, "run", str(tmp_path / "nope.toml")], capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot read" in bad.stderr
+
+
+@pytest.mark.parametrize("model", ["logistic", "mlp:6-5-3:tanh", "softmax:3:blas"])
+def test_evaluation_chunks_change_no_bit(model):
+    from edgedp import models
+    from edgedp_sim import evaluation
+
+    gen = np.random.default_rng(7)
+    x = gen.standard_normal((300, 6))
+    y = gen.integers(0, 2 if model == "logistic" else 3, 300).astype(float)
+    m = models.for_task(TaskSpec(model=model, loss="" if model == "logistic" else "ce"), 6)
+    thetas = gen.standard_normal((2, 9, m.dim)) * 0.3
+    whole = evaluation.evaluate(m, thetas, x, y, max_elements=1 << 30)  # one chunk
+    for max_elements in (1, x.size * 4, 1 << 20):  # one model, four, the default
+        parts = evaluation.evaluate(m, thetas, x, y, max_elements=max_elements)
+        assert parts[0].tobytes() == whole[0].tobytes()
+        assert parts[1].tobytes() == whole[1].tobytes()
