@@ -166,8 +166,9 @@ class ObservationLog:
     ``messages[:, t, i]`` is the message of ``senders[i]`` in round t (NaN when not seen;
     None when the links are encrypted); ``sizes``/``times`` are per tapped directed link
     (bytes on the wire, 0 when not seen; simulated send time in the event engine, the round
-    index in the batch engine); ``own`` holds the members' own ``gradient`` (Σ clip(g) / B,
-    the private value), ``noise`` (as drawn) and state entries at the start of each round,
+    index in the batch engine, where one row serves every trial: a read-only broadcast);
+    ``own`` holds the members' own ``gradient`` (Σ clip(g) / B, the private value),
+    ``noise`` (as drawn) and state entries at the start of each round,
     ``(trials, rounds, members, d)`` — batch engine only; ``batch_size`` is B.
     ``link_messages[:, t, i]`` is the message on ``links[i]`` in round t, recorded only for
     algorithms that send one message per recipient (Zip-DL; ``messages`` is then NaN).
@@ -246,8 +247,7 @@ class Probe:
             senders,
             members,
             messages,
-            _by_round((trials, T, len(links)), 0.0),
-            _by_round((trials, T, len(links))),
+            *self._traffic(trials, T, len(links)),
         )
         self._link_index = {link: i for i, link in enumerate(links)}
         self._dim = dim
@@ -257,6 +257,16 @@ class Probe:
         self._slots = [
             int(np.flatnonzero(np.asarray(plan.mixing_index[u]) == v)[0]) for u, v in links
         ]
+
+    def _traffic(self, trials: int, rounds: int, links: int) -> tuple[np.ndarray, np.ndarray]:
+        """``sizes`` and ``times``: one row of rounds × links, shared by every trial of a
+        batch run (a read-only broadcast: the same bytes and round in every trial)."""
+        self._sizes = np.zeros((1, rounds, links))
+        self._times = np.full((1, rounds, links), np.nan)
+        if trials == 1:
+            return self._sizes, self._times
+        shape = (trials, rounds, links)
+        return np.broadcast_to(self._sizes, shape), np.broadcast_to(self._times, shape)
 
     def _fit(self, width: int) -> None:
         """Messages narrower than the model (DOME's k-float sketches): resize once."""
@@ -282,8 +292,8 @@ class Probe:
                     :, senders, self._slots
                 ]
         width = view.messages.shape[-1]  # d, or k for DOME's sketched messages
-        log.sizes[:, t] = [_wire_size(t, u, width) for u, _ in log.links]
-        log.times[:, t] = t
+        self._sizes[0, t] = [_wire_size(t, u, width) for u, _ in log.links]
+        self._times[0, t] = t
         if not log.members:
             return
         own = list(log.members)
