@@ -87,7 +87,7 @@ def _plan(kind: str, steps: int):
     common = dict(steps=steps, participation=part, clip_norm=1.0, learning_rate=0.1)
     if kind in ("whisper", "muffliato"):
         extra = {"gossip_rounds": 4} if kind == "muffliato" else {}
-        out = cross_agent.make_plan(kind, graph, noise_multiplier=1.0, **common, **extra)
+        out = cross_agent.plan_cross_agent(kind, graph, noise_multiplier=1.0, **common, **extra)
         return getattr(out, "plan", out)
     if kind == "banded":
         p = 8

@@ -21,7 +21,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgedp.plan import NoisePlan
 
 __all__ = [
     "AttackerLeak",
@@ -107,7 +110,7 @@ def make_plan(
     batch_size: int = 0,
     seed: int = 0,
     **options: Any,
-):
+) -> NoisePlan:
     """A certified :class:`~edgedp.plan.NoisePlan` for any mechanism (``edgedp plan``).
 
     Args:

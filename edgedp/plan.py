@@ -303,7 +303,7 @@ def make_plan(
     if mech.family == "cross":
         raise ValueError(
             f"mechanism={mechanism!r} plans correlated noise across agents: build it with "
-            "edgedp.planning.cross_agent.make_plan (or `edgedp plan`)."
+            "edgedp.planning.cross_agent.plan_cross_agent (or `edgedp plan`)."
         )
     builder, noisy, laplace_noise = mech.factor, mech.noisy, mech.noise == "laplace"
     _validate.integer(minimum=1, steps=steps)

@@ -20,7 +20,8 @@ Gaussian fields are inert: identity factor, σ = 0, participation (T, 1) (every 
 counted), and ``learning_rate`` holds γ = α₁ for display only — the schedule is
 authoritative. Cross-agent mechanisms (``whisper``, ``decor``, ``zipdl``, ``muffliato``;
 papers 001, 000 App. A.4–A.6) carry a :class:`~edgedp.cross_agent.CrossAgentSpec` with the
-normalized covariance factors (build them with :func:`edgedp.planning.cross_agent.make_plan`);
+normalized covariance factors (build them with
+:func:`edgedp.planning.cross_agent.plan_cross_agent`);
 ``sensitivity`` is then the Mahalanobis one, so ν = σ·sens·Δ and μ = 1/σ as everywhere.
 Pairwise secrets and the shared seed are never in a plan. DOME plans carry a
 :class:`~edgedp.sketch.SketchSpec` (k, basis family, public seed, refresh, optimizer), and
@@ -109,6 +110,6 @@ def axes(
         raise PlanError(
             "A cross_agent section belongs exactly to mechanisms "
             f"{mechanisms.names(family='cross')}, not {mechanism!r}; build them with "
-            "edgedp.planning.cross_agent.make_plan."
+            "edgedp.planning.cross_agent.plan_cross_agent."
         )
     return noise, MessageKind.of(sketch=sketch is not None, cross=cross_agent is not None)

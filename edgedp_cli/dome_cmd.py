@@ -1,7 +1,7 @@
 """``edgedp plan dome --sketch-dim k``: sketched (k-float) private messages.
 
 ``edgedp plan cross --mechanism whisper|decor --sketch-dim k`` plans a ``dome`` plan whose
-k-dim noise is correlated across agents (:func:`edgedp.planning.cross_agent.make_plan`
+k-dim noise is correlated across agents (:func:`edgedp.planning.cross_agent.plan_cross_agent`
 with ``sketch=``).
 
 The options build the plan's :class:`~edgedp.sketch.SketchSpec`

@@ -183,7 +183,7 @@ def make_plans(
             )
             kind = "noise in the gossip average (factorization loss)"
         elif mech == "whisper":
-            p = cross_agent.make_plan("whisper", graph, **common, **private).plan
+            p = cross_agent.plan_cross_agent("whisper", graph, **common, **private).plan
             rep = cross_agent.report(p, delta=config.delta)
             predicted = rep["post_mixing_variance"] / rep["ldp_post_mixing_variance"]
             kind = "post-mixing noise variance"

@@ -62,7 +62,7 @@ def build(mechanism: str, options: dict, graph, lr: float):
     if mechanism in ("ldp", "cdp"):
         sigma = gdp.noise_multiplier(EPS, delta=DELTA) / (math.sqrt(N) if mechanism == "cdp" else 1)
         return make_plan("dp-dsgd", graph, noise_multiplier=sigma, **common), None
-    planned = planner.make_plan(
+    planned = planner.plan_cross_agent(
         mechanism, graph, target_epsilon=EPS, delta=DELTA, **common, **options
     )
     return planned.plan, planner.report(planned.plan, delta=DELTA)

@@ -116,7 +116,7 @@ def plan_for(mechanism: str, steps: int):
             "muffliato": {"gossip_rounds": 2},
             "whisper": {"form": "lowrank", "rank": 2},  # "local" on a ring is DECOR's R
         }
-        return cross_planner.make_plan(
+        return cross_planner.plan_cross_agent(
             mechanism, graph, noise_multiplier=SIGMA, **common, **extra.get(mechanism, {})
         ).plan
     noise = {} if mechanism == "dsgd" else {"noise_multiplier": SIGMA}

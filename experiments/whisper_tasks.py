@@ -16,7 +16,7 @@ even reverse the ordering).
 (ii) Logistic regression on scikit-learn's bundled breast-cancer data (569 examples, 30
 features, offline; the paper's a9a needs a download), 80/20 split, Dirichlet(10) partition
 over 20 nodes, full local batch each step, in the batch engine with certified plans
-(``planning.cross_agent.make_plan`` / ``plan.make_plan("dp-dsgd")``: example-level μ-GDP,
+(``planning.cross_agent.plan_cross_agent`` / ``plan.make_plan("dp-dsgd")``: example-level μ-GDP,
 participation (T, 1), δ = 1e-5, clip 0.1). Test loss averaged over nodes and 10 noise
 trials (± standard error). The CDP reference is DP-D-SGD with σ/√n. T_LOGISTIC = 1,000
 (not 5,000, to fit a shared 2-core machine's time budget); the learning rate is the
@@ -167,7 +167,7 @@ def logistic_plan(mech, g, p, eps, lr):
         return make_plan("dp-dsgd", g, noise_multiplier=sigma, **common)
     form = {"whisper": "dense", "whisper-local": "local"}.get(mech, "local")
     name = "decor" if mech == "decor" else "whisper"
-    return planner.make_plan(name, g, target_epsilon=eps, delta=DELTA, form=form, **common).plan
+    return planner.plan_cross_agent(name, g, target_epsilon=eps, delta=DELTA, form=form, **common).plan
 
 
 def logistic_loss(mech, p, eps, lr, data) -> np.ndarray:

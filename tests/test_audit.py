@@ -119,7 +119,7 @@ def _lowrank_whisper(task, sketch=None):
     from edgedp.accounting.participation import Participation
     from edgedp.planning import cross_agent
 
-    return cross_agent.make_plan(
+    return cross_agent.plan_cross_agent(
         "whisper",
         edgedp_topologies.parse("ring:6"),
         steps=6,

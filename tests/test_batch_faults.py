@@ -43,7 +43,7 @@ def _plan(mechanism):
         planned = factorization.plan_factor(mechanism, W, steps=STEPS, participation=PART, **opts)
         return make_plan(mechanism, GRAPH, noise_multiplier=1.0, factor=planned.factor, **COMMON)
     if mechanism in ("whisper", "decor", "zipdl", "muffliato"):
-        return cross_agent.make_plan(mechanism, GRAPH, noise_multiplier=1.0, **COMMON).plan
+        return cross_agent.plan_cross_agent(mechanism, GRAPH, noise_multiplier=1.0, **COMMON).plan
     if mechanism == "dome":
         return make_plan("dome", GRAPH, noise_multiplier=1.0, sketch=SketchSpec(dim=4), **COMMON)
     if mechanism in ("sr-gt", "dpop"):

@@ -46,7 +46,7 @@ def _gaussian(mechanism, **kw):
 
 
 def _cross(mechanism, **kw):
-    return planner.make_plan(
+    return planner.plan_cross_agent(
         mechanism,
         GRAPH,
         steps=STEPS,

@@ -38,7 +38,7 @@ CASES = [
 
 
 def _plan(case: Case, steps=6, **kw):
-    return planner.make_plan(
+    return planner.plan_cross_agent(
         case.mechanism,
         GRAPH,
         steps=steps,
@@ -240,7 +240,7 @@ def test_agent_processes(tmp_path, case, private):
 
     g = edgedp_topologies.parse("er:5:0.6:4")
     data = datasets.partition(datasets.load("synthetic-logistic", seed=21), 5, seed=21)
-    p = planner.make_plan(
+    p = planner.plan_cross_agent(
         case.mechanism,
         g,
         steps=5,

@@ -391,8 +391,8 @@ def test_cross_agent_noise_in_the_sketched_space(kind):
         "seed": 4,
         "task": TaskSpec(dataset="synthetic-logistic"),
     }
-    plain = planner.make_plan(kind, GRAPH, **kw).plan
-    p = planner.make_plan(kind, GRAPH, sketch=SketchSpec(dim=5), **kw).plan
+    plain = planner.plan_cross_agent(kind, GRAPH, **kw).plan
+    p = planner.plan_cross_agent(kind, GRAPH, sketch=SketchSpec(dim=5), **kw).plan
     assert p.mechanism == "dome" and p.cross_agent.kind == kind
     assert NoisePlan.from_bytes(p.to_bytes()).plan_hash == p.plan_hash
     assert p.guarantee().mu == plain.guarantee().mu == 1 / 1.5
@@ -402,9 +402,9 @@ def test_cross_agent_noise_in_the_sketched_space(kind):
     assert res.bytes_sent == res.messages * 8 * 5
     assert engine.run(p, DATA).model_digest == res.digests[0]
     with pytest.raises(ValueError, match="combines with"):
-        planner.make_plan("zipdl", GRAPH, sketch=SketchSpec(dim=5), **kw)
+        planner.plan_cross_agent("zipdl", GRAPH, sketch=SketchSpec(dim=5), **kw)
     with pytest.raises(ValueError, match="not derived"):
-        planner.make_plan(
+        planner.plan_cross_agent(
             kind, GRAPH, sketch=SketchSpec(dim=5, optimizer="adam", noise_aware=True), **kw
         )
 

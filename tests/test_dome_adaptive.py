@@ -234,7 +234,7 @@ def test_adaptive_basis_is_refused_with_cross_agent_noise():
     kw = {"steps": 10, "participation": Participation(10, 1), "clip_norm": 1.0}
     kw |= {"learning_rate": 0.3, "noise_multiplier": 1.5, "seed": 4}
     with pytest.raises(ValueError, match="insider and neighbourhood views"):
-        planner.make_plan(
+        planner.plan_cross_agent(
             "whisper", GRAPH, sketch=spec, task=TaskSpec(dataset="synthetic-logistic"), **kw
         )
 

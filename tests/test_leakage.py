@@ -332,7 +332,7 @@ def test_attacker_specs_parse_and_resolve():
 def _cross_plan(mechanism, **options):
     from edgedp.planning import cross_agent as planner
 
-    return planner.make_plan(
+    return planner.plan_cross_agent(
         mechanism,
         edgedp_topologies.parse("complete:3"),
         steps=4,

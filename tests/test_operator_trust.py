@@ -132,7 +132,7 @@ def test_the_pinned_plan_hash_is_enforced_without_a_signature(tmp_path, capsys):
 
 # ---------------------------------------------------------------- sealed shared seeds
 def _whisper_lowrank():
-    return planner.make_plan(
+    return planner.plan_cross_agent(
         "whisper",
         edgedp_topologies.parse("er:5:0.8:1"),
         steps=4,

@@ -133,3 +133,49 @@ def test_unknown_request_options_name_the_valid_ones():
         )
     with pytest.raises(TypeError, match="unknown option 'rnak'"):
         edgedp.make_plan("whisper", "ring:8", steps=2, rnak=2)
+
+
+def _functions_named(root, name):
+    """(path, return annotation source) of every module-level ``def name`` under ``root``."""
+    import ast
+    from pathlib import Path
+
+    found = []
+    for path in sorted((Path(__file__).parents[1] / root).rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                returns = None if node.returns is None else ast.unparse(node.returns)
+                found.append((str(path), returns))
+    return found
+
+
+def test_every_make_plan_returns_a_noise_plan_and_family_planners_return_records():
+    """No two functions named make_plan return different types: each returns a NoisePlan;
+    the family planners are plan_<what> returning a Planned<What> record (plan + facts)."""
+    from edgedp.planning import cross_agent, factorization
+
+    makers = [
+        f
+        for root in ("edgedp", "edgedp_sim", "edgedp_cli")
+        for f in _functions_named(root, "make_plan")
+    ]
+    assert len(makers) >= 2
+    assert {returns for _, returns in makers} == {"NoisePlan"}, makers
+    assert not hasattr(cross_agent, "make_plan")
+    assert _functions_named("edgedp/planning", "plan_cross_agent")[0][1] == "PlannedCrossAgent"
+    assert _functions_named("edgedp/planning", "plan_factor")[0][1] == "PlannedFactor"
+    import edgedp_topologies
+    from edgedp.accounting.participation import Participation
+
+    planned = cross_agent.plan_cross_agent(
+        "whisper",
+        edgedp_topologies.parse("ring:6"),
+        steps=4,
+        participation=Participation(4, 1),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=2.0,
+    )
+    assert isinstance(planned, cross_agent.PlannedCrossAgent)
+    assert isinstance(planned.plan, NoisePlan) and "planner_seconds" in planned.info
+    assert isinstance(factorization.PlannedFactor, type)

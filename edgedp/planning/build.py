@@ -6,7 +6,7 @@ three support the same mechanisms with the same checks and the same bytes. Per f
 * sgd / mf / dome: :func:`edgedp.plan.make_plan`; the planned mechanisms (dmf, mafalda,
   banded, blt) first compute their temporal factor for the topology
   (:func:`edgedp.planning.factorization.plan_factor`, on the MAFALDA workload Gram);
-* cross (whisper, decor, zipdl, muffliato): :func:`edgedp.planning.cross_agent.make_plan`;
+* cross (whisper, decor, zipdl, muffliato): :func:`edgedp.planning.cross_agent.plan_cross_agent`;
 * laplace (sr-gt, dpop): a :class:`~edgedp.accounting.laplace.LaplaceSchedule` whose
   gradient-gap bound δ comes from the clip norm and the task (zero-out / replace-one), or is
   taken as given (``adjacency="problem"``).
@@ -289,7 +289,7 @@ def _cross(request, graph, task, participation, model_dim, report, delta) -> Bui
     from edgedp.planning import cross_agent as planner
 
     sketch = sketch_of(request, model_dim, graph)
-    planned = planner.make_plan(
+    planned = planner.plan_cross_agent(
         request.mechanism,
         graph,
         steps=request.steps,

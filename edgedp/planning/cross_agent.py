@@ -1,6 +1,6 @@
 """Plans for noise correlated across agents: Whisper, DECOR, Zip-DL, Muffliato.
 
-:func:`make_plan` builds a certified :class:`~edgedp.plan.NoisePlan` with a ``cross_agent``
+:func:`plan_cross_agent` builds a certified :class:`~edgedp.plan.NoisePlan` with a ``cross_agent``
 section (:class:`~edgedp.cross_agent.CrossAgentSpec`), normalized so that the most exposed
 node has unit precision max_u [R̃⁻¹]_uu = 1; the plan's ν = σ·sens·Δ then gives μ = 1/σ
 (:mod:`edgedp.accounting.cross_agent`). :func:`report` gives what ``edgedp plan`` prints:
@@ -41,11 +41,17 @@ from edgedp.accounting.participation import Participation
 from edgedp.plan import NoisePlan, TaskSpec
 from edgedp.planning import compact_covariance, whisper
 
-__all__ = ["CrossAgentPlan", "make_plan", "post_mixing_variance", "replan_alive", "report"]
+__all__ = [
+    "PlannedCrossAgent",
+    "plan_cross_agent",
+    "post_mixing_variance",
+    "replan_alive",
+    "report",
+]
 
 
 @dataclass(frozen=True, slots=True)
-class CrossAgentPlan:
+class PlannedCrossAgent:
     """A certified plan and the planner's facts about it."""
 
     plan: NoisePlan
@@ -110,7 +116,7 @@ def _normalized(spec, edges, index, weight):
     )
 
 
-def make_plan(
+def plan_cross_agent(
     mechanism: str,
     graph: topology.Graph,
     *,
@@ -131,7 +137,7 @@ def make_plan(
     sketch: Any = None,
     message_variance: float = 1.0,
     gossip_rounds: int = 1,
-) -> CrossAgentPlan:
+) -> PlannedCrossAgent:
     """Plan cross-agent noise for ``graph`` and certify it (module docstring).
 
     Exactly one of ``noise_multiplier`` σ or ``target_epsilon`` (with ``delta``) sets the
@@ -145,9 +151,9 @@ def make_plan(
       ValueError: on unknown mechanism/form or inconsistent arguments.
 
     >>> import edgedp_topologies
-    >>> p = make_plan("decor", edgedp_topologies.parse("ring:6"), steps=10,
-    ...               participation=Participation(10, 1), clip_norm=1.0, learning_rate=0.1,
-    ...               noise_multiplier=2.0).plan
+    >>> p = plan_cross_agent("decor", edgedp_topologies.parse("ring:6"), steps=10,
+    ...                      participation=Participation(10, 1), clip_norm=1.0, learning_rate=0.1,
+    ...                      noise_multiplier=2.0).plan
     >>> print(p.mechanism, p.mu, round(p.guarantee().sensitivity, 6))
     decor 0.5 3.162278
     """
@@ -214,7 +220,7 @@ def make_plan(
     plan = dataclasses.replace(plan, sensitivity=cross_acc.guarantee(plan).sensitivity)
     plan = NoisePlan.from_bytes(plan.to_bytes())  # certifies (hash, factors, sensitivity)
     # timings stay out of the plan (and its hash), so re-planning gives the same bytes
-    return CrossAgentPlan(plan, {**spec.info, "planner_seconds": time.perf_counter() - t0})
+    return PlannedCrossAgent(plan, {**spec.info, "planner_seconds": time.perf_counter() - t0})
 
 
 def _message_variances(spec, index, weight) -> np.ndarray:

@@ -24,7 +24,7 @@ DELTA = 1e-6
 
 
 def _whisper():
-    return planner.make_plan(
+    return planner.plan_cross_agent(
         "whisper",
         edgedp_topologies.parse("star:6"),
         steps=20,
