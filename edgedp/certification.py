@@ -97,7 +97,7 @@ def load(
     if plan.plan_hash != stored_hash:
         raise PlanError("NoisePlan hash mismatch: the file was modified or corrupted.")
     certify(plan, trusted=trusted_key is not None, gram=gram)
-    if plan.mechanism != "dsgd" and not plan.private:
+    if mechanisms.get(plan.mechanism).noisy and not plan.private:
         raise PlanError(
             f"This {plan.mechanism} plan adds no noise (noise_multiplier 0 or epsilon inf): "
             "a private mechanism never runs without noise; plan 'dsgd' for a run "

@@ -41,10 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate, rng
+from edgedp import _validate, mechanisms, rng
 
 __all__ = [
-    "KINDS",
     "CrossAgentSpec",
     "CrossKeys",
     "CrossNoise",
@@ -52,9 +51,6 @@ __all__ = [
     "gaussian_draws",
     "reverse_slots",
 ]
-
-#: Mechanisms that carry a cross-agent section, and what their noise uses.
-KINDS = ("whisper", "decor", "zipdl", "muffliato")
 
 
 def _vector(name: str, x: Any, length: int | None = None) -> np.ndarray:
@@ -71,7 +67,7 @@ class CrossAgentSpec:
     """A plan's cross-agent section: normalized covariance factors (scaled by the plan's ν).
 
     Attributes:
-      kind: one of :data:`KINDS`.
+      kind: a mechanism of the registry's family ``cross`` (:mod:`edgedp.mechanisms`).
       diag: D (n,), variance of each node's independent part (> 0).
       factor: U (n, r), shared-seed part; r = 0 when absent.
       edge_variance: c (|E|,) aligned with the plan's sorted edges; all 0 when absent.
@@ -89,8 +85,8 @@ class CrossAgentSpec:
     info: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"Unknown cross-agent kind={self.kind!r}; expected one of {KINDS}.")
+        if self.kind not in (kinds := mechanisms.names(family="cross")):
+            raise ValueError(f"Unknown cross-agent kind={self.kind!r}; expected one of {kinds}.")
         D = _vector("diag", self.diag)
         if D.size == 0 or np.any(D <= 0):
             raise ValueError("Expected diag > 0 for every node (the independent part).")
@@ -286,8 +282,8 @@ class CrossNoise:
             edge_keys[j] = keys.pairs[v]
         if share.factor_row and keys.shared is None:
             raise ValueError(f"node {share.node}: the plan needs the shared seed's key.")
-        if share.kind == "zipdl" and keys.messages is None:
-            raise ValueError(f"node {share.node}: Zip-DL needs the node's message stream key.")
+        if mechanisms.get(share.kind).message_noise and keys.messages is None:
+            raise ValueError(f"node {share.node}: {share.kind} needs its message stream key.")
         return cls(
             kind=share.kind,
             scale=float(scale),
@@ -354,7 +350,7 @@ class CrossNoise:
             for j in range(s):
                 term = out + (self.scale * self.edge_coef[..., j])[..., None] * edge[..., j, :]
                 out = np.where(self.edge_valid[..., j, None], term, out)
-        if self.kind != "zipdl":
+        if not mechanisms.get(self.kind).message_noise:
             return out
         return self._messages(out, step, d)
 

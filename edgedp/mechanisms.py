@@ -92,6 +92,16 @@ class Mechanism:
       attack: the name of the algorithm-specific reconstruction attack the simulator's
         leakage runs use against it (``edgedp_sim.attacks.ATTACKS``); the default is the
         update inversion of the D-SGD family.
+      correlated: its noise is correlated across agents by a planned covariance R̃ (family
+        cross): ε per trust model (eavesdropper, insider, neighbourhood) and the cross-agent
+        linear-Gaussian attack apply; False for node-private cross-agent noise.
+      shared_seed: part of its noise may come from a seed all agents share (known to an
+        honest-but-curious coalition of nodes).
+      message_noise: its nodes add noise to each outgoing message as well (Zip-DL).
+      gossip_rounds: its plan's steps count K gossip rounds per gradient round (Muffliato).
+      tracking: its Laplace schedule carries the gradient-tracking stepsize β (sr-gt).
+      factor_options: the planner options its temporal factor takes (``bandwidth``,
+        ``buffers``), spelled as ``edgedp plan`` flags with ``_`` for ``-``.
     """
 
     name: str
@@ -106,6 +116,12 @@ class Mechanism:
     sketchable: bool = False
     command_line: bool = True
     attack: str = "update-inversion"
+    correlated: bool = False
+    shared_seed: bool = False
+    message_noise: bool = False
+    gossip_rounds: bool = False
+    tracking: bool = False
+    factor_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower():
@@ -123,6 +139,11 @@ class Mechanism:
             raise TypeError(f"{self.name}: accountant must be callable(plan, steps_done=None).")
         if self.factor is not None and self.default_factor is not None:
             raise ValueError(f"{self.name}: give factor or default_factor, not both.")
+        cross_only = ("correlated", "shared_seed", "message_noise", "gossip_rounds")
+        if self.family != "cross" and any(getattr(self, f) for f in cross_only):
+            raise ValueError(f"{self.name}: {cross_only} describe cross-agent noise only.")
+        if self.tracking and self.noise != "laplace":
+            raise ValueError(f"{self.name}: tracking describes a Laplace schedule.")
 
     @property
     def accountant_name(self) -> str:
@@ -175,6 +196,7 @@ def names(
     planned: bool | None = None,
     sketchable: bool | None = None,
     command_line: bool | None = None,
+    correlated: bool | None = None,
 ) -> tuple[str, ...]:
     """Registered names, in registration order, filtered by the given fields."""
     families = (family,) if isinstance(family, str) else family
@@ -186,4 +208,5 @@ def names(
         and (planned is None or m.planned == planned)
         and (sketchable is None or m.sketchable == sketchable)
         and (command_line is None or m.command_line == command_line)
+        and (correlated is None or m.correlated == correlated)
     )

@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from edgedp import strict_json
+from edgedp import mechanisms, strict_json
 from edgedp_cli._common import RunFailedError, UsageError, chatty, emit
 
 __all__ = ["register"]
@@ -38,8 +38,8 @@ def load_scenario(path: str, target_eps: float | None):
         if "plan" in raw:
             raise UsageError("--target-eps re-plans [privacy]; this scenario loads a plan file")
         priv = raw.setdefault("privacy", {})
-        if priv.get("mechanism", "dp-dsgd") == "dsgd":
-            raise UsageError("--target-eps: mechanism dsgd has no noise to re-plan")
+        if (name := priv.get("mechanism", "dp-dsgd")) in mechanisms.names(noise="none"):
+            raise UsageError(f"--target-eps: mechanism {name} has no noise to re-plan")
         priv.pop("noise_multiplier", None)
         priv["target_epsilon"] = float(target_eps)
     try:

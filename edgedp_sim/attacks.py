@@ -31,6 +31,7 @@ it (:attr:`edgedp.mechanisms.Mechanism.attack`), and :func:`algorithm_attack` lo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -320,6 +321,9 @@ class Attack:
 
     description: str
     estimate: Callable[..., tuple[np.ndarray, np.ndarray | None]]
+    #: ``point(log, *, victim, plan)``: the point estimate alone, for attacks that need no
+    #: θ(0) (the Laplace audits' likelihood-ratio statistic); None otherwise.
+    point: Callable[..., np.ndarray] | None = None
 
 
 def _sr_gt(log, *, plan, victim, theta0, first_trial):
@@ -348,8 +352,12 @@ ATTACKS: Mapping[str, Attack] = MappingProxyType(
         "update-inversion": Attack(
             "update inversion (D-SGD family)", _point(_plan_inversion, cross=False)
         ),
-        "sr-gt-eq44": Attack("paper 004 Eq. 44 (sr-gt)", _sr_gt),
-        "dpop-inversion": Attack("inversion of Eq. 45 (dpop)", _dpop),
+        "sr-gt-eq44": Attack(
+            "paper 004 Eq. 44 (sr-gt)",
+            _sr_gt,
+            point=functools.partial(sr_gt_estimate, form="inversion"),
+        ),
+        "dpop-inversion": Attack("inversion of Eq. 45 (dpop)", _dpop, point=dpop_estimate),
         "zipdl-weighted-sum": Attack(
             "Zip-DL weighted-sum inversion", _point(zipdl_estimate, cross=False)
         ),

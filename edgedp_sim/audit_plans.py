@@ -85,7 +85,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         gamma, beta, q1, q2 = setting.laplace
         sched = laplace_acc.LaplaceSchedule(
             gamma=gamma,
-            beta=beta if mechanism == "sr-gt" else 0.0,
+            beta=beta if mech.tracking else 0.0,
             q1=q1,
             q2=q2,
             delta_grad=laplace_acc.example_delta(
@@ -99,10 +99,10 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
     if mech.family == "cross":
         from edgedp.planning import cross_agent
 
-        steps = T * setting.gossip_rounds if mechanism == "muffliato" else T
+        steps = T * setting.gossip_rounds if mech.gossip_rounds else T
         common["steps"] = steps
-        extra = {"gossip_rounds": setting.gossip_rounds} if mechanism == "muffliato" else {}
-        return cross_agent.make_plan(
+        extra = {"gossip_rounds": setting.gossip_rounds} if mech.gossip_rounds else {}
+        return cross_agent.plan_cross_agent(
             mechanism, graph, participation=Participation(steps, 1), **common, **noise, **extra
         ).plan
     factor = None
@@ -110,9 +110,9 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         from edgedp.planning import factorization
 
         W = topology.metropolis_hastings(graph)  # noqa: N806
-        sizes = {"banded": {"bandwidth": setting.bandwidth}, "blt": {"buffers": setting.buffers}}
+        sizes = {option: getattr(setting, option) for option in mech.factor_options}
         factor = factorization.plan_factor(
-            mechanism, W, steps=T, participation=part, **sizes.get(mechanism, {})
+            mechanism, W, steps=T, participation=part, **sizes
         ).factor
     sketch = None
     if mech.family == "dome":

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgedp import clipping
+from edgedp import clipping, mechanisms
 from edgedp_sim import attacks, linear_view
 from edgedp_sim.adversary import Attacker, ObservationLog
 
@@ -99,7 +99,7 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
         members=members,
         knows_seed=attacker.kind == "hbc"
         and plan.cross_agent is not None
-        and plan.cross_agent.kind == "whisper",
+        and mechanisms.get(plan.cross_agent.kind).shared_seed,
     )
     unk = ~held
     Ru = (Rs[:, unk] * np.sqrt(src.var[unk])[None, :, None]).reshape(len(rows), -1)
@@ -250,10 +250,10 @@ def _observed(view: View, log: ObservationLog, coupled: bool) -> np.ndarray:
 def _laplace_statistic(log, *, plan, canary, model) -> np.ndarray:
     s = plan.laplace
     u = canary.victim
-    if plan.mechanism == "sr-gt":
-        v = attacks.sr_gt_estimate(log, victim=u, plan=plan, form="inversion")
-    else:
-        v = attacks.dpop_estimate(log, victim=u, plan=plan)
+    point = attacks.algorithm_attack(plan.mechanism).point
+    if point is None:
+        raise ValueError(f"{plan.mechanism}: its attack gives no point estimate to audit with.")
+    v = point(log, victim=u, plan=plan)
     B = canary.batch_size
     a0 = canary.rows0 / B
     a1 = np.broadcast_to(canary.rows1 / B, v.shape)

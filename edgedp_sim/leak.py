@@ -101,7 +101,7 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
     out["guarantee"] = (
         f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP, LDP attacker, {plan.adjacency}"
     )
-    if plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
+    if plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).correlated:
         from edgedp.accounting import cross_agent as cross_acc
 
         report = cross_acc.trust_report(plan, delta=delta)
@@ -200,7 +200,8 @@ def estimates(
         )
         point = view.of(linear_attack.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
-    if small and plan.cross_agent is not None and plan.cross_agent.kind in ("whisper", "decor"):
+    correlated = plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).correlated
+    if small and correlated:
         view = linear_attack.cross_linear_view(log, plan, batch_size=log.batch_size)
         y = linear_attack.cross_linear_observations(
             log, view, plan, theta0=initial, first_trial=first_trial

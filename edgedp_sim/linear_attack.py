@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from edgedp import mechanisms
 from edgedp_sim.adversary import ObservationLog
 from edgedp_sim.attacks import known_cross_noise
 
@@ -159,8 +160,9 @@ def cross_linear_view(
     shared seed when ``knows_seed`` (default: insiders, per the whisper trust model) — and
     :func:`cross_linear_observations` subtracts their part; the rest is B's columns.
     """
-    if plan.cross_agent is None or plan.cross_agent.kind not in ("whisper", "decor"):
-        raise ValueError("cross_linear_view is for whisper and decor plans.")
+    correlated = mechanisms.names(correlated=True)
+    if plan.cross_agent is None or plan.cross_agent.kind not in correlated:
+        raise ValueError(f"cross_linear_view is for {' and '.join(correlated)} plans.")
     members = set(log.members)
     if knows_seed is None:
         knows_seed = log.attacker.kind == "hbc"

@@ -101,7 +101,8 @@ def test_registry_matches_what_each_family_plans():
     assert set(mechanisms.names(planned=True)) == {"dmf", "mafalda", "banded", "blt"}
     from edgedp import cross_agent
 
-    assert set(mechanisms.names(family="cross")) == set(cross_agent.KINDS)
+    with pytest.raises(ValueError, match="expected one of .'whisper', 'decor'"):
+        cross_agent.CrossAgentSpec("gossip", [1.0], [], [])
     for name in mechanisms.names():
         m = mechanisms.get(name)
         assert isinstance(m.rules, mechanisms.RoundRules) and m.trust_model
@@ -209,3 +210,77 @@ def test_plan_hash_is_computed_once_and_cannot_go_stale():
     q = dataclasses.replace(p, seed=p.seed + 1)
     assert q.plan_hash != p.plan_hash
     assert q.plan_hash == hashlib.sha256(_codec.canonical_bytes(q.to_dict())).hexdigest()
+
+
+#: Modules that may still compare mechanism names, and why: a family's planner picks its own
+#: mechanisms' solver (a new mechanism of that family brings its solver there), and the demo
+#: runs a fixed, hand-picked list.
+NAME_BRANCHES_ALLOWED = {
+    "edgedp/planning/factorization.py": "the mf family's factor solvers (dmf, mafalda, ...)",
+    "edgedp/planning/cross_agent.py": "the cross family's covariance solvers",
+    "edgedp/planning/build.py": "dmf plans without the MAFALDA workload Gram",
+    "edgedp_sim/demo.py": "the demo's fixed list of mechanisms",
+    "edgedp_sim/demo_report.py": "the demo's fixed list of mechanisms",
+}
+
+
+def _mechanism_name_branches():
+    """(file:line, names) of every comparison of a mechanism-ish expression (``mechanism``,
+    ``mech``, a cross-agent ``kind``) with a registered mechanism name, outside the algorithm
+    modules that declare them."""
+    import ast
+    from pathlib import Path
+
+    names, root, found = set(mechanisms.names()), Path(__file__).parents[1], []
+
+    def strings(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(set(), *(strings(e) for e in node.elts))
+        return set()
+
+    for package in ("edgedp", "edgedp_sim", "edgedp_cli", "firmware_py"):
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith("edgedp/algorithms/") or rel in NAME_BRANCHES_ALLOWED:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Compare):
+                    continue
+                sides = [node.left, *node.comparators]
+                text = " ".join(ast.unparse(s) for s in sides)
+                hit = set().union(*(strings(s) for s in sides)) & names
+                about = ("mechanism", "mech", "cross_agent.kind", "spec.kind", "share.kind")
+                if hit and any(word in text for word in about) and "family" not in text:
+                    found.append((f"{rel}:{node.lineno}", sorted(hit)))
+    return found
+
+
+def test_no_mechanism_name_branches_outside_the_registry():
+    """Every per-mechanism decision is a field of its registry record (correlated,
+    shared_seed, message_noise, gossip_rounds, tracking, factor_options, attack, noise ...):
+    a new mechanism is one registration, not an edit of each ``if mechanism == ...``."""
+    assert _mechanism_name_branches() == []
+    assert mechanisms.names(correlated=True) == ("whisper", "decor")
+    fields = {
+        f: tuple(n for n in mechanisms.names() if getattr(mechanisms.get(n), f))
+        for f in ("shared_seed", "message_noise", "gossip_rounds", "tracking", "factor_options")
+    }
+    assert fields == {
+        "shared_seed": ("whisper",),
+        "message_noise": ("zipdl",),
+        "gossip_rounds": ("muffliato",),
+        "tracking": ("sr-gt",),
+        "factor_options": ("banded", "blt"),
+    }
+    with pytest.raises(ValueError, match="cross-agent noise only"):
+        mechanisms.Mechanism(
+            "x",
+            _toy_rules(),
+            family="sgd",
+            noise="gaussian",
+            trust_model="",
+            accountant=mf.plan_guarantee,
+            correlated=True,
+        )

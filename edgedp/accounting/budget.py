@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from edgedp import mechanisms
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import laplace
 
@@ -43,7 +44,7 @@ def device_epsilon(plan, *, delta: float, adversary: str = "worst") -> tuple[flo
     if plan.noise_multiplier == 0:
         return math.inf, "no noise: no guarantee"
     spec = plan.cross_agent
-    if spec is None or spec.kind in ("zipdl", "muffliato"):
+    if spec is None or not mechanisms.get(spec.kind).correlated:
         eps = plan.guarantee().epsilon(delta)
         return eps, f"every adversary (LDP; {adj}, delta={delta:g})"
     report = cross_acc.trust_report(plan, delta=delta)

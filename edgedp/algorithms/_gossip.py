@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from edgedp import bounds
+from edgedp import bounds, mechanisms
 
 __all__ = [
     "CrossExtra",
@@ -244,9 +244,10 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
     facts = share.network
     if facts.stated is not None:
         return (facts.stated,)
-    zipdl = share.cross_agent is not None and share.cross_agent.kind == "zipdl"
+    spec = share.cross_agent
+    per_message = spec is not None and mechanisms.get(spec.kind).message_noise
     budget = bounds.coordinate_budget(
-        facts, steps=share.steps, width=dim, slots=len(share.neighbours) if zipdl else 1
+        facts, steps=share.steps, width=dim, slots=len(share.neighbours) if per_message else 1
     )
     z = bounds.gaussian_tail(budget)
     noise = float(np.sum(facts.noise_std[: share.steps]))

@@ -72,5 +72,6 @@ MECHANISMS = (
         factor=factors.Identity,
         sketchable=True,
         attack="decor-known-secrets",
+        correlated=True,
     ),
 )

@@ -70,7 +70,7 @@ MECHANISMS = (
     _mechanism("antipgd", factor=factors.AntiPGD),
     _mechanism("dmf", planned=True),
     _mechanism("mafalda", planned=True),
-    _mechanism("banded", planned=True),
-    _mechanism("blt", planned=True),
+    _mechanism("banded", planned=True, factor_options=("bandwidth",)),
+    _mechanism("blt", planned=True, factor_options=("buffers",)),
     _mechanism("dense", command_line=False),  # a dense factor the caller computed (Python API)
 )

@@ -89,5 +89,6 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
+        gossip_rounds=True,
     ),
 )

@@ -127,5 +127,6 @@ MECHANISMS = (
         accountant=laplace.plan_guarantee,
         factor=factors.Identity,
         attack="sr-gt-eq44",
+        tracking=True,
     ),
 )

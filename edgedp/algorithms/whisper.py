@@ -70,5 +70,7 @@ MECHANISMS = (
         factor=factors.Identity,
         sketchable=True,
         attack="whisper-known-noise",
+        correlated=True,
+        shared_seed=True,
     ),
 )

@@ -95,5 +95,6 @@ MECHANISMS = (
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
         attack="zipdl-weighted-sum",
+        message_noise=True,
     ),
 )

@@ -7,9 +7,8 @@ three support the same mechanisms with the same checks and the same bytes. Per f
   banded, blt) first compute their temporal factor for the topology
   (:func:`edgedp.planning.factorization.plan_factor`, on the MAFALDA workload Gram);
 * cross (whisper, decor, zipdl, muffliato): :func:`edgedp.planning.cross_agent.plan_cross_agent`;
-* laplace (sr-gt, dpop): a :class:`~edgedp.accounting.laplace.LaplaceSchedule` whose
-  gradient-gap bound δ comes from the clip norm and the task (zero-out / replace-one), or is
-  taken as given (``adjacency="problem"``).
+* laplace (sr-gt, dpop): a :class:`~edgedp.accounting.laplace.LaplaceSchedule`, its gradient-gap
+  bound δ from the clip norm and task (zero-out / replace-one) or given (``adjacency="problem"``).
 
 Every Gaussian plan's participation is refused unless it covers what its task runs (an ε for
 another participation certifies nothing runnable). Errors are :class:`ValueError` with the
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from edgedp import mechanisms
 from edgedp.planning import report as report_mod
 from edgedp.planning.request import PlanRequest
 
@@ -38,7 +38,7 @@ Progress = Callable[[int, float, float], None]
 class Built:
     """A built plan and what ``edgedp plan`` reports about it (None if not asked for)."""
 
-    plan: Any
+    plan: Any  # the NoisePlan
     report: dict[str, Any] | None
 
 
@@ -58,7 +58,7 @@ def build(
     if request.family == "laplace":
         return _laplace(request, report)
     participation = default_participation(request)
-    if request.mechanism != "dsgd" and (request.target_eps is None) == (
+    if mechanisms.get(request.mechanism).noisy and (request.target_eps is None) == (
         request.noise_multiplier is None
     ):
         raise ValueError(
@@ -163,7 +163,7 @@ def default_participation(request: PlanRequest):
             return Participation.from_string(str(text))
         except ValueError as exc:
             raise ValueError(f"--participation {text!r}: {exc} (use k,b, e.g. 100,1)") from None
-    if request.mechanism == "dsgd" or request.noise_multiplier == 0:
+    if not mechanisms.get(request.mechanism).noisy or request.noise_multiplier == 0:
         return Participation(request.steps, 1)
     from edgedp_sim import datasets
 
@@ -190,7 +190,7 @@ def _check_participation(request: PlanRequest, task, nodes: int, participation) 
     plans certify nothing and are not checked)."""
     from edgedp_sim import datasets
 
-    if request.mechanism == "dsgd" or request.noise_multiplier == 0:
+    if not mechanisms.get(request.mechanism).noisy or request.noise_multiplier == 0:
         return
     datasets.check_participation(participation, task, nodes=nodes, steps=request.steps)
 
@@ -235,11 +235,12 @@ def _planned_factor(request: PlanRequest, graph, participation, progress, warn):
 def sketch_of(request: PlanRequest, model_dim: int, graph=None):
     """The :class:`~edgedp.sketch.SketchSpec` of the request (dome; whisper/decor with a
     sketch dimension), checked against the model dimension d; None without a sketch."""
-    if request.mechanism != "dome":
+    if request.family != "dome":
         if request.sketch_dim is None:
             return None
-        if request.mechanism not in ("whisper", "decor"):
-            raise ValueError("--sketch-dim is only for --mechanism dome, whisper or decor")
+        if not mechanisms.get(request.mechanism).sketchable:
+            mechs = " or ".join(", ".join(mechanisms.names(sketchable=True)).rsplit(", ", 1))
+            raise ValueError(f"--sketch-dim is only for --mechanism dome, {mechs}")
     from edgedp.sketch import SketchSpec
 
     if request.sketch_dim is None:
@@ -275,7 +276,7 @@ def sketch_of(request: PlanRequest, model_dim: int, graph=None):
 
 def _dome_factor(request: PlanRequest):
     """dome's temporal factor in the sketched space (None: the identity default)."""
-    if request.mechanism != "dome" or request.sketch_temporal == "identity":
+    if request.family != "dome" or request.sketch_temporal == "identity":
         return None
     from edgedp import factors
 
@@ -336,12 +337,12 @@ def _laplace(request: PlanRequest, report: bool) -> Built:
     if request.target_eps is None:
         raise ValueError(f"--mechanism {m} needs --target-eps E")
     missing = [f"--{k}" for k in ("gamma", "q1", "q2") if getattr(request, k) is None]
-    if m == "sr-gt" and request.beta is None:
-        missing.append("--beta")
+    tracking = mechanisms.get(m).tracking  # sr-gt's β; dpop has none
+    missing += ["--beta"] if tracking and request.beta is None else []
     if missing:
         raise ValueError(f"--mechanism {m} needs {' '.join(missing)} (paper 004 Eq. 5)")
-    if m == "dpop" and request.beta not in (None, 0.0):
-        raise ValueError("--mechanism dpop has no tracking variable: drop --beta")
+    if not tracking and request.beta not in (None, 0.0):
+        raise ValueError(f"--mechanism {m} has no tracking variable: drop --beta")
     graph = _graph(request.topology)
     task = task_of(request)
     clip, delta_grad = request.clip_norm, request.delta_grad

@@ -60,6 +60,7 @@ class PlannedCrossAgent:
 
 def _spec(mechanism, graph, W, *, form, rank, ridge, message_variance, gossip_rounds):
     n, edges = graph.n, np.asarray(graph.edges, dtype=np.int64).reshape(-1, 2)
+    mech = mechanisms.get(mechanism)
     info: dict[str, Any] = {}
     factor, c, D = np.zeros((n, 0)), np.zeros(0), np.ones(n)
     if mechanism in ("whisper", "decor"):
@@ -86,7 +87,7 @@ def _spec(mechanism, graph, W, *, form, rank, ridge, message_variance, gossip_ro
                 "dense_gap": dense.gap,
                 "draws_per_step": fit.draws_per_step,
             }
-    elif mechanism == "zipdl":
+    elif mech.message_noise:
         info = {"message_variance_ratio": float(message_variance)}
     info["ridge"] = float(ridge)
     spec = cross_mod.CrossAgentSpec(
@@ -94,8 +95,8 @@ def _spec(mechanism, graph, W, *, form, rank, ridge, message_variance, gossip_ro
         diag=D,
         factor=factor,
         edge_variance=c,
-        message_variance=message_variance if mechanism == "zipdl" else 0.0,
-        gossip_rounds=gossip_rounds if mechanism == "muffliato" else 1,
+        message_variance=message_variance if mech.message_noise else 0.0,
+        gossip_rounds=gossip_rounds if mech.gossip_rounds else 1,
         info=info,
     )
     return spec
@@ -157,8 +158,8 @@ def plan_cross_agent(
     >>> print(p.mechanism, p.mu, round(p.guarantee().sensitivity, 6))
     decor 0.5 3.162278
     """
-    if mechanism not in cross_mod.KINDS:
-        raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {cross_mod.KINDS}.")
+    if mechanism not in (kinds := mechanisms.names(family="cross")):
+        raise ValueError(f"Unknown mechanism={mechanism!r}; expected one of {kinds}.")
     sketchable = mechanisms.names(sketchable=True)
     if sketch is not None and mechanism not in sketchable:
         raise ValueError(
@@ -242,7 +243,7 @@ def post_mixing_variance(plan) -> float:
     """
     spec, W = plan.cross_agent, plan.mixing_matrix()
     nu2 = plan.noise_std**2
-    if spec.kind == "zipdl":
+    if mechanisms.get(spec.kind).message_noise:
         var = _message_variances(spec, plan.mixing_index, plan.mixing_weight)
         back = cross_mod.reverse_slots(plan.mixing_index)
         got = var[plan.mixing_index, back]  # variance of what u receives in slot j
@@ -258,7 +259,7 @@ def report(plan, *, delta: float) -> dict[str, Any]:
     nu2 = plan.noise_std**2
     g = plan.guarantee()
     trust = cross_acc.trust_report(plan, delta=delta)
-    if spec.kind == "zipdl":
+    if mechanisms.get(spec.kind).message_noise:
         var = _message_variances(spec, plan.mixing_index, plan.mixing_weight)
         sent = (plan.mixing_index != np.arange(plan.n)[:, None]) & (plan.mixing_weight != 0)
         noise_var = nu2 * float(var[sent].mean())

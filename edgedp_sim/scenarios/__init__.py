@@ -280,9 +280,10 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
             raise ScenarioError(
                 f"privacy.{sorted(set(_LAPLACE_KEYS) & set(priv))} are for sr-gt/dpop"
             )
-        if mech != "dsgd" and "target_epsilon" in priv:
+        noisy = mechanisms.get(mech).noisy
+        if noisy and "target_epsilon" in priv:
             values.setdefault("delta", 1e-6)
-        elif mech != "dsgd" and "noise_multiplier" not in priv:
+        elif noisy and "noise_multiplier" not in priv:
             raise ScenarioError("privacy needs target_epsilon (with delta) or noise_multiplier")
         values["participation"] = _participation(priv, mech, values, steps)
     try:
@@ -313,7 +314,7 @@ def _participation(priv: dict, mech: str, values: dict, steps: int) -> str:
         part = Participation.from_string(str(priv["participation"]))
     except ValueError as exc:
         raise ScenarioError(f"privacy.participation: {exc}") from None
-    noisy = mech != "dsgd" and priv.get("noise_multiplier", 1) != 0
+    noisy = mechanisms.get(mech).noisy and priv.get("noise_multiplier", 1) != 0
     if noisy and not part.covers(run):  # refused as `edgedp plan` refuses it
         try:
             datasets.check_participation(
