@@ -4,10 +4,10 @@ Besides the update rules (:mod:`edgedp.algorithms`), three things decide a node'
 the engines must agree on each of them exactly (DESIGN §2):
 
 * **keys** — which streams the node draws from: :func:`node_keys` (one secret for every
-  stream: simulations and reproducible device runs), :func:`device_keys` (a device's own
-  noise secret, the per-edge keys agreed with its neighbours, the shared seed opened from
-  its sealed box) and :func:`stack_keys` (every (trial, node) of a simulation at once). The
-  derivation of a key from a secret is :class:`edgedp.streams.RunKeys`;
+  stream: simulations and reproducible device runs; :func:`node_key`: one of them),
+  :func:`device_keys` (a device's own noise secret, the per-edge keys agreed with its
+  neighbours, the shared seed opened from its sealed box) and :func:`stack_keys` (every
+  (trial, node) at once). The derivation of a key from a secret is :class:`~edgedp.streams.RunKeys`;
 * **the batch schedule** (:class:`BatchSchedule`) — round t uses batch ``t mod b`` of a fixed
   keyed permutation of the node's m examples;
 * **the step context** (:class:`Runtime`, :func:`step_context`) — the callables ``send`` and
@@ -49,6 +49,8 @@ __all__ = [
     "Tally",
     "batch_order",
     "device_keys",
+    "initial_keys",
+    "node_key",
     "node_keys",
     "simulation_keys",
     "stack_keys",
@@ -65,8 +67,7 @@ GROUP_BYTES = 1 << 22
 
 # ---------------------------------------------------------------------------- keys
 def simulation_keys(plan) -> streams.RunKeys:
-    """The keys of a simulation of ``plan``: every stream from its public seed, bound to its
-    hash (:meth:`edgedp.streams.RunKeys.simulation`; no privacy)."""
+    """A simulation's keys: every stream from the plan's public seed (no privacy)."""
     return streams.RunKeys.simulation(plan)
 
 
@@ -87,6 +88,16 @@ class NodeKeys:
     def arguments(self) -> dict[str, Any]:
         """The ``noise_key``, ``batch_key`` and ``cross_keys`` arguments of an Agent."""
         return {"noise_key": self.noise, "batch_key": self.batch, "cross_keys": self.cross}
+
+
+def node_key(keys, stream: str, node: int, *, trial: int = 0, peer: Any = None):
+    """One key of ``node`` as :func:`node_keys` derives it (what an attacker or audit regenerates):
+    ``stream`` noise, batch, initial, messages, shared or pair (the edge {node, peer})."""
+    if stream in ("noise", "batch", "initial", "messages"):
+        return getattr(keys, stream)(node, trial=trial)
+    if stream not in ("shared", "pair"):
+        raise ValueError(f"Unknown stream={stream!r}.")
+    return keys.shared(trial=trial) if stream == "shared" else keys.pair(node, peer, trial=trial)
 
 
 def node_keys(keys, node: int, neighbours=(), *, trial: int = 0) -> NodeKeys:
@@ -126,6 +137,11 @@ def stack_keys(keys, *, nodes: int, trials: int, first_trial: int = 0) -> NodeKe
     return NodeKeys(noise=keys.per_trial("noise", **shape), batch=keys.per_trial("batch", **shape))
 
 
+def initial_keys(keys, *, nodes: int, trials: int, first_trial: int = 0) -> np.ndarray:
+    """``node_key(keys, "initial", u, trial=first_trial + i)`` at ``[i, u]``, in bulk."""
+    return keys.per_trial("initial-state", nodes=nodes, trials=trials, first_trial=first_trial)
+
+
 # ---------------------------------------------------------------------------- batches
 def batch_order(key, size: int) -> np.ndarray:
     """The keyed permutation of a node's ``size`` examples (``key`` a StreamKey: ``(size,)``),
@@ -160,6 +176,11 @@ class BatchSchedule:
         """The local indices of round ``t``'s batch, ``(B,)`` or ``(trials, nodes, B)``."""
         lo = (t % self.per_epoch) * self.batch_size
         return self.order[..., lo : lo + self.batch_size]
+
+    @staticmethod
+    def rounds(slot: int, *, per_epoch: int, steps: int) -> range:
+        """The rounds of ``steps`` that use batch ``slot``."""
+        return range(slot, steps, per_epoch)
 
 
 # ---------------------------------------------------------------------------- context

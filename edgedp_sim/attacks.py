@@ -172,26 +172,31 @@ def known_cross_noise(
 
     ``neighbours``: the victim's neighbours whose pairwise secrets the attacker holds (its
     own edges with the victim); ``shared_seed``: it knows Whisper's shared seed (insiders,
-    per the whisper trust model). Simulation keys (:meth:`edgedp.streams.RunKeys.simulation`)
+    per the whisper trust model). Simulation keys (:func:`edgedp.runtime.simulation_keys`)
     — an attacker holding the same secrets on devices regenerates the same draws.
     Scaled like the engines' noise (ν · coefficient · draw); divide by B for a message.
     """
-    from edgedp import cross_agent, streams
+    from edgedp import cross_agent, runtime
 
     spec = plan.cross_agent
     if spec is None:
         raise ValueError("Expected a plan with a cross_agent section (whisper, decor, ...).")
     share = plan.share(victim).cross_agent
-    keys = streams.RunKeys.simulation(plan)
+    keys = runtime.simulation_keys(plan)
     trial_ids = range(first_trial, first_trial + trials)
     nu = float(plan.noise_std)
     known = {int(v) for v in neighbours}
     edges = [(v, c) for v, c in share.edge_terms if v in known]
     pair_keys = {
-        v: np.array([keys.pair(victim, v, trial=tr) for tr in trial_ids], dtype=object)
+        v: np.array(
+            [runtime.node_key(keys, "pair", victim, trial=tr, peer=v) for tr in trial_ids],
+            dtype=object,
+        )
         for v, _ in edges
     }
-    shared = np.array([keys.shared(trial=tr) for tr in trial_ids], dtype=object)
+    shared = np.array(
+        [runtime.node_key(keys, "shared", victim, trial=tr) for tr in trial_ids], dtype=object
+    )
     row = share.factor_row if shared_seed else ()
     out = np.zeros((trials, steps, dim))
     for t in range(steps):

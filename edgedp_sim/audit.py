@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import models, streams
+from edgedp import models, runtime
 from edgedp.accounting import gdp
 from edgedp_sim import adversary, audit_stats, audit_view, batch, engine, leak, linear_view
 from edgedp_sim import canary as canary_mod
@@ -129,7 +129,7 @@ def run(
     sim_seconds = stat_seconds = 0.0
     common = dict(plan=plan, canary=can, model=model, src=src)
     if engine_name == "batch":
-        keys = streams.RunKeys.simulation(plan)
+        keys = runtime.simulation_keys(plan)
         done = 0
         while done < trials:
             count = min(chunk, trials - done)
@@ -158,7 +158,7 @@ def run(
             if progress is not None:
                 progress(f"simulated {done}/{trials} trials (batch engine)")
     else:
-        keys = streams.RunKeys.simulation(plan)
+        keys = runtime.simulation_keys(plan)
         for i in range(trials):
             position = can.position(keys, i, data.local_size)
             probes = [adversary.Probe(a, plan, trials=1, dim=d) for a in attackers]

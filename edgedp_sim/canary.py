@@ -92,8 +92,10 @@ class Canary:
         if self.per_epoch == 1:
             return 0
         key = runtime.node_keys(keys, self.victim, trial=trial).batch  # the Agent's order
-        order = runtime.batch_order(key, local_size)
-        return int(order[self.slot * self.batch_size])
+        schedule = runtime.BatchSchedule(
+            self.batch_size, self.per_epoch, runtime.batch_order(key, local_size)
+        )
+        return int(schedule.select(self.slot)[0])
 
     # ---------------------------------------------------------------- batch engine
     def batch_transform(self, model, present: np.ndarray, positions: np.ndarray):
@@ -169,7 +171,7 @@ def worst_pattern(
         C = plan.factor.strategy(T)  # noqa: N806
         X = C.T @ C  # noqa: N806
     for slot in range(min(per_epoch, T)):
-        steps = tuple(range(slot, T, per_epoch))
+        steps = tuple(runtime.BatchSchedule.rounds(slot, per_epoch=per_epoch, steps=T))
         if plan.laplace is not None:
             s = plan.laplace
             value = sum(s.stepsize(t) / s.noise_scale(t + 1) for t in steps if t + 1 < T)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import models, rng, rounds, streams, wire
+from edgedp import models, rng, rounds, runtime, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial
@@ -176,7 +176,7 @@ class _Sim:
             )
         self.env = Clock(unique_times=planned)
         self.model = models.for_task(plan.task, data.features)
-        self.keys = streams.RunKeys.simulation(plan)
+        self.keys = runtime.simulation_keys(plan)
         net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
         n, T = plan.n, plan.steps  # noqa: N806
         # one share per node (each hashes the whole plan), reused by restarts
@@ -244,7 +244,9 @@ class _Sim:
             cross_keys=(
                 None
                 if self.shares[u].cross_agent is None
-                else self.keys.cross(u, self.shares[u].neighbours, trial=self.trial)
+                else runtime.node_keys(
+                    self.keys, u, self.shares[u].neighbours, trial=self.trial
+                ).cross
             ),
         )
 

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from edgedp import rng, streams
+from edgedp import rng, runtime, streams
 
 __all__ = ["SPECS", "parse", "states"]
 
@@ -66,6 +66,6 @@ def states(
     std = parse(spec)
     if std is None:
         return None
-    # rng.gaussian(keys.initial(u, trial=first_trial + i), 0, (dim,)) for every (i, u)
-    stack = keys.per_trial("initial-state", nodes=nodes, trials=trials, first_trial=first_trial)
+    # rng.gaussian(node_key(keys, "initial", u, trial=first_trial + i), 0, (dim,)) per (i, u)
+    stack = runtime.initial_keys(keys, nodes=nodes, trials=trials, first_trial=first_trial)
     return std * rng.stacked(stack, 0, (dim,), lambda g: g.standard_normal((dim,)))

@@ -239,7 +239,7 @@ def regenerate(plan, src: Sources, which: np.ndarray, keys, *, dim: int) -> np.n
     """Values of the sources ``which`` (indices) in every trial, ``(trials, len(which), dim)``.
 
     ``keys``: one ``(RunKeys, trial)`` per trial — the streams the engines drew from
-    (:meth:`edgedp.streams.RunKeys.simulation` of the plan each trial ran).
+    (:func:`edgedp.runtime.simulation_keys` of the plan each trial ran).
     """
     which = [int(j) for j in which]
     out = np.empty((len(keys), len(which), dim))
@@ -256,20 +256,30 @@ def regenerate(plan, src: Sources, which: np.ndarray, keys, *, dim: int) -> np.n
         w = src.what[j]
         kind, t = w[0], w[1]
         if kind == "own":
-            arr = stacked("noise", w[2], lambda k, tr, u=w[2]: k.noise(u, trial=tr))
+            arr = stacked(
+                "noise", w[2], lambda k, tr, u=w[2]: runtime.node_key(k, "noise", u, trial=tr)
+            )
             out[:, pos] = cross_agent.gaussian_draws(arr, t, (dim,))
         elif kind == "laplace":
-            arr = stacked("noise", w[2], lambda k, tr, u=w[2]: k.noise(u, trial=tr))
+            arr = stacked(
+                "noise", w[2], lambda k, tr, u=w[2]: runtime.node_key(k, "noise", u, trial=tr)
+            )
             out[:, pos] = laplace_draw(arr, t, dim, plan.laplace.noise_scale(t))
         elif kind == "shared":
-            arr = stacked("shared", 0, lambda k, tr: k.shared(trial=tr))
+            arr = stacked("shared", 0, lambda k, tr: runtime.node_key(k, "shared", 0, trial=tr))
             out[:, pos] = cross_agent.gaussian_draws(arr, t, (plan.cross_agent.rank, dim))[:, w[2]]
         elif kind == "edge":
-            arr = stacked("pair", w[2:], lambda k, tr, a=w[2], b=w[3]: k.pair(a, b, trial=tr))
+            arr = stacked(
+                "pair",
+                w[2:],
+                lambda k, tr, a=w[2], b=w[3]: runtime.node_key(k, "pair", a, trial=tr, peer=b),
+            )
             out[:, pos] = cross_agent.gaussian_draws(arr, t, (dim,))
         else:  # Zip-DL message stream: the r-th of the node's recipient draws
             u, r = w[2], w[3]
-            arr = stacked("message", u, lambda k, tr, u=u: k.messages(u, trial=tr))
+            arr = stacked(
+                "message", u, lambda k, tr, u=u: runtime.node_key(k, "messages", u, trial=tr)
+            )
             if ("draws", u, t) in cache:  # one draw per (node, round) serves every slot
                 out[:, pos] = cache[("draws", u, t)][:, r]
                 continue
