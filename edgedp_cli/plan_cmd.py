@@ -43,7 +43,7 @@ def _families() -> dict[str, tuple[str, ...]]:
 
 
 #: family -> its mechanisms (from :mod:`edgedp.mechanisms`), the first being the default of
-#: ``--mechanism``.
+#: ``--mechanism``, when this module was imported; the parsers read the registry when built.
 FAMILIES: dict[str, tuple[str, ...]] = _families()
 
 _HELP = {
@@ -58,10 +58,11 @@ _HELP = {
 
 def family_of(mechanism: str) -> str:
     """The family whose subcommand plans ``mechanism``; ValueError for an unknown one."""
-    for family, mechanisms in FAMILIES.items():
+    families = _families()
+    for family, mechanisms in families.items():
         if mechanism in mechanisms:
             return family
-    known = sorted(m for ms in FAMILIES.values() for m in ms)
+    known = sorted(m for ms in families.values() for m in ms)
     raise ValueError(f"mechanism={mechanism!r}; expected one of {known}")
 
 
@@ -180,7 +181,7 @@ def register(sub, add) -> None:
     )
     families = group.add_subparsers(dest="family", required=True, metavar="FAMILY")
     common, gaussian = _common_parent(), _gaussian_parent()
-    for family, mechanisms in FAMILIES.items():
+    for family, mechanisms in _families().items():
         parents = [common] if family == "laplace" else [common, gaussian]
         p = families.add_parser(
             family, parents=parents, help=_HELP[family], description=_HELP[family]
@@ -228,7 +229,7 @@ def namespace(mechanism: str, topology: str, steps: int) -> argparse.Namespace:
 
     family = family_of(mechanism)
     argv = ["--topology", str(topology), "--steps", str(steps), os.devnull]
-    if len(FAMILIES[family]) > 1:
+    if len(_families()[family]) > 1:
         argv += ["--mechanism", mechanism]
     return complete(_family_parsers()[family].parse_args(argv))
 

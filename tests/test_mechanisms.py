@@ -2,7 +2,8 @@
 
 The test-only mechanism below is the whole change a new mechanism needs: round rules and
 one :func:`edgedp.mechanisms.register` call. Planning, certification (plan bytes round
-trip), the accountant, the batch engine and the event engine then accept it.
+trip), the accountant, the batch engine and the event engine, ``edgedp plan``'s choices and
+report, the attack table and leak runs, and the audit's plans then accept it.
 """
 
 import math
@@ -72,6 +73,33 @@ def test_a_mechanism_registered_in_one_place_plans_certifies_and_runs(test_mecha
     assert api.simulate(p, engine="event").model_digests == res.model_digests
     with pytest.raises(ValueError, match="already registered"):
         mechanisms.register(test_mechanism)
+
+
+def test_the_registered_mechanism_is_a_command_line_choice_leaked_and_audited(
+    test_mechanism, tmp_path, capsys
+):
+    """The same registration reaches `edgedp plan sgd --mechanism`, the plan's report (its
+    trust model), the simulator's attack table and a leak run, and the audit's plans."""
+    from edgedp_cli import main as cli
+    from edgedp_cli import plan_cmd
+    from edgedp_sim import attacks
+
+    out = tmp_path / "t.plan"
+    argv = ["plan", "sgd", str(out), "--mechanism", "test-sgd", "--topology", "ring:6"]
+    assert (
+        cli.main([*argv, "--steps", "6", "--noise-multiplier", "2", "--participation", "6,1"]) == 0
+    )
+    assert "LDP (test only)" in capsys.readouterr().out
+    assert plan_cmd.family_of("test-sgd") == "sgd"
+    p = NoisePlan.from_bytes(out.read_bytes())
+    assert p.mechanism == "test-sgd" and p.guarantee().mu == pytest.approx(0.5)
+    assert attacks.algorithm_attack("test-sgd") is attacks.ATTACKS["update-inversion"]
+    leak = api.leak(p, ("hbc:1",), trials=16).attackers[0]
+    assert leak.trust_model == "LDP (test only)" and leak.cosine > 0.5  # the inversion works
+    with pytest.raises(SystemExit):  # an unregistered name is no choice
+        mechanisms.unregister("test-sgd")
+        cli.main([*argv, "--steps", "6", "--noise-multiplier", "2"])
+    mechanisms.register(test_mechanism)  # the fixture unregisters it
 
 
 def test_the_audit_plans_come_from_the_registry(test_mechanism):

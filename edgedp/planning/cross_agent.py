@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import algorithms, factors, mechanisms, topology
 from edgedp import cross_agent as cross_mod
+from edgedp import factors, mechanisms, topology
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
@@ -294,7 +294,7 @@ def report(plan, *, delta: float) -> dict[str, Any]:
         "epsilon_insider": trust["insider"],
         "epsilon_neighbourhood": trust["neighbourhood"],
         "delta": delta,
-        "trust_model": algorithms.for_mechanism(plan.mechanism).TRUST_MODEL,
+        "trust_model": mechanisms.get(plan.mechanism).trust_model,
         "plan_hash": plan.plan_hash,
     }
     out.update({k: v for k, v in spec.info.items() if k not in out})

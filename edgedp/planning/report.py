@@ -54,9 +54,9 @@ def plan_report(p, delta: float, steps_done: int | None = None) -> dict[str, Any
 
 
 def _trust(p) -> str:
-    from edgedp import algorithms
+    from edgedp import mechanisms
 
-    return algorithms.for_mechanism(p.mechanism).TRUST_MODEL
+    return mechanisms.get(p.mechanism).trust_model
 
 
 def loss_ratio(p, gram=None) -> float:
