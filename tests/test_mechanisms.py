@@ -6,6 +6,7 @@ trip), the accountant, the batch engine and the event engine, ``edgedp plan``'s 
 report, the attack table and leak runs, and the audit's plans then accept it.
 """
 
+import dataclasses
 import math
 import types
 
@@ -302,13 +303,8 @@ def test_no_mechanism_name_branches_outside_the_registry():
         "tracking": ("sr-gt",),
         "factor_options": ("banded", "blt"),
     }
+    sgd = mechanisms.get("dp-dsgd")
     with pytest.raises(ValueError, match="cross-agent noise only"):
-        mechanisms.Mechanism(
-            "x",
-            _toy_rules(),
-            family="sgd",
-            noise="gaussian",
-            trust_model="",
-            accountant=mf.plan_guarantee,
-            correlated=True,
-        )
+        dataclasses.replace(sgd, name="x", correlated=True)
+    with pytest.raises(ValueError, match="tracking describes a Laplace schedule"):
+        dataclasses.replace(sgd, name="x", tracking=True)

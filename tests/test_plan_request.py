@@ -167,14 +167,9 @@ def test_every_make_plan_returns_a_noise_plan_and_family_planners_return_records
     import edgedp_topologies
     from edgedp.accounting.participation import Participation
 
+    kw = dict(steps=4, participation=Participation(4, 1), clip_norm=1.0, learning_rate=0.1)
     planned = cross_agent.plan_cross_agent(
-        "whisper",
-        edgedp_topologies.parse("ring:6"),
-        steps=4,
-        participation=Participation(4, 1),
-        clip_norm=1.0,
-        learning_rate=0.1,
-        noise_multiplier=2.0,
+        "whisper", edgedp_topologies.parse("ring:6"), **kw, noise_multiplier=2.0
     )
     assert isinstance(planned, cross_agent.PlannedCrossAgent)
     assert isinstance(planned.plan, NoisePlan) and "planner_seconds" in planned.info
