@@ -167,7 +167,8 @@ def logistic_plan(mech, g, p, eps, lr):
         return make_plan("dp-dsgd", g, noise_multiplier=sigma, **common)
     form = {"whisper": "dense", "whisper-local": "local"}.get(mech, "local")
     name = "decor" if mech == "decor" else "whisper"
-    return planner.plan_cross_agent(name, g, target_epsilon=eps, delta=DELTA, form=form, **common).plan
+    noise = dict(target_epsilon=eps, delta=DELTA, form=form)
+    return planner.plan_cross_agent(name, g, **noise, **common).plan
 
 
 def logistic_loss(mech, p, eps, lr, data) -> np.ndarray:
