@@ -56,7 +56,9 @@ MAX_LINEAR_UNKNOWNS = 3000
 #: biased towards 0 when the samples are few for the joint dimension (a rule of thumb, not a
 #: bound; ``experiments/ksg_vs_gaussian.py`` compares KSG with the exact Gaussian MI).
 MIN_TRIALS_PER_DIMENSION = 10
-_DSGD_FAMILY = frozenset(mechanisms.names(family=("sgd", "mf")))
+#: The families whose updates the generic D-SGD linear view models (read when used, so a
+#: mechanism registered later is attacked too).
+_DSGD_FAMILIES = ("sgd", "mf")
 
 
 def has_network_effects(sc) -> bool:
@@ -186,7 +188,8 @@ def estimates(
     # the members' own gradients and noise move to the left-hand side (Lemma 11); the event
     # engine's probes see traffic only, not the members' internals
     small = small and (not log.members or "gradient" in log.own)
-    if small and mech in _DSGD_FAMILY and plan.cross_agent is None:
+    dsgd = mechanisms.get(mech).family in _DSGD_FAMILIES
+    if small and dsgd and plan.cross_agent is None:
         view = linear_attack.dsgd_linear_view(
             log,
             mixing_matrix=plan.mixing_matrix(),
