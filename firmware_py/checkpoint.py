@@ -15,8 +15,11 @@ descriptor table falls back on the reserve); a failed write removes its temporar
 raises ``OSError`` for the caller to retry. :func:`save` keeps the checkpoint it replaces as
 ``NAME.prev`` (a hard link, renamed into place before the new file is), so a damaged latest
 checkpoint can be rolled back (:mod:`firmware_py.recovery`); a crash at any point leaves
-``NAME`` complete. A process killed inside :func:`atomic_write` leaves a ``.NAME.tmp.PID``
-file, removed by :func:`remove_temporaries` at the next start.
+``NAME`` complete. Where the names can be swapped atomically (Linux ``renameat2``), the file
+``NAME.prev`` held until then is reused as the temporary (overwritten, fsync'd, renamed)
+instead of a new file, so a round allocates and frees no file blocks or pages. A process
+killed inside :func:`atomic_write` or :func:`save` leaves a ``.NAME.tmp.PID`` (or
+``.NAME.prev.tmp.PID``) file, removed by :func:`remove_temporaries` at the next start.
 """
 
 from __future__ import annotations
