@@ -3,11 +3,14 @@
 :meth:`Mailbox.accept` checks a decoded message against the node's plan (hash, shapes, the
 bound on honest messages: :func:`wire_context`), its neighbours and the receive window
 [round, min(round + window, T − 1)] before it stores a private copy; a rejected message
-changes nothing but a counter (CONVENTIONS C7). It also keeps what the round loop asks
-about the neighbours: the latest round seen from each (``ahead``, also from authenticated
-messages past the window, which stay rejected), whose message for the current round is
-missing, which of those will never come (:meth:`Mailbox.hopeless`) and whether every
-neighbour announces another plan (:meth:`Mailbox.plan_rejected_by_all`).
+changes nothing but a counter (CONVENTIONS C7). The copy is skipped when the caller
+hands over frames the node owns alone (a device's ZeroMQ messages): the accepted vector
+is then the received buffer itself, made read-only after the checks. It also keeps what
+the round loop asks about the neighbours: the latest round seen from each (``ahead``,
+also from authenticated messages past the window, which stay rejected), whose message
+for the current round is missing, which of those will never come
+(:meth:`Mailbox.hopeless`) and whether every neighbour announces another plan
+(:meth:`Mailbox.plan_rejected_by_all`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,16 @@ def wire_limits(context: wire.Context, *, tree: bool) -> tuple[int, int]:
     itemsize = np.dtype(context.dtype).itemsize
     largest = max(int(np.prod(shape, dtype=np.int64)) * itemsize for shape in shapes)
     return max(wire.MAX_HEADER_BYTES, largest), 1 + len(shapes)
+
+
+def _kept(arr: np.ndarray, owned: bool) -> np.ndarray:
+    """The vector a node stores for an accepted message: ``arr`` itself when its buffer is
+    ``owned`` by this node and already a native, aligned float64 vector (made read-only, so
+    nothing the node runs can change a neighbour's message after the checks), else a copy."""
+    if owned and arr.dtype == np.float64 and arr.flags.aligned and arr.flags.c_contiguous:
+        arr.setflags(write=False)
+        return arr
+    return np.array(arr, dtype=np.float64)  # own copy
 
 
 class Mailbox:
@@ -132,10 +145,17 @@ class Mailbox:
         metrics,
         authenticated_sender: int | None = None,
         extremes: tuple | None = None,
+        owned: bool = False,
     ) -> bool:
         """Check ``msg`` against the plan, the neighbours, the window of the node's current
         ``round`` and the bounds, then store it; False (counted in ``metrics.rejected``)
-        if it is rejected or a replay, True (counted in ``metrics.received``) if stored."""
+        if it is rejected or a replay, True (counted in ``metrics.received``) if stored.
+
+        ``owned``: the message's buffers belong to this node alone (a transport handed over
+        frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`);
+        its model array is then kept as it is, made read-only, instead of copied
+        (:func:`_kept`). Without it (the event engine hands one decoded message to several
+        agents; loopback frames are views of the sender's array) the node keeps a copy."""
         try:
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
@@ -162,7 +182,7 @@ class Mailbox:
         if msg.sender in slot:
             metrics.rejected["Replayed"] += 1
             return False
-        slot[msg.sender] = np.array(msg.arrays[0], dtype=np.float64)  # own copy
+        slot[msg.sender] = _kept(msg.arrays[0], owned)
         if len(msg.arrays) == 2:
             assert self.aggregator is not None  # wire.check allows a second array only then
             self.aggregator.take(msg.sender, msg.round, np.array(msg.arrays[1], dtype=np.float64))
@@ -254,14 +274,23 @@ class ReceiveSide:
         (:func:`wire_limits`). Transports cap inbound frames and parts."""
         return wire_limits(self.context, tree=self.aggregator is not None)
 
-    def receive(self, frames: Sequence[Any], *, authenticated_sender: int | None = None) -> bool:
-        """Take a message; returns False (and counts why) if it is rejected."""
+    def receive(
+        self,
+        frames: Sequence[Any],
+        *,
+        authenticated_sender: int | None = None,
+        owned: bool = False,
+    ) -> bool:
+        """Take a message; returns False (and counts why) if it is rejected. ``owned``: the
+        frames' buffers belong to this node alone and nothing else writes them (a transport
+        whose ``OWNS_FRAMES`` is true): the accepted vector is kept without a copy
+        (:meth:`Mailbox.accept`)."""
         try:
             msg = wire.decode(frames, max_bytes=self.mailbox.context.max_bytes)
         except wire.WireError as exc:
             self.metrics.rejected[type(exc).__name__] += 1
             return False
-        return self.accept(msg, authenticated_sender=authenticated_sender)
+        return self.mailbox.accept(msg, self.round, self.metrics, authenticated_sender, None, owned)
 
     def accept(
         self,

@@ -15,14 +15,20 @@ descriptor table falls back on the reserve); a failed write removes its temporar
 raises ``OSError`` for the caller to retry. :func:`save` keeps the checkpoint it replaces as
 ``NAME.prev`` (a hard link, renamed into place before the new file is), so a damaged latest
 checkpoint can be rolled back (:mod:`firmware_py.recovery`); a crash at any point leaves
-``NAME`` complete. A process killed inside :func:`atomic_write` leaves a ``.NAME.tmp.PID``
-file, removed by :func:`remove_temporaries` at the next start.
+``NAME`` complete. Where the names can be swapped atomically (Linux ``renameat2``), the file
+``NAME.prev`` held until then is reused as the temporary (overwritten, fsync'd, renamed)
+instead of a new file, so a round allocates and frees no file blocks or pages. A process
+killed inside :func:`atomic_write` or :func:`save` leaves a ``.NAME.tmp.PID`` (or
+``.NAME.prev.tmp.PID``) file, removed by :func:`remove_temporaries` at the next start.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import os
+import stat
 import struct
 import threading
 from collections.abc import Mapping, Sequence
@@ -69,22 +75,38 @@ def private_folder(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
-def atomic_write(path: Path, data: bytes | Sequence, *, mode: int = 0o600) -> None:
+def atomic_write(
+    path: Path, data: bytes | Sequence, *, mode: int = 0o600, reuse: Path | None = None
+) -> None:
     """Replace ``path`` with ``data`` (bytes, or a sequence of buffers written one after
-    another) atomically and durably (file mode ``mode``)."""
+    another) atomically and durably (file mode ``mode``).
+
+    ``reuse``: a file of this device's own that no other name links to (the checkpoint
+    :func:`save` just moved out of ``NAME.prev``); it becomes the temporary file and is
+    overwritten and cut to length instead of a new file being made, which spares the file
+    system a new file's blocks and pages and the old one's release. Everything else is as
+    for a new temporary: written, fsync'd, then renamed over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    fd = resources.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        if reuse is not None:
+            os.replace(reuse, tmp)  # fails onto a directory, as opening a new file would
+            fd = resources.open_fd(tmp, os.O_WRONLY)
+        else:
+            fd = resources.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)  # an existing leftover temporary keeps no wider mode
             for chunk in [data] if isinstance(data, (bytes, bytearray)) else data:
                 fh.write(chunk)
             fh.flush()
+            if reuse is not None:  # a reused file may be longer than the new content
+                os.ftruncate(fh.fileno(), fh.tell())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
+        if reuse is not None:
+            reuse.unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written temporary
         raise
     fd = resources.open_fd(path.parent, os.O_RDONLY)
@@ -193,17 +215,67 @@ def copy_arrays(body: Any) -> Any:
     return body
 
 
+#: ``renameat2`` of the C library (None: not there, or a file system refused the exchange).
+_RENAME_EXCHANGE = 2
+_renameat2: Any = False  # not looked up yet
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` (same folder) in one atomic step (Linux
+    ``renameat2(RENAME_EXCHANGE)``); False, changing nothing, where that is not available."""
+    global _renameat2
+    if _renameat2 is False:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+            fn.argtypes += [ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            _renameat2 = fn
+        except (AttributeError, OSError):
+            _renameat2 = None
+    if _renameat2 is None:
+        return False
+    at_cwd = -100  # AT_FDCWD
+    if _renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        _renameat2 = None  # this kernel or file system cannot: plain renames from now on
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def _spare(prev: Path) -> bool:
+    """Whether ``prev`` is a regular file that no other name links to (may be reused)."""
+    try:
+        st = os.lstat(prev)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
 def save(path: Path, body: dict[str, Any]) -> None:
-    """Write ``body`` atomically to ``path``; the file it replaces becomes ``path.prev``."""
+    """Write ``body`` atomically to ``path``; the file it replaces becomes ``path.prev``.
+
+    The ``.prev`` it replaces in turn (two rounds old) is reused as the new file's
+    temporary where the names can be swapped atomically (Linux): the new ``.prev`` link
+    and the old one's file trade names in one step, then that file is overwritten under
+    the temporary name (:func:`atomic_write` ``reuse``). A crash at any point leaves
+    ``path`` complete and ``path.prev`` complete or absent, as with a new file."""
     path = Path(path)
     data = encode(body)
+    reuse = None
     if path.exists():
+        prev = previous(path)
         link = path.with_name(f".{path.name}.prev.tmp.{os.getpid()}")
         if link.exists():
             link.unlink()
         os.link(path, link)  # same inode: the old content survives the rename below
-        os.replace(link, previous(path))
-    atomic_write(path, data)  # its folder fsync also makes the .prev rename durable
+        if _spare(prev) and _exchange(link, prev):
+            reuse = link  # now the name of the old .prev's file, linked nowhere else
+        else:
+            os.replace(link, prev)
+    atomic_write(path, data, reuse=reuse)  # its folder fsync makes the renames durable
 
 
 def remove_temporaries(folder: Path) -> list[Path]:

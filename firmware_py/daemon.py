@@ -504,7 +504,8 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
             item = transport.recv(int(min(remaining, 0.25) * 1000) + 1)
             if item is None:
                 continue
-            agent.receive(item[0], authenticated_sender=item[1])
+            # the transport's frames are this agent's alone: kept, read-only, not copied
+            agent.receive(item[0], authenticated_sender=item[1], owned=transport.OWNS_FRAMES)
             if agent.plan_rejected_by_all(MISMATCH_LIMIT):
                 raise RefusedError(
                     EXIT_PLAN,

@@ -48,8 +48,9 @@ def _run_rounds(agents, rounds, *, reverse=False, drop=None):
         sends = [(o, a.node, v) for o, a in zip(outs, agents, strict=True) for v in o.recipients]
         for o, u, v in reversed(sends) if reverse else sends:
             if drop is None or not drop(o.round, u, v):
-                frames = [bytes(f) for f in o.frames_for(v)]
-                assert agents[v].receive(frames, authenticated_sender=u)
+                frames = [bytes(f) for f in o.frames_for(v)]  # this recipient's alone:
+                # even nodes keep them as the daemon does (owned, read-only), odd ones copy
+                assert agents[v].receive(frames, authenticated_sender=u, owned=v % 2 == 0)
         for a in agents:
             a.end_round()
 

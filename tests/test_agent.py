@@ -132,3 +132,25 @@ def test_hopeless_neighbours_are_detected(make_agents):
     a.begin_round()
     assert a.receive([bytes(f) for f in out.frames])
     assert v in a.hopeless()
+
+
+def test_owned_frames_are_kept_read_only_and_others_copied(make_agents):
+    """A message whose frames the node owns is stored as the received buffer itself, made
+    read-only (no copy); frames it does not own are copied, so a later change of the
+    sender's buffer changes nothing stored."""
+    agents = make_agents(_plan(), DATA)
+    outs = [a.begin_round() for a in agents]
+    u, w = agents[0].neighbours[:2]
+    owned = bytearray(outs[u].frames_for(0)[1])  # u's model bytes, a writable buffer
+    assert agents[0].receive([outs[u].frames_for(0)[0], owned], authenticated_sender=u, owned=True)
+    kept = agents[0].inbox[0][u]
+    assert np.shares_memory(kept, np.frombuffer(owned)) and not kept.flags.writeable
+    with pytest.raises(ValueError):
+        kept[0] = 0.0
+    shared = bytearray(outs[w].frames_for(0)[1])
+    assert agents[0].receive([outs[w].frames_for(0)[0], shared], authenticated_sender=w)
+    copied = agents[0].inbox[0][w]
+    before = copied.copy()
+    shared[:8] = np.float64(123.0).tobytes()
+    assert not np.shares_memory(copied, np.frombuffer(shared))
+    assert copied.tobytes() == before.tobytes()

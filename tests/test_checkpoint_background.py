@@ -152,3 +152,33 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
     assert all(len(seen) == 1 for seen in by_round.values())  # re-sent bit for bit
     assert all({noise for noise, _ in by_round[r]} == {expected[r]} for r in by_round)
     assert sum(m["event"] == "start" for m in lines) == kills + 1
+
+
+def test_the_checkpoint_two_saves_old_is_reused_only_when_nothing_else_links_it(tmp_path):
+    """Where names can be swapped atomically, save reuses the file ``.prev`` held (two
+    saves old) for the new checkpoint; a ``.prev`` another name also links is never
+    written (its content stays); every save leaves the newest body and the one before."""
+    path, prev = tmp_path / "checkpoint", checkpoint.previous(tmp_path / "checkpoint")
+    for r in range(3):
+        checkpoint.save(path, {**BODY, "round": r})
+    old_prev = os.stat(prev).st_ino
+    checkpoint.save(path, {**BODY, "round": 3})
+    if checkpoint._renameat2 is not None:  # Linux: the exchange was available
+        assert os.stat(path).st_ino == old_prev
+    assert checkpoint.load(path)["round"] == 3 and checkpoint.load(prev)["round"] == 2
+    assert not list(tmp_path.glob(".*.tmp.*"))
+    os.link(prev, tmp_path / "elsewhere")  # round 2, now linked twice
+    checkpoint.save(path, {**BODY, "round": 4})
+    assert checkpoint.load(tmp_path / "elsewhere")["round"] == 2
+    assert checkpoint.load(path)["round"] == 4 and checkpoint.load(prev)["round"] == 3
+    assert not list(tmp_path.glob(".*.tmp.*"))
+
+
+def test_without_the_exchange_save_makes_a_new_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoint, "_renameat2", None)
+    path = tmp_path / "checkpoint"
+    for r in range(4):
+        checkpoint.save(path, {**BODY, "round": r})
+    assert checkpoint.load(path)["round"] == 3
+    assert checkpoint.load(checkpoint.previous(path))["round"] == 2
+    assert not list(tmp_path.glob(".*.tmp.*"))

@@ -41,7 +41,8 @@ def _lockstep(agents, skip=None):
                     links[u].send((v,), cmd.out.frames_for(v))
         for u in range(len(agents)):
             while (item := links[u].recv(0)) is not None:
-                agents[u].receive(item[0], authenticated_sender=item[1])
+                # as the daemon: owned frames are kept (read-only) instead of copied
+                agents[u].receive(item[0], authenticated_sender=item[1], owned=links[u].OWNS_FRAMES)
         for u, cmd in enumerate(pending):
             if cmd is None:
                 continue

@@ -6,6 +6,8 @@ with the sender's **authenticated** id (the link, not the message, says who sent
 when the link could not tell), ``close`` releases the links. It also counts what it
 discarded: ``dropped`` (sends refused by a full queue), ``refused`` (inbound messages by
 reason) and ``refused_handshakes`` (connections from keys that are not a neighbour's).
+``OWNS_FRAMES`` says that the frames ``recv`` returns belong to the caller alone (nothing
+else references or writes them), so a receiver may keep them without a copy.
 
 Implementations: :class:`edgedp.transport.zmq.ZmqTransport` (devices: ZeroMQ PUSH/PULL with
 CURVE and neighbour-only keys) and :class:`edgedp.transport.loopback.Loopback` (in-memory
@@ -26,6 +28,7 @@ __all__ = ["Transport"]
 class Transport(Protocol):
     """One node's links to its neighbours (module docstring)."""
 
+    OWNS_FRAMES: bool
     dropped: int
     refused: Counter
 

@@ -37,6 +37,9 @@ class LoopbackNetwork:
 class Loopback:
     """Node ``node``'s links in a :class:`LoopbackNetwork`."""
 
+    #: :meth:`recv` returns new ``bytes`` made for this recipient alone (immutable).
+    OWNS_FRAMES = True
+
     def __init__(self, network: LoopbackNetwork, node: int) -> None:
         self.network, self.node = network, node
         self.dropped = 0

@@ -108,6 +108,12 @@ class ZmqTransport:
       backlog: pending (not yet accepted) connections the kernel holds.
     """
 
+    #: The frames :meth:`recv` returns belong to the caller alone: each is the buffer of a
+    #: ZeroMQ message just taken off the socket (received without a copy), which nothing
+    #: else references or writes. A receiver may keep them instead of copying them
+    #: (:meth:`edgedp.mailbox.ReceiveSide.receive` with ``owned=True``).
+    OWNS_FRAMES = True
+
     def __init__(
         self,
         *,
