@@ -39,7 +39,7 @@ from edgedp import footprint, gradient_sums, rng, streams
 from edgedp.algorithms import _gossip
 from edgedp.algorithms._gossip import StepContext
 from edgedp.noise import NoiseStreams
-from edgedp.plan import batch_schedule
+from edgedp.task import batch_schedule
 
 __all__ = [
     "CHUNK_FLOATS",
@@ -158,7 +158,7 @@ class BatchSchedule:
 
     Round t uses batch ``t mod per_epoch`` of ``order`` (``(m,)`` or ``(trials, nodes, m)``):
     every example takes part exactly every ``per_epoch`` rounds, the participation (k, b)
-    the plan certifies (:func:`edgedp.plan.batch_schedule` checks it).
+    the plan certifies (:func:`edgedp.task.batch_schedule` checks it).
     """
 
     batch_size: int
