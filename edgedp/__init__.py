@@ -1,7 +1,9 @@
 """edgedp: differentially private decentralized learning with correlated noise.
 
-The device library. It imports numpy, pyzmq and msgpack only (onnxruntime for ONNX
-models); offline planning lives in :mod:`edgedp.planning` and may use scipy.
+The device library. It imports numpy, pyzmq, msgpack and PyNaCl only (onnxruntime for ONNX
+models); offline planning lives in :mod:`edgedp.planning` and may use scipy. Importing it
+first (:mod:`edgedp._numerics`) turns numpy's AVX-512 dispatch off before numpy loads, so
+every CPU computes the same bits: import edgedp before numpy.
 Import modules, not names: ``from edgedp import factors``.
 
 The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.make_plan``,

@@ -15,6 +15,10 @@ computes — the same bits — only in one compiled pass without temporaries:
   are exact in floating point, and ``fl(s_j − s_i)`` is monotone in s_j, so a scan that
   stops at a first-coordinate gap misses no one). Both give up (None) when the scan would
   cost more than a tree.
+- :func:`ksg_counts`: those scans fused for one KSG estimate (the joint's radii, both
+  marginals' counts), rows a scan would cost more for left to a tree; :func:`row_std`
+  (numpy's std up to rounding) only chooses which coordinate is sorted, so it changes no
+  number.
 
 numba is an optional dependency of the ``sim`` extra: without it (``AVAILABLE`` false) the
 callers keep their numpy, scipy and scikit-learn paths. The functions compile on first use

@@ -1,8 +1,9 @@
 """Plans for noise correlated across agents: Whisper, DECOR, Zip-DL, Muffliato.
 
-:func:`plan_cross_agent` builds a certified :class:`~edgedp.plan.NoisePlan` with a ``cross_agent``
-section (:class:`~edgedp.cross_agent.CrossAgentSpec`), normalized so that the most exposed
-node has unit precision max_u [R̃⁻¹]_uu = 1; the plan's ν = σ·sens·Δ then gives μ = 1/σ
+:func:`plan_cross_agent` returns a :class:`PlannedCrossAgent`: a certified
+:class:`~edgedp.plan.NoisePlan` (``.plan``) with a ``cross_agent`` section
+(:class:`~edgedp.cross_agent.CrossAgentSpec`), normalized so that the most exposed node has
+unit precision max_u [R̃⁻¹]_uu = 1; the plan's ν = σ·sens·Δ then gives μ = 1/σ
 (:mod:`edgedp.accounting.cross_agent`). :func:`report` gives what ``edgedp plan`` prints:
 the noise each agent adds, the post-mixing variance Tr(W R Wᵀ)/n per step (paper 001
 Thm 1) next to DP-D-SGD's at the same guarantee, and ε per trust model.
