@@ -8,7 +8,7 @@ code                      when
 ========================  ===================================================================
 ``start``                 the agent starts (plan, run, budget and which adversary it binds)
 ``not-private``           noise derived from the plan's public seed (tests, comparisons)
-``limits``                descriptor reserve and the transport's frame / part caps
+``limits``                descriptor reserve, the transport's frame / part caps, freed memory kept
 ``resumed``               a resume: ``rollback`` / ``rolled-back`` and the rounds sat out
 ``rejected``              frames the agent rejected in a round, per wire reason (``reason``)
 ``refused``               messages the transport discarded in a round (``reason``)

@@ -1,4 +1,5 @@
-"""What peers must not be able to take from a device: descriptors and durable writes.
+"""What peers must not be able to take from a device (descriptors, durable writes), and the
+freed memory the agent keeps for its next round.
 
 *Descriptors.* libzmq accepts every TCP connection to the agent's port, each one a file
 descriptor, before any key is checked, and it has no cap on connections. So at start the
