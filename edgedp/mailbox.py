@@ -3,12 +3,12 @@
 :meth:`Mailbox.accept` checks a decoded message against the node's plan (hash, shapes, the
 bound on honest messages: :func:`wire_context`), its neighbours and the receive window
 [round, min(round + window, T − 1)] before it stores a private copy; a rejected message
-changes nothing but a counter (CONVENTIONS C7). The copy is skipped when the caller
-hands over frames the node owns alone (a device's ZeroMQ messages): the accepted vector
-is then the received buffer itself, made read-only after the checks. It also keeps what
-the round loop asks about the neighbours: the latest round seen from each (``ahead``,
-also from authenticated messages past the window, which stay rejected), whose message
-for the current round is missing, which of those will never come
+changes nothing but a counter (CONVENTIONS C7). The copy is skipped when the caller hands
+over frames the node owns alone (ZeroMQ messages, the loopback's fresh bytes): the
+accepted vector is then the received buffer itself, made read-only after the checks. It
+also keeps what the round loop asks about the neighbours: the latest round seen from each
+(``ahead``, also from authenticated messages past the window, which stay rejected), whose
+message for the current round is missing, which of those will never come
 (:meth:`Mailbox.hopeless`) and whether every neighbour announces another plan
 (:meth:`Mailbox.plan_rejected_by_all`).
 """
