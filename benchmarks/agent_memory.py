@@ -32,6 +32,10 @@ TUNABLE = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
 
 CHILD = r"""
 import json, sys
+
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 import edgedp_topologies
 from edgedp import factors, rng

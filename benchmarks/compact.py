@@ -19,6 +19,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 
 import edgedp_topologies

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import argparse
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 from _timing import median_seconds
 

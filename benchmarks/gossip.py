@@ -35,6 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 import zmq
 

@@ -17,6 +17,9 @@ import resource
 import time
 import tracemalloc
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 
 from edgedp.accounting.participation import Participation

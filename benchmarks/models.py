@@ -35,6 +35,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 from _timing import median_seconds, peak_bytes
 

@@ -30,6 +30,10 @@ from pathlib import Path
 
 CHILD = r"""
 import json, sys, time
+
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 from edgedp import factors
 from edgedp.accounting import budget, mf

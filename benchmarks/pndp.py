@@ -21,6 +21,9 @@ import sys
 import time
 import tracemalloc
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 from _timing import median_seconds
 

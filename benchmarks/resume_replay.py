@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 
 from edgedp import factors, rng

@@ -8,6 +8,9 @@ the header and returns a read-only view. The baseline copies the same 4 MB buffe
 
 from __future__ import annotations
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 from _timing import median_seconds
 

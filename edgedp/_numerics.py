@@ -14,7 +14,9 @@ which is why every edgedp package imports this module first); a value the user s
 kept. :func:`libm_transcendentals` checks, after the import, that numpy's ``exp`` and
 ``log`` give the C library's bits, and :func:`check` warns once when they do not (numpy
 imported before edgedp, or the variable set otherwise): results then stay identical across
-this process's engines but may differ from other machines' in the last bits.
+this process's engines but may differ from other machines' in the last bits. Importing
+edgedp runs :func:`check` itself when numpy was imported first on a CPU where edgedp would
+have turned dispatch levels off.
 
 Other subprocesses started by edgedp (agents, workers) inherit the variable.
 """
@@ -31,8 +33,7 @@ VARIABLE = "NPY_DISABLE_CPU_FEATURES"
 # numpy >= 2.4 groups the AVX-512 levels as X86_V4 (+ ICL, SPR); earlier releases name each.
 _AVX512_NOW = "X86_V4 AVX512_ICL AVX512_SPR"
 _AVX512_BEFORE = (
-    "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL "
-    "AVX512_ICL AVX512_SPR"
+    "AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
 )
 _warned = False
 
@@ -55,11 +56,16 @@ def disabled_features() -> str | None:
 
 
 def pin_dispatch() -> None:
-    """Set ``NPY_DISABLE_CPU_FEATURES`` before numpy is imported (a user's value is kept)."""
-    if "numpy" in sys.modules or VARIABLE in os.environ:
+    """Set ``NPY_DISABLE_CPU_FEATURES`` before numpy is imported (a user's value is kept);
+    with numpy already imported, :func:`check` whether its dispatch gives libm's bits."""
+    if VARIABLE in os.environ:
         return
     value = disabled_features()
-    if value is not None:
+    if value is None:
+        return
+    if "numpy" in sys.modules:
+        check()
+    else:
         os.environ[VARIABLE] = value
 
 

@@ -1,5 +1,8 @@
 """A sweep on Dask: dropout rate x seed, each point simulated on a worker process."""
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 from dask.distributed import Client, LocalCluster
 
 import edgedp

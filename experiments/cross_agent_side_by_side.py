@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 
 import edgedp_topologies

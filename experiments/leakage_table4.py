@@ -44,6 +44,9 @@ import time
 import tomllib
 from pathlib import Path
 
+import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np
 
 from edgedp_sim import adversary, leak, leakage, provenance, scenarios, sensor_fusion, zero_sum

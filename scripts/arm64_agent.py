@@ -36,6 +36,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import edgedp._numerics  # noqa: E402, F401  (before numpy: the CPU dispatch edgedp pins)
+
+# isort: split
 import numpy as np  # noqa: E402
 import zmq.auth  # noqa: E402
 
