@@ -15,8 +15,9 @@ the cross-agent covariance, the Laplace schedule, W's column sums), the model di
 the common initial model θ₀. Mixing is a convex combination (W ≥ 0, rows sum to 1), so the
 largest entry over all nodes never grows in a mixing step; each algorithm module's
 ``message_bound`` carries the rest of the recursion (derivations there and in
-docs/ARCHITECTURE.md). The per-node batch size B_node only divides, so the bound uses the
-plan's batch size, or 1 when the task uses whole local datasets (a looser bound).
+docs/DEVICE_RUNTIME.md, "Hostile peers"). The per-node batch size B_node only divides, so
+the bound uses the plan's batch size, or 1 when the task uses whole local datasets (a
+looser bound).
 
 A plan may also *state* a bound (``NoisePlan.message_bound``), which then replaces the
 derived one — for plans where none can be derived (unclipped Laplace plans, Δ = ∞) or

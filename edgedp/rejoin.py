@@ -8,7 +8,7 @@ the message is past the window and rejected). With deg neighbours and quorum
 q = ⌊deg/2⌋ + 1, the target is the q-th largest round seen, only if it is past the window,
 and at most T − 1: fewer than q lying neighbours cannot push a node past a round an honest
 neighbour reached, and the node only skips its own rounds — which releases less, never
-more (docs/ARCHITECTURE.md, "Device runtime").
+more (docs/DEVICE_RUNTIME.md, "Falling behind: rejoin").
 """
 
 from __future__ import annotations

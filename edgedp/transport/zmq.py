@@ -23,8 +23,8 @@ Limits, so that peers cannot take the device's memory or descriptors:
 
 libzmq has no cap on accepted connections and hands a multipart message to the application
 only once all its parts arrived, so an authenticated neighbour can still make libzmq
-buffer ``parts × frame cap`` bytes before the part cap applies (docs/ARCHITECTURE.md,
-"Device runtime").
+buffer ``parts × frame cap`` bytes before the part cap applies (docs/DEVICE_RUNTIME.md,
+"Resources peers cannot take").
 """
 
 from __future__ import annotations
