@@ -28,6 +28,7 @@ Device-safe: numpy only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -313,50 +314,31 @@ class Runtime:
         sel = self.schedule.select(t)
         model, fused, transform = self.model, self.fused, self.transform
         clip_norm = self.params.clip_norm
-        if self.single:
-            x, y = self.x, self.y
-
-            def gradient_sum(point: np.ndarray, project) -> np.ndarray:
-                g, hit, bad = gradient_sums.node_sum(
-                    model,
-                    x,
-                    y,
-                    sel,
-                    point,
-                    clip_norm=clip_norm,
-                    chunk=self.chunk,
-                    fused=fused,
-                    project=project,
-                    transform=transform,
-                    step=t,
-                )
-                tally.clipped += hit
-                tally.nonfinite += bad
-                return g
-        else:
+        if self.single:  # one node's examples, ``chunk`` at a time
+            summer = functools.partial(
+                gradient_sums.node_sum, model, self.x, self.y, chunk=self.chunk
+            )
+        else:  # every (trial, node) of the stack, ``group`` nodes per model call
             if self.x.ndim == 4:  # other local data in every trial
                 xb = self.x[self._rows, self._node_idx, sel]
                 yb = self.y[self._rows, self._node_idx, sel]
             else:
                 xb, yb = self.x[self._node_idx, sel], self.y[self._node_idx, sel]
+            summer = functools.partial(gradient_sums.stack_sum, model, xb, yb, group=self.group)
 
-            def gradient_sum(point: np.ndarray, project) -> np.ndarray:
-                g, hit, bad = gradient_sums.stack_sum(
-                    model,
-                    xb,
-                    yb,
-                    sel,
-                    point,
-                    clip_norm=clip_norm,
-                    group=self.group,
-                    fused=fused,
-                    project=project,
-                    transform=transform,
-                    step=t,
-                )
-                tally.clipped += hit
-                tally.nonfinite += bad
-                return g
+        def gradient_sum(point: np.ndarray, project) -> np.ndarray:
+            g, hit, bad = summer(
+                sel,
+                point,
+                clip_norm=clip_norm,
+                fused=fused,
+                project=project,
+                transform=transform,
+                step=t,
+            )
+            tally.clipped += hit
+            tally.nonfinite += bad
+            return g
 
         def gradient(point: np.ndarray) -> np.ndarray:
             g = gradient_sum(point, None)
