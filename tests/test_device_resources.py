@@ -181,7 +181,7 @@ def _block(path):
 
 
 def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_path):
-    p = _plan(tmp_path / "run.plan", steps=40)
+    p = _plan(tmp_path / "run.plan", steps=80)
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=0.3)
     pid, log = run.processes[0].pid, run.directory / "node-0.log"
     state = run.directory / "configs" / "state" / "node-0"
@@ -199,20 +199,22 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     assert record.is_dir() and sentrecord.read(away).round == held
     record.rmdir()
     os.rename(away, record)
-    # 2) the checkpoint cannot be written: the next round waits for it
+    # 2) the checkpoint cannot be written: the next round waits for it. Node 0 catches up
+    # on its neighbours' queued rounds at once when a block ends, so the file-size limit of
+    # 3) is set while it is held here, not after.
     _wait(lambda: len(_rounds(run, 0)) >= blocked + 3)
+    # (a limit below the sent record's fixed size would stop its in-place writes too)
+    _wait(lambda: (state / "metrics.jsonl").stat().st_size > sentrecord.SIZE)
     blocker = state / f".checkpoint.tmp.{pid}"
     _block(blocker)
     _wait(lambda: "checkpoint failed (EISDIR" in log.read_text())
-    time.sleep(0.5)
-    blocker.rmdir()
     # 3) metrics hit a file-size limit (EFBIG; the agent ignores SIGXFSZ): lines wait
-    _wait(lambda: "checkpoint done after" in log.read_text())
-    # (a limit below the sent record's fixed size would stop its in-place writes too)
-    _wait(lambda: (state / "metrics.jsonl").stat().st_size > sentrecord.SIZE)
     size = (state / "metrics.jsonl").stat().st_size
     hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]
     resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, hard))
+    time.sleep(0.5)
+    blocker.rmdir()
+    _wait(lambda: "checkpoint done after" in log.read_text())
     _wait(lambda: "metrics write failed (EFBIG" in log.read_text())
     time.sleep(0.5)
     resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))
