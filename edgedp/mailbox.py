@@ -155,7 +155,7 @@ class Mailbox:
         frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`);
         its model array is then kept as it is, made read-only, instead of copied
         (:func:`_kept`). Without it (the event engine hands one decoded message to several
-        agents; loopback frames are views of the sender's array) the node keeps a copy."""
+        agents) the node keeps a copy."""
         try:
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
