@@ -1,44 +1,45 @@
-"""Atomic, checksummed checkpoints: write to a temporary file, fsync, rename, fsync the folder.
+"""Durable, checksummed checkpoints, the replaced one kept as ``NAME.prev``.
 
-A reader sees the previous complete checkpoint or the new complete one, never a mix. The
-file is ``MAGIC``, the sha256 of the rest, the length of a msgpack skeleton, the skeleton
-(the body with every array replaced by ``{"__raw__": i, "dtype", "shape"}``) and the arrays'
-raw little-endian bytes one after another: saving writes the arrays' own buffers (no copy,
-the hash streamed over them), loading reads the file once. Files of the earlier format
-(msgpack ``{"sha256": ..., "body": ...}``) are still read. A checksum mismatch is an error,
-never a silent restart (restarting from scratch after messages were sent would reuse
-noise). :class:`Pending` writes a checkpoint in a background thread while the agent
-computes its next round; the caller waits for it before anything is sent. Every
-file is written 0600 (only the device's user reads it) and :func:`private_folder` makes the
-state folder 0700. Files are opened through :func:`firmware_py.resources.open_fd` (a full
-descriptor table falls back on the reserve); a failed write removes its temporary file and
-raises ``OSError`` for the caller to retry. :func:`save` keeps the checkpoint it replaces as
-``NAME.prev`` (a hard link, renamed into place before the new file is), so a damaged latest
-checkpoint can be rolled back (:mod:`firmware_py.recovery`); a crash at any point leaves
-``NAME`` complete. Where the names can be swapped atomically (Linux ``renameat2``), the file
-``NAME.prev`` held until then is reused as the temporary (overwritten, fsync'd, renamed)
-instead of a new file, so a round allocates and frees no file blocks or pages. A process
-killed inside :func:`atomic_write` or :func:`save` leaves a ``.NAME.tmp.PID`` (or
-``.NAME.prev.tmp.PID``) file, removed by :func:`remove_temporaries` at the next start.
+``NAME`` only ever names a complete checkpoint (the file format and its sha256:
+:mod:`firmware_py.checkpoint_format`). A checksum mismatch is an error, never a silent
+restart (restarting from scratch after messages were sent would reuse noise).
+:class:`Pending` writes a checkpoint in a background thread (one per process, kept between
+saves) while the agent computes its next round; the caller waits for it before anything is
+sent. Every file is written 0600 (only the device's user reads it) and
+:func:`private_folder` makes the state folder 0700. Files are opened through
+:func:`firmware_py.resources.open_fd` (a full descriptor table falls back on the reserve); a
+failed write raises ``OSError`` for the caller to retry. ``NAME.prev`` lets a damaged latest
+checkpoint be rolled back (:mod:`firmware_py.recovery`).
+
+Where the names can be swapped atomically (Linux ``renameat2(RENAME_EXCHANGE)``) the two
+files are two slots written in turn: :func:`save` overwrites ``NAME.prev`` (the older state)
+in place, ``fdatasync``s it and swaps the two names. Nothing is created, renamed over or
+freed, so the file system commits no metadata for it and the folder is not fsync'd: the new
+state is durable when the ``fdatasync`` returns, under one of the two names. A crash or power
+cut while the older file is written damages only that file (its checksum fails) and leaves
+``NAME`` complete; one that undoes swaps not yet on disk leaves both files complete, their
+names possibly exchanged, and :func:`firmware_py.recovery.resume` takes the newer usable
+state of the two. The first saves, or any without the exchange, write a new file instead
+(:func:`atomic_write`: a temporary, fsync'd, renamed over ``NAME`` after the old one was
+linked as ``NAME.prev``, the folder fsync'd); a process killed there leaves a
+``.NAME.tmp.PID`` (or ``.NAME.prev.tmp.PID``) file, removed by :func:`remove_temporaries` at
+the next start and never read.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import os
+import queue
 import stat
-import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from edgedp import _codec
 from firmware_py import resources
+from firmware_py.checkpoint_format import MAGIC, copy_arrays, decode, encode
 
 __all__ = [
     "MAGIC",
@@ -53,6 +54,7 @@ __all__ = [
     "private_folder",
     "remove_temporaries",
     "save",
+    "swap",
 ]
 
 
@@ -122,102 +124,28 @@ def previous(path: Path) -> Path:
     return path.with_name(path.name + ".prev")
 
 
-#: First bytes of a checkpoint file in the raw-buffer format.
-MAGIC = b"EDGEDPC2"
-_DTYPES = {"<f8": np.dtype("<f8"), "<f4": np.dtype("<f4"), "<i8": np.dtype("<i8")}
-_LENGTH = struct.Struct("<Q")
-
-
-def _split(obj: Any, buffers: list) -> Any:
-    """``obj`` with every array replaced by a ``__raw__`` record; its bytes go to ``buffers``."""
-    if isinstance(obj, np.ndarray):
-        key = obj.dtype.newbyteorder("<").str if obj.dtype.byteorder == ">" else obj.dtype.str
-        if key not in _DTYPES:
-            return obj  # the msgpack codec converts (or refuses) other dtypes
-        arr = np.ascontiguousarray(obj, dtype=_DTYPES[key])
-        buffers.append(memoryview(arr).cast("B"))
-        return {"__raw__": len(buffers) - 1, "dtype": key, "shape": list(arr.shape)}
-    if isinstance(obj, Mapping):
-        return {str(k): _split(obj[k], buffers) for k in sorted(obj, key=str)}
-    if isinstance(obj, (list, tuple)):
-        return [_split(v, buffers) for v in obj]
-    return obj
-
-
-def _join(obj: Any, data: memoryview, offsets: list[int]) -> Any:
-    """Inverse of :func:`_split` over ``data`` (the arrays' bytes); ValueError if malformed."""
-    if isinstance(obj, dict):
-        if "__raw__" in obj:
-            if set(obj) != {"__raw__", "dtype", "shape"} or obj["dtype"] not in _DTYPES:
-                raise ValueError("malformed array record")
-            index, shape = obj["__raw__"], tuple(obj["shape"])
-            if type(index) is not int or index != len(offsets) - 1:
-                raise ValueError("array records out of order")
-            if not all(type(s) is int and s >= 0 for s in shape):
-                raise ValueError(f"malformed array shape {shape}")
-            dt = _DTYPES[obj["dtype"]]
-            start = offsets[-1]
-            end = start + int(np.prod(shape, dtype=object)) * dt.itemsize
-            if end > len(data):
-                raise ValueError("array data is shorter than its shape")
-            offsets.append(end)
-            return np.frombuffer(data[start:end], dtype=dt).reshape(shape)
-        return {k: _join(v, data, offsets) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_join(v, data, offsets) for v in obj]
-    return obj
-
-
-def encode(body: dict[str, Any]) -> list:
-    """The buffers of ``body``'s checkpoint file (see the module docstring), in order."""
-    buffers: list = []
-    skeleton = _codec.encode(_split(body, buffers))
-    digest = hashlib.sha256(_LENGTH.pack(len(skeleton)))
-    digest.update(skeleton)
-    for buf in buffers:
-        digest.update(buf)
-    return [MAGIC + digest.digest() + _LENGTH.pack(len(skeleton)) + skeleton, *buffers]
-
-
-def decode(data: bytes | bytearray) -> dict[str, Any]:
-    """The body of a checkpoint file; ValueError if it is damaged or malformed."""
-    view = memoryview(data)
-    if bytes(view[: len(MAGIC)]) != MAGIC:  # the earlier msgpack format
-        outer = _codec.decode(bytes(data))
-        blob = outer["body"]
-        if hashlib.sha256(blob).hexdigest() != outer["sha256"]:
-            raise ValueError("checksum mismatch")
-        return _codec.decode(blob)
-    head = len(MAGIC) + 32 + _LENGTH.size
-    if len(view) < head:
-        raise ValueError("truncated file")
-    if hashlib.sha256(view[len(MAGIC) + 32 :]).digest() != bytes(view[len(MAGIC) : head - 8]):
-        raise ValueError("checksum mismatch")
-    (size,) = _LENGTH.unpack(view[head - 8 : head])
-    if head + size > len(view):
-        raise ValueError("truncated skeleton")
-    offsets = [0]
-    body = _join(_codec.decode(bytes(view[head : head + size])), view[head + size :], offsets)
-    if offsets[-1] != len(view) - head - size:
-        raise ValueError("array data does not match the skeleton")
-    return body
-
-
-def copy_arrays(body: Any) -> Any:
-    """``body`` with every array copied (a snapshot a background write may hold while the
-    agent goes on)."""
-    if isinstance(body, np.ndarray):
-        return body.copy()
-    if isinstance(body, Mapping):
-        return {k: copy_arrays(v) for k, v in body.items()}
-    if isinstance(body, (list, tuple)):
-        return [copy_arrays(v) for v in body]
-    return body
-
-
 #: ``renameat2`` of the C library (None: not there, or a file system refused the exchange).
 _RENAME_EXCHANGE = 2
 _renameat2: Any = False  # not looked up yet
+
+
+def _exchange_available() -> bool:
+    """Whether :func:`_exchange` may work here (False once it was refused)."""
+    if _renameat2 is False:
+        _lookup_renameat2()
+    return _renameat2 is not None
+
+
+def _lookup_renameat2() -> None:
+    global _renameat2
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+        fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+        fn.argtypes += [ctypes.c_uint]
+        fn.restype = ctypes.c_int
+        _renameat2 = fn
+    except (AttributeError, OSError):
+        _renameat2 = None
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -225,14 +153,7 @@ def _exchange(a: Path, b: Path) -> bool:
     ``renameat2(RENAME_EXCHANGE)``); False, changing nothing, where that is not available."""
     global _renameat2
     if _renameat2 is False:
-        try:
-            fn = ctypes.CDLL(None, use_errno=True).renameat2
-            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-            fn.argtypes += [ctypes.c_uint]
-            fn.restype = ctypes.c_int
-            _renameat2 = fn
-        except (AttributeError, OSError):
-            _renameat2 = None
+        _lookup_renameat2()
     if _renameat2 is None:
         return False
     at_cwd = -100  # AT_FDCWD
@@ -254,19 +175,44 @@ def _spare(prev: Path) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
-def save(path: Path, body: dict[str, Any]) -> None:
-    """Write ``body`` atomically to ``path``; the file it replaces becomes ``path.prev``.
+def _overwrite(path: Path, data: Sequence, *, mode: int = 0o600) -> None:
+    """Write ``data`` (buffers, one after another) over the existing file ``path`` in place,
+    cut it to that length and ``fdatasync`` it; a crash meanwhile leaves it damaged (its
+    checksum fails), never a file that passes as another state."""
+    fd = resources.open_fd(path, os.O_WRONLY)
+    try:
+        os.fchmod(fd, mode)  # a file someone widened is narrowed again before it holds state
+        size = sum(len(buf) for buf in data)
+        written = os.pwritev(fd, data, 0)
+        while written < size:  # a short write (a signal, a full disk's last blocks)
+            rest = b"".join(bytes(buf) for buf in data)[written:]
+            written += os.pwrite(fd, rest, written)
+        os.ftruncate(fd, size)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
-    The ``.prev`` it replaces in turn (two rounds old) is reused as the new file's
-    temporary where the names can be swapped atomically (Linux): the new ``.prev`` link
-    and the old one's file trade names in one step, then that file is overwritten under
-    the temporary name (:func:`atomic_write` ``reuse``). A crash at any point leaves
-    ``path`` complete and ``path.prev`` complete or absent, as with a new file."""
+
+def save(path: Path, body: dict[str, Any]) -> None:
+    """Write ``body`` durably to ``path``; the state it replaces becomes ``path.prev``.
+
+    Where names can be swapped atomically (Linux), the file ``path.prev`` held (the state
+    two saves old, linked nowhere else) is overwritten in place, ``fdatasync``'d, and the
+    two names are swapped: see the module docstring for why neither the swap nor the folder
+    needs forcing to disk. Otherwise (the first saves, another link to ``.prev``, no
+    exchange) the new state goes to a new file as :func:`atomic_write` writes it, the old
+    one kept as ``path.prev``. A crash at any point leaves ``path`` complete."""
     path = Path(path)
     data = encode(body)
+    prev = previous(path)
+    if path.exists() and _spare(prev) and _exchange_available():
+        _overwrite(prev, data)
+        if _exchange(path, prev):
+            return
+        # the file system refused the exchange (now remembered): prev holds the new state,
+        # path the one before; write path anew below (both end up complete)
     reuse = None
     if path.exists():
-        prev = previous(path)
         link = path.with_name(f".{path.name}.prev.tmp.{os.getpid()}")
         if link.exists():
             link.unlink()
@@ -276,6 +222,21 @@ def save(path: Path, body: dict[str, Any]) -> None:
         else:
             os.replace(link, prev)
     atomic_write(path, data, reuse=reuse)  # its folder fsync makes the renames durable
+
+
+def swap(path: Path) -> bool:
+    """Exchange the names ``path`` and ``path.prev`` atomically and make that durable (the
+    folder fsync'd); False, changing nothing, where names cannot be exchanged. Used at
+    start when ``.prev`` holds the newer state (a power cut undid the last swap)."""
+    path = Path(path)
+    if not _exchange(path, previous(path)):
+        return False
+    fd = resources.open_fd(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def remove_temporaries(folder: Path) -> list[Path]:
@@ -304,27 +265,61 @@ def load(path: Path) -> dict[str, Any] | None:
         raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None
 
 
-class Pending:
-    """:func:`save` of ``body`` running in a background thread (started at once).
+class _Writer:
+    """The process's one checkpoint-writing thread, started at the first save and kept for
+    the next (a thread per save cost a thread's start and stack every round); started
+    again if it is gone (e.g. in a forked child)."""
 
-    :meth:`wait` joins it and returns the ``OSError`` it failed with (None once the file is
-    durable); the caller retries in the foreground. ``body`` must not change meanwhile
-    (pass :func:`copy_arrays` of a snapshot).
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Pending] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Pending) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="checkpoint", daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            self._jobs.get()._run()
+
+
+_WRITER = _Writer()
+
+
+class Pending:
+    """:func:`save` of ``body`` running in the background checkpoint thread (queued at once;
+    one save at a time, in order).
+
+    :meth:`wait` blocks until it ended and returns the ``OSError`` it failed with (None once
+    the file is durable); the caller retries in the foreground. Any other exception is
+    raised by :meth:`wait` (a failed save is never reported as durable). ``body`` must not
+    change meanwhile (pass :func:`copy_arrays` of a snapshot).
     """
 
     def __init__(self, path: Path, body: dict[str, Any]) -> None:
         self.path, self.body = Path(path), body
         self.error: OSError | None = None
-        self._thread = threading.Thread(target=self._run, name="checkpoint", daemon=True)
-        self._thread.start()
+        self._failure: BaseException | None = None
+        self._done = threading.Event()
+        _WRITER.submit(self)
 
     def _run(self) -> None:
         try:
             save(self.path, self.body)
         except OSError as exc:
             self.error = exc
+        except BaseException as exc:  # noqa: BLE001  (handed to the waiting caller)
+            self._failure = exc
+        finally:
+            self._done.set()
 
     def wait(self) -> OSError | None:
         """Block until the write ended; its error, or None if the checkpoint is durable."""
-        self._thread.join()
+        self._done.wait()
+        if self._failure is not None:
+            raise self._failure
         return self.error

@@ -362,10 +362,10 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     except (PlanError, NotImplementedError) as exc:
         raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
-    if resumed.source in ("rolled-back", "rollback"):
+    if resumed.source in ("rolled-back", "rollback") or resumed.damage:
         logs.event(
             logger,
-            logging.WARNING,
+            logging.WARNING if resumed.source != "checkpoint" else logging.INFO,
             "resumed",
             f"{resumed.damage or 'rollback'}; resumed at round {agent.round}"
             f"{f', sat out rounds {list(resumed.skipped)}' if resumed.skipped else ''}",

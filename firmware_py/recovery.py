@@ -9,7 +9,10 @@ model with the same noise would give the noise away.
 
 The device resumes from the newest usable state among ``checkpoint``, ``checkpoint.prev``
 and the initial state (round 0, rebuilt from the plan); a file is unusable when it is
-missing, fails its checksum, or holds malformed or non-finite values. Let R be its round.
+missing, fails its checksum, or holds malformed or non-finite values. ``checkpoint.prev``
+is newer than ``checkpoint`` only when a power cut undid the last swap of their names
+(:func:`firmware_py.checkpoint.save` does not force the swap to disk): it is then used and
+the names are put right. Let R be the chosen state's round.
 
 * S ≤ R (or nothing sent): resume at R. A round already sent is re-sent bit for bit. When
   ``checkpoint`` itself was unusable this is an automatic rollback; the damaged file is
@@ -32,7 +35,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgedp.errors import DamagedSnapshotError
+from edgedp.errors import DamagedSnapshotError, PlanError
 from firmware_py import checkpoint
 
 __all__ = ["RecoveryError", "Resumed", "resume"]
@@ -47,7 +50,8 @@ class Resumed:
     """How the agent was resumed: ``source`` is ``fresh`` (nothing sent yet), ``initial``
     (no checkpoint yet; round 0 re-sent), ``checkpoint``, ``rolled-back`` (automatic,
     nothing skipped; ``damage`` says why) or ``rollback`` (the command; rounds ``skipped``
-    sat out)."""
+    sat out). ``damage`` also tells of a ``checkpoint`` found under the name
+    ``checkpoint.prev`` (a power cut undid the last swap of the two names)."""
 
     source: str
     snapshot: dict | None = None
@@ -70,6 +74,22 @@ def _load(agent, path: Path) -> tuple[dict | None, str]:
     return snap, ""
 
 
+def _newer(agent, prev: Path, *, than: int) -> dict | None:
+    """``prev``'s snapshot, restored into ``agent``, if it is usable, of this plan, node and
+    run, and of a later round than ``than``; else None, ``agent`` unchanged."""
+    try:
+        body = checkpoint.load(prev)
+    except checkpoint.CheckpointError:
+        return None  # e.g. the write a crash interrupted: the older file, not needed
+    if body is None or not isinstance(body.get("round"), int) or body["round"] <= than:
+        return None
+    try:
+        snap, _ = _load(agent, prev)
+    except (PlanError, NotImplementedError):  # not this run's: ignored, as before
+        return None
+    return snap
+
+
 def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: str) -> Resumed:
     """Restore ``agent`` from the state folder, or raise :class:`RecoveryError`.
 
@@ -82,8 +102,16 @@ def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: st
     snap, damage = _load(agent, latest)
     if snap is None and not damage and sent is None:
         return Resumed("fresh")
+    swapped = False
     if snap is not None:
         source, label = f"{latest} is at round {agent.round}", "checkpoint"
+        newer = _newer(agent, prev, than=agent.round)
+        swapped = newer is not None
+        if newer is not None:  # a power cut undid the last swap of the two files' names
+            snap, label = newer, "checkpoint"
+            source = f"{prev} (round {agent.round}) is newer than {latest}"
+            if not checkpoint.swap(latest):
+                checkpoint.save(latest, agent.snapshot())
     else:  # the newest usable state: prev, else the initial one (round 0)
         snap, prev_damage = _load(agent, prev)
         lost = damage or f"{latest} is missing"
@@ -97,7 +125,8 @@ def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: st
             if damage:
                 os.replace(latest, folder / "checkpoint.damaged")  # kept for inspection
             checkpoint.save(latest, agent.snapshot())
-        return Resumed(label, snap, damage=source if label == "rolled-back" else "")
+        note = source if label == "rolled-back" or swapped else ""
+        return Resumed(label, snap, damage=note)
     if not rollback:
         raise RecoveryError(
             f"round {sent} was already sent but {source}: resuming would reuse noise with a "

@@ -3,10 +3,12 @@
 The daemon writes the checkpoint of round r+1 in a thread while it computes round r+1 and
 waits for it before recording r+1 as sent. The new crash window — a kill while that write
 and ``begin_round`` run together — is exercised with kill -9 on real agents, at the moment
-the write's temporary file appears and while a checkpoint that cannot be written is retried
-(the next round computed meanwhile must not be recorded as sent): after every kill the sent
-record is never ahead of the checkpoint, restarts never refuse, and every re-sent round
-repeats its noise and message digests.
+a write starts (the in-place overwrite of ``checkpoint.prev``, or a new file's temporary)
+and while a checkpoint that cannot be written is retried (the next round computed meanwhile
+must not be recorded as sent): after every kill the sent record is never ahead of the
+newest usable checkpoint, restarts never refuse, and every re-sent round repeats its noise
+and message digests. A torn in-place write and a swap of the two names undone by a power
+cut are made by hand and resumed from.
 """
 
 import hashlib
@@ -90,6 +92,18 @@ def test_a_failed_background_write_is_reported_and_leaves_no_temporary(tmp_path)
     assert checkpoint.Pending(path, BODY).wait() is None and _same(checkpoint.load(path), BODY)
 
 
+def _newest_round(folder) -> int:
+    """The round of the newest checkpoint file that loads (0: none, the initial state)."""
+    rounds = [0]
+    for name in ("checkpoint", "checkpoint.prev"):
+        try:
+            snap = checkpoint.load(folder / name)
+        except checkpoint.CheckpointError:  # e.g. torn by the kill
+            continue
+        rounds += [] if snap is None else [snap["round"]]
+    return max(rounds)
+
+
 def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_path):
     plan = harness.write_plan(tmp_path / "run.plan", topology="ring:3", steps=60)
     lr = deploy.local_run(
@@ -109,18 +123,24 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         kills += 1
-        inside += any(cfg.checkpoint_dir.glob(f".checkpoint.tmp.{proc.pid}"))
-        # what a restart finds: the sent record never ahead of the newest checkpoint (none
-        # yet: the initial state, round 0)
+        inside += any(
+            name.startswith((".checkpoint.", "checkpoint.prev"))
+            for name in kill._phase(cfg, proc.pid)[1]
+        )
+        # what a restart finds: the sent record never ahead of the newest usable checkpoint
+        # (none yet: the initial state, round 0)
         sent = sentrecord.read(cfg.checkpoint_dir / "sent").round
-        snap = checkpoint.load(cfg.checkpoint_dir / "checkpoint")
-        assert sent <= (0 if snap is None else snap["round"])
+        assert sent <= _newest_round(cfg.checkpoint_dir)
         lr.start(0)
     assert inside >= 1, f"no kill of {kills} landed inside a background checkpoint write"
-    # a checkpoint that cannot be written (a directory where its temporary file goes): the
-    # next round is computed but not recorded as sent; kill -9 while it waits, restart
+    # a checkpoint that cannot be written: both files also linked elsewhere (so neither is
+    # overwritten in place: a new file is written) and a directory where that new file's
+    # temporary goes. The next round is computed but not recorded as sent; kill -9 while
+    # it waits, restart
     kill._wait_for(cfg, lr.processes[0], "round", kills + 1)
     proc = lr.processes[0]
+    for name in ("checkpoint", "checkpoint.prev"):
+        os.link(cfg.checkpoint_dir / name, tmp_path / f"held-{name}")
     blocker = cfg.checkpoint_dir / f".checkpoint.tmp.{proc.pid}"
     while True:
         try:
@@ -134,8 +154,7 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
         time.sleep(0.02)
     time.sleep(0.5)
     sent = sentrecord.read(cfg.checkpoint_dir / "sent").round
-    snap = checkpoint.load(cfg.checkpoint_dir / "checkpoint")  # None: no round written yet
-    assert sent <= (0 if snap is None else snap["round"])
+    assert sent <= _newest_round(cfg.checkpoint_dir)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     blocker.rmdir()
@@ -154,24 +173,60 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
     assert sum(m["event"] == "start" for m in lines) == kills + 1
 
 
-def test_the_checkpoint_two_saves_old_is_reused_only_when_nothing_else_links_it(tmp_path):
-    """Where names can be swapped atomically, save reuses the file ``.prev`` held (two
-    saves old) for the new checkpoint; a ``.prev`` another name also links is never
-    written (its content stays); every save leaves the newest body and the one before."""
+def test_saves_overwrite_the_older_file_in_place_unless_another_name_links_it(tmp_path):
+    """Where names can be swapped atomically, a save overwrites ``.prev`` (two saves old) in
+    place and swaps the names: the two files alternate, nothing is created or freed. A
+    ``.prev`` another name also links is never written (its content stays); every save
+    leaves the newest body and the one before."""
     path, prev = tmp_path / "checkpoint", checkpoint.previous(tmp_path / "checkpoint")
     for r in range(3):
         checkpoint.save(path, {**BODY, "round": r})
-    old_prev = os.stat(prev).st_ino
-    checkpoint.save(path, {**BODY, "round": 3})
-    if checkpoint._renameat2 is not None:  # Linux: the exchange was available
-        assert os.stat(path).st_ino == old_prev
-    assert checkpoint.load(path)["round"] == 3 and checkpoint.load(prev)["round"] == 2
+    inodes = {os.stat(path).st_ino, os.stat(prev).st_ino}
+    for r in (3, 4, 5):
+        old_prev = os.stat(prev).st_ino
+        checkpoint.save(path, {**BODY, "round": r})
+        if checkpoint._renameat2 is not None:  # Linux: the exchange was available
+            assert os.stat(path).st_ino == old_prev
+            assert {os.stat(path).st_ino, os.stat(prev).st_ino} == inodes
+        assert checkpoint.load(path)["round"] == r and checkpoint.load(prev)["round"] == r - 1
+        assert os.stat(path).st_mode & 0o777 == 0o600
     assert not list(tmp_path.glob(".*.tmp.*"))
-    os.link(prev, tmp_path / "elsewhere")  # round 2, now linked twice
-    checkpoint.save(path, {**BODY, "round": 4})
-    assert checkpoint.load(tmp_path / "elsewhere")["round"] == 2
-    assert checkpoint.load(path)["round"] == 4 and checkpoint.load(prev)["round"] == 3
+    os.link(prev, tmp_path / "elsewhere")  # round 4, now linked twice
+    checkpoint.save(path, {**BODY, "round": 6})
+    assert checkpoint.load(tmp_path / "elsewhere")["round"] == 4
+    assert checkpoint.load(path)["round"] == 6 and checkpoint.load(prev)["round"] == 5
     assert not list(tmp_path.glob(".*.tmp.*"))
+    small = {**BODY, "round": 7, "state": {"theta": np.zeros(3), "m": np.zeros((2, 3))}}
+    checkpoint.save(path, small)  # shorter than the file it overwrites: cut to length
+    checkpoint.save(path, {**BODY, "round": 8})
+    assert _same(checkpoint.load(prev), small) and checkpoint.load(path)["round"] == 8
+
+
+def test_a_torn_in_place_write_leaves_the_newer_file_and_is_detected(tmp_path):
+    """A crash inside the in-place overwrite of ``.prev``: every prefix of the new bytes over
+    the old file (and the old tail beyond it) fails the checksum or is the old body; the
+    other file is untouched."""
+    path, prev = tmp_path / "checkpoint", checkpoint.previous(tmp_path / "checkpoint")
+
+    def body(r):
+        return {**BODY, "round": r, "state": {**BODY["state"], "theta": np.full(1001, r / 7)}}
+
+    checkpoint.save(path, body(1))
+    checkpoint.save(path, body(2))
+    old = prev.read_bytes()
+    new = b"".join(bytes(b) for b in checkpoint.encode(body(3)))
+    assert len(new) == len(old)
+    differ = [i for i in range(len(new)) if new[i] != old[i]]  # digest, skeleton, theta
+    for cut in [*range(0, len(new) + 1, 97), differ[0], differ[0] + 1, differ[-1] + 1]:
+        prev.write_bytes(new[:cut] + old[cut:])
+        if cut <= differ[0]:
+            assert checkpoint.load(prev)["round"] == 1  # nothing of the new body yet
+        elif cut > differ[-1]:
+            assert _same(checkpoint.load(prev), body(3))  # the rest was already equal
+        else:
+            with pytest.raises(checkpoint.CheckpointError, match="checksum mismatch"):
+                checkpoint.load(prev)
+        assert checkpoint.load(path)["round"] == 2
 
 
 def test_without_the_exchange_save_makes_a_new_file(tmp_path, monkeypatch):

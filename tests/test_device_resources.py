@@ -205,7 +205,9 @@ def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_p
     _wait(lambda: len(_rounds(run, 0)) >= blocked + 3)
     # (a limit below the sent record's fixed size would stop its in-place writes too)
     _wait(lambda: (state / "metrics.jsonl").stat().st_size > sentrecord.SIZE)
-    blocker = state / f".checkpoint.tmp.{pid}"
+    for name in ("checkpoint", "checkpoint.prev"):  # not overwritten in place: a new file
+        os.link(state / name, tmp_path / f"held-{name}")  # is written, and its temporary
+    blocker = state / f".checkpoint.tmp.{pid}"  # name is taken by a directory
     _block(blocker)
     _wait(lambda: "checkpoint failed (EISDIR" in log.read_text())
     # 3) metrics hit a file-size limit (EFBIG; the agent ignores SIGXFSZ): lines wait

@@ -79,6 +79,38 @@ def test_a_damaged_checkpoint_rolls_back_by_itself_when_nothing_sent_is_lost(fol
     assert checkpoint.load(folder / "checkpoint")["round"] == 2
 
 
+def test_names_swapped_back_by_a_power_cut_resume_from_the_newer_file(folder, make_agents):
+    """save does not force the swap of the two names to disk: after a power cut
+    ``checkpoint.prev`` may hold the newer state. It is used (round 3 was sent from it),
+    and the names are put right."""
+    (folder / "checkpoint").rename(folder / "x")
+    (folder / "checkpoint.prev").rename(folder / "checkpoint")
+    (folder / "x").rename(folder / "checkpoint.prev")
+    a = _fresh(make_agents)
+    got = recovery.resume(a, folder, sent=3, rollback=False, command=COMMAND)
+    assert got.source == "checkpoint" and a.round == 3 and "newer" in got.damage
+    assert checkpoint.load(folder / "checkpoint")["round"] == 3
+    assert checkpoint.load(folder / "checkpoint.prev")["round"] == 2
+
+
+def test_a_torn_older_file_is_not_needed(folder, make_agents):
+    """A crash inside the in-place write of ``checkpoint.prev`` damages only that file."""
+    _damage(folder / "checkpoint.prev")
+    a = _fresh(make_agents)
+    got = recovery.resume(a, folder, sent=3, rollback=False, command=COMMAND)
+    assert got.source == "checkpoint" and a.round == 3 and got.damage == ""
+
+
+def test_a_newer_prev_of_another_run_is_ignored(folder, make_agents):
+    body = checkpoint.load(folder / "checkpoint.prev")
+    body["round"], body["stream_fingerprint"] = 5, "another run"
+    (folder / "checkpoint.prev").unlink()
+    checkpoint.atomic_write(folder / "checkpoint.prev", checkpoint.encode(body))
+    a = _fresh(make_agents)
+    got = recovery.resume(a, folder, sent=3, rollback=False, command=COMMAND)
+    assert got.source == "checkpoint" and a.round == 3
+
+
 def test_a_non_finite_checkpoint_rolls_back_too(folder, make_agents):
     # what an older version wrote after adopting a NaN model
     good, bad = checkpoint.load(folder / "checkpoint.prev"), checkpoint.load(folder / "checkpoint")

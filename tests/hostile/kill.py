@@ -5,11 +5,14 @@ A ring of four agents runs an AntiPGD plan (correlated noise: the factor keeps z
 with private noise secrets and the stream ledger, as deployed. ``iterations`` times, a
 node is killed with SIGKILL and restarted at once: 20% the node just restarted, at a random
 time of its start-up; otherwise a random node once it has sent a round, 40% at a random
-time of its next ~10 rounds, 40% the moment a temporary file of its ``atomic_write``
-(checkpoint, previous checkpoint or sent record) appears in its state folder. Before a new
-victim is chosen the last one rejoins (writes a round line). Just after each
-kill the victim's state folder is inspected: a leftover ``.NAME.tmp.PID`` file means the
-kill landed inside ``atomic_write``; the last metrics line tells the phase of the round.
+time of its next ~10 rounds, 40% the moment it starts a write of its state: a temporary
+file of ``atomic_write`` (checkpoint, previous checkpoint or sent record) appears in its
+state folder, or ``checkpoint.prev`` (the file a checkpoint save overwrites in place)
+changes. Before a new victim is chosen the last one rejoins (writes a round line). Just
+after each kill the victim's state folder is inspected: a leftover ``.NAME.tmp.PID`` file
+means the kill landed inside ``atomic_write``, a ``checkpoint.prev`` that fails its checksum
+or is newer than ``checkpoint`` that it landed inside an in-place save (before the names
+were swapped); the last metrics line tells the phase of the round.
 
 Checks, from every incarnation's ``sent`` metrics lines (written before each send): a
 round's noise digest and message digest are the same in every incarnation (a re-sent
@@ -48,10 +51,23 @@ def _lines(path: Path) -> list[dict]:
     return out
 
 
+def _in_place_interrupted(folder: Path) -> bool:
+    """Whether ``checkpoint.prev`` shows a save stopped inside its in-place write: damaged
+    (a torn write), or newer than ``checkpoint`` (written, the names not swapped yet)."""
+    prev = folder / "checkpoint.prev"
+    try:
+        old, new = checkpoint.load(prev), checkpoint.load(folder / "checkpoint")
+    except checkpoint.CheckpointError as exc:
+        return str(prev) in str(exc)
+    return old is not None and new is not None and old["round"] > new["round"]
+
+
 def _phase(cfg: config.NodeConfig, pid: int) -> tuple[str, list[str]]:
-    """Where the kill of process ``pid`` landed: its leftover temporaries, else the last
-    metrics event."""
+    """Where the kill of process ``pid`` landed: its leftover temporaries or an interrupted
+    in-place save, else the last metrics event."""
     leftovers = sorted(p.name for p in cfg.checkpoint_dir.glob(f".*.tmp.{pid}"))
+    if _in_place_interrupted(cfg.checkpoint_dir):
+        leftovers.append("checkpoint.prev.in-place")
     lines = _lines(cfg.metrics)
     last = lines[-1]["event"] if lines else "none"
     phase = {
@@ -62,7 +78,7 @@ def _phase(cfg: config.NodeConfig, pid: int) -> tuple[str, list[str]]:
         "done": "after the last round",
     }.get(last, last)
     if leftovers:
-        phase = "inside atomic_write"
+        phase = "inside a checkpoint or record write"
     return phase, leftovers
 
 
@@ -115,7 +131,7 @@ def run(
             _wait_for(cfgs[u], lr.processes[u], "sent", starts[u])
             if aim < 0.6:  # anywhere in its next ~10 rounds
                 time.sleep(float(gen.uniform(0.0, 0.3)))
-            else:  # inside a write: the moment its temporary file shows up
+            else:  # inside a write: the moment it starts
                 _wait_for_write(cfgs[u], lr.processes[u])
         proc = lr.processes[u]
         code = proc.poll()
@@ -164,8 +180,10 @@ def run(
                 mismatched.append((u, r, sorted(seen)))
             if {noise for noise, _ in seen} != {expected[r]}:
                 wrong_stream.append((u, r, "sent line"))
-        # the checkpoint holds no noise: not AntiPGD's buffer z_{T−1}, nor z_{T−2}
-        blob = (cfg.checkpoint_dir / "checkpoint").read_bytes()
+        # the checkpoints hold no noise: not AntiPGD's buffer z_{T−1}, nor z_{T−2}
+        blob = b"".join(
+            p.read_bytes() for p in cfg.checkpoint_dir.glob("checkpoint*") if p.is_file()
+        )
         key = streams.RunKeys(cfg.noise_secret_file.read_bytes(), plan.plan_hash, cfg.run_id)
         dim = checkpoint.load(cfg.checkpoint_dir / "checkpoint")["state"]["theta"].size
         src = NoiseSource(plan.factor, np.array(key.noise(cfg.id), dtype=object), dim, 1.0)
@@ -179,7 +197,7 @@ def run(
         "kills": kills,
         "phases": dict(Counter(k["phase"] for k in kills)),
         "aimed": dict(Counter(k["aimed"] for k in kills)),
-        "inside_atomic_write": sum(bool(k["leftovers"]) for k in kills),
+        "inside_writes": sum(bool(k["leftovers"]) for k in kills),
         "writes_interrupted": dict(
             Counter(name.split(".tmp.")[0].lstrip(".") for k in kills for name in k["leftovers"])
         ),
@@ -210,14 +228,30 @@ def _wait_for(
         time.sleep(0.02)
 
 
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def _wait_for_write(cfg: config.NodeConfig, proc, timeout: float = 60.0) -> None:
-    """Spin until ``atomic_write`` of ``proc`` has its temporary file in the state folder."""
+    """Spin until ``proc`` starts writing its state: a temporary file of ``atomic_write``
+    in the state folder, or ``checkpoint.prev`` overwritten in place (its modification time
+    or, after the swap, its file changes)."""
     deadline = time.monotonic() + timeout
     folder, tag = str(cfg.checkpoint_dir), f".tmp.{proc.pid}"
+    prev = cfg.checkpoint_dir / "checkpoint.prev"
+    before = _stamp(prev)
     while time.monotonic() < deadline and proc.poll() is None:
+        if before is not None and _stamp(prev) != before:
+            return
         with os.scandir(folder) as entries:
             if any(e.name.endswith(tag) for e in entries):
                 return
+        if before is None:
+            before = _stamp(prev)
 
 
 def _tail(lr: deploy.LocalRun, u: int) -> str:
@@ -230,7 +264,7 @@ def report(result: dict) -> str:
     out = [harness.table(rows, ("where the kill landed", "kills"))]
     out.append(f"aimed at: {result['aimed']}")
     out.append(
-        f"kills {result['iterations']} (inside atomic_write {result['inside_atomic_write']}: "
+        f"kills {result['iterations']} (inside a write {result['inside_writes']}: "
         f"{result['writes_interrupted']}), "
         f"steps {result['steps']}, incarnations {result['incarnations']}, rounds re-sent "
         f"{result['rounds_resent']} (digest mismatches {len(result['digest_mismatches'])}, "
