@@ -34,6 +34,10 @@ __all__ = ["INF", "NEG_INF", "clean", "dumps", "number", "write"]
 INF, NEG_INF = "inf", "-inf"
 
 
+#: Exact types written as they are (subclasses and floats take the general path).
+_AS_IS = frozenset({str, int, bool, type(None)})
+
+
 def clean(x: Any, *, default: Callable[[Any], Any] | None = None) -> Any:
     """``x`` with every value strict JSON can hold (the table above), nested containers too.
 
@@ -43,6 +47,14 @@ def clean(x: Any, *, default: Callable[[Any], Any] | None = None) -> Any:
     >>> clean({"eps": float("inf"), "curve": (1.5, float("nan"), -float("inf"))})
     {'eps': 'inf', 'curve': [1.5, None, '-inf']}
     """
+    t = type(x)  # the common exact types first (a metrics line per round on devices)
+    if t in _AS_IS:
+        return x
+    if t is dict:
+        return {
+            k if type(k) is str else _key(k): v if type(v) in _AS_IS else clean(v, default=default)
+            for k, v in x.items()
+        }
     if isinstance(x, float | np.floating):
         x = float(x)
         if math.isnan(x):

@@ -103,9 +103,15 @@ def decode(data: bytes | bytearray) -> dict[str, Any]:
     return body
 
 
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
+
+
 def copy_arrays(body: Any) -> Any:
     """``body`` with every array copied (a snapshot a background write may hold while the
     agent goes on)."""
+    if type(body) is dict:  # the snapshot's own containers: no ABC check per level, and
+        # immutable leaves kept without a call (a snapshot is taken every round)
+        return {k: v if type(v) in _IMMUTABLE else copy_arrays(v) for k, v in body.items()}
     if isinstance(body, np.ndarray):
         return body.copy()
     if isinstance(body, Mapping):
