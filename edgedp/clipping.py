@@ -37,9 +37,14 @@ def _clip(x: np.ndarray, clip_norm: float, overwrite: bool = False):
     if clip_norm != np.inf:
         _validate.positive(clip_norm=clip_norm)
     x = np.asarray(x, dtype=np.float64)
-    finite = np.all(np.isfinite(x), axis=-1)
     with np.errstate(over="ignore"):  # overflowing rows are handled below
         norms = l2_norms(x)
+        # a row with a NaN or ±inf entry has a NaN or +inf norm, so only rows whose norm is
+        # not finite (non-finite entries, or an overflowing square sum) are checked entry
+        # by entry: the same ``finite`` without a pass over every row in the common case
+        finite = np.isfinite(norms)
+        if not finite.all():
+            finite = np.all(np.isfinite(x), axis=-1)
         overflow = finite & np.isinf(norms)
         if np.any(overflow):  # finite entries, squared norm above the float range
             top = np.where(overflow, np.max(np.abs(x), axis=-1), 1.0)

@@ -5,6 +5,7 @@ message passed every check."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,8 +38,18 @@ class Outgoing:
 
 
 def non_finite(*arrays: np.ndarray) -> int:
-    """How many NaN/±inf entries ``arrays`` hold together."""
-    return sum(int(a.size - np.count_nonzero(np.isfinite(a))) for a in arrays)
+    """How many NaN/±inf entries ``arrays`` hold together.
+
+    An array whose sum is finite holds none (a NaN or ±inf entry makes any sum NaN or ±inf),
+    so the common case reads each array once without a boolean temporary; only an array whose
+    sum is not finite (a non-finite entry, or finite entries overflowing) is counted entry by
+    entry."""
+    bad = 0
+    with np.errstate(over="ignore", invalid="ignore"):  # the sum is only a screen
+        for a in arrays:
+            if a.size and not math.isfinite(float(np.add.reduce(a, axis=None))):
+                bad += int(a.size - np.count_nonzero(np.isfinite(a)))
+    return bad
 
 
 def encode(

@@ -123,3 +123,44 @@ def test_models_broadcast_over_leading_axes(name, loss, rng):
     )
     losses = model.loss(theta, x, y)
     assert losses.shape == (2, 4) and losses[1, 2] == model.loss(theta[1, 2], x[1, 2], y[1, 2])
+
+
+# entries that make rows non-finite or overflow the square sum, beside ordinary values
+hostile = st.one_of(
+    floats,
+    st.sampled_from([np.nan, np.inf, -np.inf, 1e308, -1e308, 1e200, 5e-324, 0.0, -0.0]),
+)
+
+
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(0, 7)), elements=hostile),
+    st.floats(0.01, 100),
+)
+def test_clipping_with_non_finite_and_overflowing_rows(x, clip):
+    """Against the definitions written out: a row with a NaN/±inf entry becomes zeros and is
+    counted, a finite row is scaled to norm ≤ clip (its norm computed without overflow)."""
+    out, hit, bad = clipping._clip(x.copy(), clip)
+    finite = np.array([all(np.isfinite(v) for v in row) for row in x])
+    assert bad.tolist() == (~finite).tolist()
+    assert not out[~finite].any()
+    for row_in, row_out, h, f in zip(x, out, hit, finite, strict=True):
+        if not f:
+            continue
+        top = max((abs(float(v)) for v in row_in), default=0.0)
+        norm = top * np.sqrt(sum((float(v) / top) ** 2 for v in row_in)) if top else 0.0
+        assert bool(h) == (norm > clip * (1 + 1e-12)) or np.isclose(norm, clip)
+        assert np.all(np.isfinite(row_out))
+        if not h:
+            np.testing.assert_array_equal(row_out, row_in)
+    # in place (devices) gives the same bits
+    in_place, hit2, bad2 = clipping._clip(x.copy(), clip, overwrite=True)
+    assert in_place.tobytes() == out.tobytes()
+    assert hit2.tolist() == hit.tolist() and bad2.tolist() == bad.tolist()
+
+
+@given(st.lists(hnp.arrays(np.float64, st.integers(0, 9), elements=hostile), max_size=3))
+def test_non_finite_counts_every_nan_and_inf(arrays):
+    from edgedp import outgoing
+
+    want = sum(1 for a in arrays for v in a if not np.isfinite(v))
+    assert outgoing.non_finite(*arrays) == want
