@@ -492,8 +492,11 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
                 ),
             )
         metrics.write(_sent_line(cfg.id, out, message))
-        for v in out.recipients:  # frames_for: Zip-DL sends each neighbour its own
-            transport.send((v,), out.frames_for(v))
+        if out.per_recipient is None:  # the same frames to every neighbour, in one call
+            transport.send(out.recipients, out.frames)
+        else:  # Zip-DL sends each neighbour its own
+            for v in out.recipients:
+                transport.send((v,), out.frames_for(v))
 
     def deliver(deadline: float) -> bool:
         """One message delivered to the agent (True), or the deadline or a stop (False)."""

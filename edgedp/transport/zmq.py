@@ -189,7 +189,13 @@ class ZmqTransport:
         return tuple(self._keys.unknown)
 
     def send(self, recipients, frames) -> int:
-        """Queue ``frames`` to each recipient without blocking; returns how many were queued."""
+        """Queue ``frames`` to each recipient without blocking; returns how many were queued.
+
+        Each frame becomes one ``zmq.Frame`` shared by every recipient (large ones without a
+        copy; libzmq counts the references), so a buffer sent to m neighbours is released
+        once, not m times."""
+        if len(recipients) > 1:
+            frames = [f if isinstance(f, zmq.Frame) else zmq.Frame(f, copy=None) for f in frames]
         queued = 0
         for v in recipients:
             try:
@@ -203,9 +209,12 @@ class ZmqTransport:
         """Wait up to ``timeout_ms`` for a message: ``(frames, authenticated_sender)``, or
         None if none came or the one that came had too many parts (then counted in
         ``refused``)."""
-        if not self.poller.poll(max(0, int(timeout_ms))):
-            return None
-        frame = self.pull.recv(copy=False)
+        try:  # a message already queued is taken without a poll
+            frame = self.pull.recv(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            if not self.poller.poll(max(0, int(timeout_ms))):
+                return None
+            frame = self.pull.recv(copy=False)
         try:
             sender = int(frame.get("User-Id"))
         except (ValueError, TypeError, zmq.ZMQError):
