@@ -1,8 +1,8 @@
 """kill -9 at random times, 30 times, against real agents with private noise.
 
 Runs the campaign of tests/test_kill_nine.py (tests/hostile/kill.py) with ``--iterations``
-kills (default 30) and prints where the kills landed (start-up, mid-round, inside
-``atomic_write``), restarts, re-sent rounds, digest mismatches across incarnations, noise
+kills (default 30) and prints where the kills landed (start-up, mid-round, inside a
+checkpoint or sent-record write), restarts, re-sent rounds, digest mismatches across incarnations, noise
 off its stream, refusals and noise found in checkpoints.
 """
 
