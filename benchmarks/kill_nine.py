@@ -2,8 +2,8 @@
 
 Runs the campaign of tests/test_kill_nine.py (tests/hostile/kill.py) with ``--iterations``
 kills (default 30) and prints where the kills landed (start-up, mid-round, inside a
-checkpoint or sent-record write), restarts, re-sent rounds, digest mismatches across incarnations, noise
-off its stream, refusals and noise found in checkpoints.
+checkpoint or sent-record write), restarts, re-sent rounds, digest mismatches across
+incarnations, noise off its stream, refusals and noise found in checkpoints.
 """
 
 from __future__ import annotations
