@@ -1,29 +1,32 @@
 """Durable, checksummed checkpoints, the replaced one kept as ``NAME.prev``.
 
-``NAME`` only ever names a complete checkpoint (the file format and its sha256:
-:mod:`firmware_py.checkpoint_format`). A checksum mismatch is an error, never a silent
-restart (restarting from scratch after messages were sent would reuse noise).
-:class:`Pending` writes a checkpoint in a background thread (one per process, kept between
-saves) while the agent computes its next round; the caller waits for it before anything is
-sent. Every file is written 0600 (only the device's user reads it) and
+The file format and its sha256 are :mod:`firmware_py.checkpoint_format`. A checksum mismatch
+is an error, never a silent restart (restarting from scratch after messages were sent would
+reuse noise). :class:`Pending` writes a checkpoint in a background thread (one per process,
+kept between saves) while the agent computes its next round; the caller waits for it before
+anything is sent. Every file is written 0600 (only the device's user reads it) and
 :func:`private_folder` makes the state folder 0700. Files are opened through
 :func:`firmware_py.resources.open_fd` (a full descriptor table falls back on the reserve); a
 failed write raises ``OSError`` for the caller to retry. ``NAME.prev`` lets a damaged latest
 checkpoint be rolled back (:mod:`firmware_py.recovery`).
 
 Where the names can be swapped atomically (Linux ``renameat2(RENAME_EXCHANGE)``) the two
-files are two slots written in turn: :func:`save` overwrites ``NAME.prev`` (the older state)
-in place, ``fdatasync``s it and swaps the two names. Nothing is created, renamed over or
-freed, so the file system commits no metadata for it and the folder is not fsync'd: the new
-state is durable when the ``fdatasync`` returns, under one of the two names. A crash or power
-cut while the older file is written damages only that file (its checksum fails) and leaves
-``NAME`` complete; one that undoes swaps not yet on disk leaves both files complete, their
-names possibly exchanged, and :func:`firmware_py.recovery.resume` takes the newer usable
-state of the two. The first saves, or any without the exchange, write a new file instead
-(:func:`atomic_write`: a temporary, fsync'd, renamed over ``NAME`` after the old one was
-linked as ``NAME.prev``, the folder fsync'd); a process killed there leaves a
-``.NAME.tmp.PID`` (or ``.NAME.prev.tmp.PID``) file, removed by :func:`remove_temporaries` at
-the next start and never read.
+files are two slots written in turn: :func:`save` overwrites ``NAME.prev`` (the older state,
+a regular file of ours that no other name links to) in place, ``fdatasync``s it and swaps
+the two names. Nothing is created, renamed over or freed, so the file system commits no
+metadata for it, and neither the swap nor the folder is forced to disk: once the folder was
+fsync'd after the last other change of its names (:func:`sync_folder` at start; a save
+fsyncs it first otherwise), the two files are the two newest states, the new one durable
+when the ``fdatasync`` returns. A process killed at any point leaves ``NAME`` complete (a
+kill inside the write damages only ``NAME.prev``, whose checksum then fails; one between the
+``fdatasync`` and the swap leaves ``NAME.prev`` newer). A power cut that undoes swaps not
+yet on disk may exchange the two names, so either may then carry the newer state or a torn
+one: :func:`firmware_py.recovery.resume` takes the newer usable state of the two. The first
+saves, or any without the exchange, write a new file instead (:func:`atomic_write`: a
+temporary, fsync'd, renamed over ``NAME`` after the old one was linked as ``NAME.prev``,
+the folder fsync'd); a process killed there leaves a ``.NAME.tmp.PID`` (or
+``.NAME.prev.tmp.PID``) file, removed by :func:`remove_temporaries` at the next start and
+never read.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ __all__ = [
     "remove_temporaries",
     "save",
     "swap",
+    "sync_folder",
 ]
 
 
@@ -167,12 +171,17 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _spare(prev: Path) -> bool:
-    """Whether ``prev`` is a regular file that no other name links to (may be reused)."""
+    """Whether ``prev`` is a regular file that no other name links to and that this process
+    may write (may be reused; a read-only one is replaced by a new file instead)."""
     try:
         st = os.lstat(prev)
     except FileNotFoundError:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and os.access(prev, os.W_OK)
+
+
+#: Buffers per ``pwritev`` call (the system's IOV_MAX; a snapshot may hold more arrays).
+_IOV_MAX = max(16, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
 
 
 def _overwrite(path: Path, data: Sequence, *, mode: int = 0o600) -> None:
@@ -182,35 +191,65 @@ def _overwrite(path: Path, data: Sequence, *, mode: int = 0o600) -> None:
     fd = resources.open_fd(path, os.O_WRONLY)
     try:
         os.fchmod(fd, mode)  # a file someone widened is narrowed again before it holds state
-        size = sum(len(buf) for buf in data)
-        written = os.pwritev(fd, data, 0)
-        while written < size:  # a short write (a signal, a full disk's last blocks)
-            rest = b"".join(bytes(buf) for buf in data)[written:]
-            written += os.pwrite(fd, rest, written)
-        os.ftruncate(fd, size)
+        offset = 0
+        for lo in range(0, len(data), _IOV_MAX):
+            group = data[lo : lo + _IOV_MAX]
+            size = sum(len(buf) for buf in group)
+            done = os.pwritev(fd, group, offset)
+            if done < size:  # a short write (a signal, a full disk's last blocks): the rest
+                rest = memoryview(b"".join(group))[done:]
+                while rest:
+                    n = os.pwrite(fd, rest, offset + done)
+                    done, rest = done + n, rest[n:]
+            offset += size
+        os.ftruncate(fd, offset)
         os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+#: Folders whose names were made durable (fsync'd) after this process last changed them
+#: other than by a swap; an in-place save needs its folder here (:func:`sync_folder`).
+_SYNCED: set[Path] = set()
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync ``folder``: every earlier change of its names (renames, links, new files) is
+    durable. The daemon calls it at start, before it records anything as sent: a process
+    killed between a rename and its folder fsync leaves that rename to the next one."""
+    folder = Path(folder)
+    _SYNCED.discard(folder)
+    fd = resources.open_fd(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _SYNCED.add(folder)
 
 
 def save(path: Path, body: dict[str, Any]) -> None:
     """Write ``body`` durably to ``path``; the state it replaces becomes ``path.prev``.
 
     Where names can be swapped atomically (Linux), the file ``path.prev`` held (the state
-    two saves old, linked nowhere else) is overwritten in place, ``fdatasync``'d, and the
-    two names are swapped: see the module docstring for why neither the swap nor the folder
-    needs forcing to disk. Otherwise (the first saves, another link to ``.prev``, no
-    exchange) the new state goes to a new file as :func:`atomic_write` writes it, the old
-    one kept as ``path.prev``. A crash at any point leaves ``path`` complete."""
+    two saves old) is overwritten in place, ``fdatasync``'d, and the two names are swapped
+    (the module docstring says why neither the swap nor the folder needs forcing to disk;
+    the folder is fsync'd first if this process has not made its names durable yet).
+    Otherwise (the first saves, another link to ``.prev``, a ``.prev`` this process cannot
+    write, no exchange) the new state goes to a new file as :func:`atomic_write` writes it,
+    the old one kept as ``path.prev``. A process killed at any point leaves ``path``
+    complete."""
     path = Path(path)
     data = encode(body)
     prev = previous(path)
     if path.exists() and _spare(prev) and _exchange_available():
+        if path.parent not in _SYNCED:
+            sync_folder(path.parent)
         _overwrite(prev, data)
         if _exchange(path, prev):
             return
         # the file system refused the exchange (now remembered): prev holds the new state,
         # path the one before; write path anew below (both end up complete)
+    _SYNCED.discard(path.parent)  # names change below; durable again at the folder fsync
     reuse = None
     if path.exists():
         link = path.with_name(f".{path.name}.prev.tmp.{os.getpid()}")
@@ -221,21 +260,20 @@ def save(path: Path, body: dict[str, Any]) -> None:
             reuse = link  # now the name of the old .prev's file, linked nowhere else
         else:
             os.replace(link, prev)
+            link.unlink(missing_ok=True)  # left when prev already was path's file
     atomic_write(path, data, reuse=reuse)  # its folder fsync makes the renames durable
+    _SYNCED.add(path.parent)
 
 
 def swap(path: Path) -> bool:
     """Exchange the names ``path`` and ``path.prev`` atomically and make that durable (the
     folder fsync'd); False, changing nothing, where names cannot be exchanged. Used at
-    start when ``.prev`` holds the newer state (a power cut undid the last swap)."""
+    start when ``.prev`` holds the newer state (a power cut undid the last swap, or a kill
+    came between a save's ``fdatasync`` and its swap)."""
     path = Path(path)
     if not _exchange(path, previous(path)):
         return False
-    fd = resources.open_fd(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_folder(path.parent)
     return True
 
 
@@ -267,8 +305,8 @@ def load(path: Path) -> dict[str, Any] | None:
 
 class _Writer:
     """The process's one checkpoint-writing thread, started at the first save and kept for
-    the next (a thread per save cost a thread's start and stack every round); started
-    again if it is gone (e.g. in a forked child)."""
+    the next (a thread per save cost a thread's start and stack every round). A forked
+    child starts with a new, empty writer: it never runs the saves its parent queued."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Pending] = queue.SimpleQueue()
@@ -277,7 +315,7 @@ class _Writer:
 
     def submit(self, job: Pending) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="checkpoint", daemon=True)
                 self._thread.start()
         self._jobs.put(job)
@@ -288,6 +326,16 @@ class _Writer:
 
 
 _WRITER = _Writer()
+
+
+def _new_writer_in_child() -> None:
+    global _WRITER
+    _WRITER = _Writer()
+    _SYNCED.clear()  # the child proves its own folder fsyncs
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_writer_in_child)
 
 
 class Pending:

@@ -338,6 +338,12 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         adversary=against,
     )
     checkpoint.private_folder(cfg.checkpoint_dir)
+    if resources.hold_lock(cfg.checkpoint_dir / "lock") is None:  # held until this exits
+        raise RefusedError(
+            EXIT_UNSAFE,
+            f"another edgedp-agent runs on the state folder {cfg.checkpoint_dir} (it holds "
+            "its lock): two agents on one folder would send rounds twice; stop it first",
+        )
     checkpoint.remove_temporaries(cfg.checkpoint_dir)  # left by a writer killed mid-write
     ckpt_path = cfg.checkpoint_dir / "checkpoint"
     try:
@@ -362,6 +368,9 @@ def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
         raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     except (PlanError, NotImplementedError) as exc:
         raise RefusedError(EXIT_UNSAFE, f"{ckpt_path}: {exc}") from None
+    # renames a killed predecessor made but did not fsync are durable before anything is
+    # recorded as sent (checkpoint saves in place rely on it)
+    checkpoint.sync_folder(cfg.checkpoint_dir)
     if resumed.source in ("rolled-back", "rollback") or resumed.damage:
         logs.event(
             logger,

@@ -10,9 +10,10 @@ model with the same noise would give the noise away.
 The device resumes from the newest usable state among ``checkpoint``, ``checkpoint.prev``
 and the initial state (round 0, rebuilt from the plan); a file is unusable when it is
 missing, fails its checksum, or holds malformed or non-finite values. ``checkpoint.prev``
-is newer than ``checkpoint`` only when a power cut undid the last swap of their names
-(:func:`firmware_py.checkpoint.save` does not force the swap to disk): it is then used and
-the names are put right. Let R be the chosen state's round.
+is newer than ``checkpoint`` when a kill came between a save's ``fdatasync`` and its swap of
+the two names, or a power cut undid swaps not yet on disk
+(:func:`firmware_py.checkpoint.save` does not force them): it is then used and the names are
+put right. Let R be the chosen state's round.
 
 * S ≤ R (or nothing sent): resume at R. A round already sent is re-sent bit for bit. When
   ``checkpoint`` itself was unusable this is an automatic rollback; the damaged file is
@@ -51,7 +52,7 @@ class Resumed:
     (no checkpoint yet; round 0 re-sent), ``checkpoint``, ``rolled-back`` (automatic,
     nothing skipped; ``damage`` says why) or ``rollback`` (the command; rounds ``skipped``
     sat out). ``damage`` also tells of a ``checkpoint`` found under the name
-    ``checkpoint.prev`` (a power cut undid the last swap of the two names)."""
+    ``checkpoint.prev`` (its swap of the two names was cut short or undone)."""
 
     source: str
     snapshot: dict | None = None
@@ -107,11 +108,11 @@ def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: st
         source, label = f"{latest} is at round {agent.round}", "checkpoint"
         newer = _newer(agent, prev, than=agent.round)
         swapped = newer is not None
-        if newer is not None:  # a power cut undid the last swap of the two files' names
+        if newer is not None:  # the last swap of the two names was cut short or undone
             snap, label = newer, "checkpoint"
             source = f"{prev} (round {agent.round}) is newer than {latest}"
-            if not checkpoint.swap(latest):
-                checkpoint.save(latest, agent.snapshot())
+            if not checkpoint.swap(latest):  # a new file; prev keeps its (newer) state
+                checkpoint.atomic_write(latest, checkpoint.encode(agent.snapshot()))
     else:  # the newest usable state: prev, else the initial one (round 0)
         snap, prev_damage = _load(agent, prev)
         lost = damage or f"{latest} is missing"

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import resource
 import time
@@ -163,6 +164,19 @@ def open_fd(path, flags: int, mode: int = 0o600) -> int:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     raise OSError(errno.EMFILE, "Too many open files (reserve used up)", str(path))
+
+
+def hold_lock(path) -> int | None:
+    """Take the exclusive lock of ``path`` (created 0600) for the life of this process and
+    return its descriptor (kept open; the kernel releases the lock when the process ends,
+    also after kill -9); None if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _describe(exc: OSError) -> str:

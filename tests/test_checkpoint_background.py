@@ -237,3 +237,95 @@ def test_without_the_exchange_save_makes_a_new_file(tmp_path, monkeypatch):
     assert checkpoint.load(path)["round"] == 3
     assert checkpoint.load(checkpoint.previous(path))["round"] == 2
     assert not list(tmp_path.glob(".*.tmp.*"))
+
+
+def test_in_place_saves_write_every_buffer_beyond_iov_max(tmp_path, monkeypatch):
+    """A snapshot with more arrays than one ``pwritev`` takes (IOV_MAX) is written in
+    groups; a short write is finished with ``pwrite``."""
+    monkeypatch.setattr(checkpoint, "_IOV_MAX", 16)
+    path = tmp_path / "checkpoint"
+    body = {**BODY, "many": {str(i): np.full(3, float(i)) for i in range(40)}}
+    for r in range(3):
+        checkpoint.save(path, {**body, "round": r})
+    assert _same(checkpoint.load(path), {**body, "round": 2})
+    real = os.pwritev
+    monkeypatch.setattr(os, "pwritev", lambda fd, bufs, off: real(fd, bufs[:1], off))
+    checkpoint.save(path, {**body, "round": 3})  # every group written short
+    assert _same(checkpoint.load(path), {**body, "round": 3})
+    assert checkpoint.load(checkpoint.previous(path))["round"] == 2
+
+
+def test_a_prev_this_process_cannot_write_is_replaced_not_overwritten(tmp_path, monkeypatch):
+    path, prev = tmp_path / "checkpoint", checkpoint.previous(tmp_path / "checkpoint")
+    for r in range(2):
+        checkpoint.save(path, {**BODY, "round": r})
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if str(p) == str(prev) else real(p, m))
+    with open(prev, "rb") as old:  # the old file, whatever its name becomes
+        checkpoint.save(path, {**BODY, "round": 2})  # e.g. a 0400 backup copied back
+        assert checkpoint.load(path)["round"] == 2 and checkpoint.load(prev)["round"] == 1
+        assert checkpoint.decode(old.read())["round"] == 0  # not written over
+
+
+def test_names_are_made_durable_before_the_first_in_place_save(tmp_path, monkeypatch):
+    """A save that changes names (a new file) is durable only at its folder fsync; until
+    one succeeded (a failed fsync, another process's rename) the next in-place save fsyncs
+    the folder first, so the two files' names are on disk before a round is recorded."""
+    path = tmp_path / "checkpoint"
+    checkpoint.save(path, {**BODY, "round": 0})
+    checkpoint.save(path, {**BODY, "round": 1})
+    synced = []
+    real = checkpoint.sync_folder
+    monkeypatch.setattr(checkpoint, "sync_folder", lambda f: (synced.append(f), real(f)))
+    checkpoint.save(path, {**BODY, "round": 2})  # in place: the folder is already synced
+    assert synced == []
+    checkpoint._SYNCED.discard(tmp_path)  # as after a failed folder fsync, or a new process
+    checkpoint.save(path, {**BODY, "round": 3})
+    assert synced == [tmp_path]
+    assert (
+        checkpoint.load(path)["round"] == 3
+        and checkpoint.load(checkpoint.previous(path))["round"] == 2
+    )
+
+
+def test_a_forked_child_has_its_own_writer(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "checkpoint"
+    assert checkpoint.Pending(path, BODY).wait() is None  # the parent's writer thread runs
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        w = checkpoint._WRITER
+        q.put((w._thread is None, w._jobs.empty(), len(checkpoint._SYNCED)))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    proc.join(30)
+    assert q.get(timeout=5) == (True, True, 0) and proc.exitcode == 0
+
+
+def test_a_second_agent_on_the_same_state_folder_refuses(tmp_path):
+    import subprocess
+    import sys
+
+    harness.write_plan(tmp_path / "run.plan", topology="ring:3", steps=400)
+    lr = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=5.0)
+    try:
+        cfg = config.load(lr.configs[0])
+        kill._wait_for(cfg, lr.processes[0], "round", 1)
+        second = subprocess.run(
+            [sys.executable, "-m", "firmware_py.daemon", "--config", str(lr.configs[0])],
+            cwd=lr.directory,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 4, second.stderr
+        assert "another edgedp-agent runs on the state folder" in second.stderr
+        assert lr.processes[0].poll() is None  # the first one runs on
+    finally:
+        for proc in lr.processes:
+            proc.kill()
+            proc.wait()

@@ -93,6 +93,29 @@ def test_names_swapped_back_by_a_power_cut_resume_from_the_newer_file(folder, ma
     assert checkpoint.load(folder / "checkpoint.prev")["round"] == 2
 
 
+def test_without_the_exchange_the_newer_prev_is_kept_while_checkpoint_is_rewritten(
+    folder, make_agents, monkeypatch
+):
+    """Where names cannot be swapped, the newer state is written to ``checkpoint`` as a new
+    file; ``checkpoint.prev`` keeps it meanwhile (a crash in between loses nothing)."""
+    (folder / "checkpoint").rename(folder / "x")
+    (folder / "checkpoint.prev").rename(folder / "checkpoint")
+    (folder / "x").rename(folder / "checkpoint.prev")
+    monkeypatch.setattr(checkpoint, "_renameat2", None)
+    written = []
+    real = checkpoint.atomic_write
+
+    def spy(path, data, **kw):
+        written.append(checkpoint.load(folder / "checkpoint.prev")["round"])
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", spy)
+    a = _fresh(make_agents)
+    got = recovery.resume(a, folder, sent=3, rollback=False, command=COMMAND)
+    assert got.source == "checkpoint" and a.round == 3 and written == [3]
+    assert checkpoint.load(folder / "checkpoint")["round"] == 3
+
+
 def test_a_torn_older_file_is_not_needed(folder, make_agents):
     """A crash inside the in-place write of ``checkpoint.prev`` damages only that file."""
     _damage(folder / "checkpoint.prev")
