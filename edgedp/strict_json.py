@@ -47,14 +47,8 @@ def clean(x: Any, *, default: Callable[[Any], Any] | None = None) -> Any:
     >>> clean({"eps": float("inf"), "curve": (1.5, float("nan"), -float("inf"))})
     {'eps': 'inf', 'curve': [1.5, None, '-inf']}
     """
-    t = type(x)  # the common exact types first (a metrics line per round on devices)
-    if t in _AS_IS:
+    if type(x) in _AS_IS:  # the common exact types first (a metrics line per device round)
         return x
-    if t is dict:
-        return {
-            k if type(k) is str else _key(k): v if type(v) in _AS_IS else clean(v, default=default)
-            for k, v in x.items()
-        }
     if isinstance(x, float | np.floating):
         x = float(x)
         if math.isnan(x):
@@ -68,8 +62,10 @@ def clean(x: Any, *, default: Callable[[Any], Any] | None = None) -> Any:
         return int(x)
     if x is None or isinstance(x, str | int):
         return x
-    if isinstance(x, Mapping):
-        return {_key(k): clean(v, default=default) for k, v in x.items()}
+    if isinstance(x, Mapping):  # plain values kept without a call
+        return {
+            _key(k): v if type(v) in _AS_IS else clean(v, default=default) for k, v in x.items()
+        }
     if isinstance(x, list | tuple | np.ndarray):
         return [clean(v, default=default) for v in x]
     if default is not None:
@@ -78,7 +74,7 @@ def clean(x: Any, *, default: Callable[[Any], Any] | None = None) -> Any:
 
 
 def _key(k: Any) -> Any:
-    return k.item() if isinstance(k, np.generic) else k
+    return k if type(k) is str else k.item() if isinstance(k, np.generic) else k
 
 
 def dumps(

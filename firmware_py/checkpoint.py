@@ -81,6 +81,25 @@ def private_folder(path: Path) -> None:
     os.chmod(path, 0o700)
 
 
+#: Folders whose names were made durable (fsync'd) after this process last changed them
+#: other than by a swap; an in-place save needs its folder here (:func:`sync_folder`).
+_SYNCED: set[Path] = set()
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync ``folder``: every earlier change of its names (renames, links, new files) is
+    durable. The daemon calls it at start, before it records anything as sent: a process
+    killed between a rename and its folder fsync leaves that rename to the next one."""
+    folder = Path(folder)
+    _SYNCED.discard(folder)
+    fd = resources.open_fd(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _SYNCED.add(folder)
+
+
 def atomic_write(
     path: Path, data: bytes | Sequence, *, mode: int = 0o600, reuse: Path | None = None
 ) -> None:
@@ -94,6 +113,7 @@ def atomic_write(
     for a new temporary: written, fsync'd, then renamed over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _SYNCED.discard(path.parent)  # its names change below, durable at the folder fsync
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         if reuse is not None:
@@ -115,11 +135,7 @@ def atomic_write(
             reuse.unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)  # a full disk must not keep a half-written temporary
         raise
-    fd = resources.open_fd(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_folder(path.parent)
 
 
 def previous(path: Path) -> Path:
@@ -156,9 +172,7 @@ def _exchange(a: Path, b: Path) -> bool:
     """Swap the names ``a`` and ``b`` (same folder) in one atomic step (Linux
     ``renameat2(RENAME_EXCHANGE)``); False, changing nothing, where that is not available."""
     global _renameat2
-    if _renameat2 is False:
-        _lookup_renameat2()
-    if _renameat2 is None:
+    if not _exchange_available():
         return False
     at_cwd = -100  # AT_FDCWD
     if _renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
@@ -208,25 +222,6 @@ def _overwrite(path: Path, data: Sequence, *, mode: int = 0o600) -> None:
         os.close(fd)
 
 
-#: Folders whose names were made durable (fsync'd) after this process last changed them
-#: other than by a swap; an in-place save needs its folder here (:func:`sync_folder`).
-_SYNCED: set[Path] = set()
-
-
-def sync_folder(folder: Path) -> None:
-    """fsync ``folder``: every earlier change of its names (renames, links, new files) is
-    durable. The daemon calls it at start, before it records anything as sent: a process
-    killed between a rename and its folder fsync leaves that rename to the next one."""
-    folder = Path(folder)
-    _SYNCED.discard(folder)
-    fd = resources.open_fd(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _SYNCED.add(folder)
-
-
 def save(path: Path, body: dict[str, Any]) -> None:
     """Write ``body`` durably to ``path``; the state it replaces becomes ``path.prev``.
 
@@ -249,7 +244,7 @@ def save(path: Path, body: dict[str, Any]) -> None:
             return
         # the file system refused the exchange (now remembered): prev holds the new state,
         # path the one before; write path anew below (both end up complete)
-    _SYNCED.discard(path.parent)  # names change below; durable again at the folder fsync
+    _SYNCED.discard(path.parent)  # names change below; durable at atomic_write's fsync
     reuse = None
     if path.exists():
         link = path.with_name(f".{path.name}.prev.tmp.{os.getpid()}")
@@ -262,7 +257,6 @@ def save(path: Path, body: dict[str, Any]) -> None:
             os.replace(link, prev)
             link.unlink(missing_ok=True)  # left when prev already was path's file
     atomic_write(path, data, reuse=reuse)  # its folder fsync makes the renames durable
-    _SYNCED.add(path.parent)
 
 
 def swap(path: Path) -> bool:

@@ -109,13 +109,10 @@ _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
 def copy_arrays(body: Any) -> Any:
     """``body`` with every array copied (a snapshot a background write may hold while the
     agent goes on)."""
-    if type(body) is dict:  # the snapshot's own containers: no ABC check per level, and
-        # immutable leaves kept without a call (a snapshot is taken every round)
-        return {k: v if type(v) in _IMMUTABLE else copy_arrays(v) for k, v in body.items()}
     if isinstance(body, np.ndarray):
         return body.copy()
-    if isinstance(body, Mapping):
-        return {k: copy_arrays(v) for k, v in body.items()}
+    if isinstance(body, Mapping):  # immutable leaves kept without a call (every round)
+        return {k: v if type(v) in _IMMUTABLE else copy_arrays(v) for k, v in body.items()}
     if isinstance(body, (list, tuple)):
         return [copy_arrays(v) for v in body]
     return body

@@ -85,10 +85,10 @@ def _newer(agent, prev: Path, *, than: int) -> dict | None:
     if body is None or not isinstance(body.get("round"), int) or body["round"] <= than:
         return None
     try:
-        snap, _ = _load(agent, prev)
-    except (PlanError, NotImplementedError):  # not this run's: ignored, as before
-        return None
-    return snap
+        agent.restore(body)  # checks everything before changing the agent
+    except (DamagedSnapshotError, PlanError, NotImplementedError):  # not usable, or not
+        return None  # this run's: ignored, as before
+    return body
 
 
 def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: str) -> Resumed:
@@ -108,8 +108,8 @@ def resume(agent, folder: Path, *, sent: int | None, rollback: bool, command: st
         source, label = f"{latest} is at round {agent.round}", "checkpoint"
         newer = _newer(agent, prev, than=agent.round)
         swapped = newer is not None
-        if newer is not None:  # the last swap of the two names was cut short or undone
-            snap, label = newer, "checkpoint"
+        if swapped:  # the last swap of the two names was cut short or undone
+            snap = newer
             source = f"{prev} (round {agent.round}) is newer than {latest}"
             if not checkpoint.swap(latest):  # a new file; prev keeps its (newer) state
                 checkpoint.atomic_write(latest, checkpoint.encode(agent.snapshot()))
