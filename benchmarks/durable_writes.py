@@ -4,9 +4,9 @@
 benchmarks/gossip.py puts the agents') and, released together by a barrier every round,
 time one of:
 
-* ``sent record, in place``: :class:`firmware_py.sentrecord.SentRecord` (one ``pwrite`` and
-  one ``fdatasync`` of a slot);
-* ``sent record, renamed``: the earlier record, a JSON object written by
+* ``release ledger, in place``: :meth:`firmware_py.ledger.ReleaseLedger.advance` (one
+  ``pwrite`` and one ``fdatasync`` of a slot), the record written before each send;
+* ``record, renamed``: the same record as a JSON object written by
   :func:`firmware_py.checkpoint.atomic_write` (temporary file, fsync, rename, fsync the
   folder) — the baseline;
 * ``checkpoint``: :func:`firmware_py.checkpoint.save` of a d-dimensional model (default
@@ -35,16 +35,19 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 # isort: split
 import numpy as np
 
-from firmware_py import checkpoint, sentrecord
+from firmware_py import checkpoint, ledger
 
 SKIP = 2  # first rounds left out (file creation)
-KINDS = ("sent record, in place", "sent record, renamed", "checkpoint", "model bytes, in place")
+KINDS = ("release ledger, in place", "record, renamed", "checkpoint", "model bytes, in place")
 
 
 def _node(u, folder, kind, dim, rounds, barrier, queue) -> None:
     folder = Path(folder) / f"node-{u}"
     folder.mkdir()
-    record = sentrecord.SentRecord(folder / "sent")
+    ledger.create(folder / "ledger", b"a benchmark's noise secret, 32 B")
+    record = ledger.ReleaseLedger(folder / "ledger", b"a benchmark's noise secret, 32 B")
+    stream = ledger.stream_id("0" * 64, "run", u)
+    record.claim(stream)
     body = {"round": 0, "state": {"theta": np.random.default_rng(u).random(dim)}}
     raw = memoryview(body["state"]["theta"]).cast("B")
     if kind == KINDS[3]:
@@ -56,7 +59,7 @@ def _node(u, folder, kind, dim, rounds, barrier, queue) -> None:
         barrier.wait()
         start = time.perf_counter()
         if kind == KINDS[0]:
-            record.write("run", r, bytes(32))
+            record.advance(stream, r, r.to_bytes(32, "little"))
         elif kind == KINDS[1]:
             checkpoint.atomic_write(folder / "sent.json", b'{"run": "run", "round": %d}' % r)
         elif kind == KINDS[2]:
@@ -110,7 +113,7 @@ def main() -> None:
     new, old = (statistics.median(v[0] for v in got[k]) for k in KINDS[:2])
     print(
         f"{args.nodes} processes writing together, {args.rounds} rounds x {args.repeats} "
-        f"repeats; sent record in place / renamed: {new / old:.2f}; load {os.getloadavg()[0]:.2f}"
+        f"repeats; record in place / renamed: {new / old:.2f}; load {os.getloadavg()[0]:.2f}"
     )
 
 

@@ -3,14 +3,29 @@
 :meth:`Mailbox.accept` checks a decoded message against the node's plan (hash, shapes, the
 bound on honest messages: :func:`wire_context`), its neighbours and the receive window
 [round, min(round + window, T − 1)] before it stores a private copy; a rejected message
-changes nothing but a counter (CONVENTIONS C7). The copy is skipped when the caller hands
-over frames the node owns alone (ZeroMQ messages, the loopback's fresh bytes): the
-accepted vector is then the received buffer itself, made read-only after the checks. It
-also keeps what the round loop asks about the neighbours: the latest round seen from each
-(``ahead``, also from authenticated messages past the window, which stay rejected), whose
-message for the current round is missing, which of those will never come
-(:meth:`Mailbox.hopeless`) and whether every neighbour announces another plan
-(:meth:`Mailbox.plan_rejected_by_all`).
+changes nothing but a counter (CONVENTIONS C7) — and, when it is authenticated and valid in
+every way but its round, the node's record of where that neighbour stands (below). The
+copy is skipped when the caller hands over frames the node owns alone (ZeroMQ messages, the
+loopback's fresh bytes): the accepted vector is then the received buffer itself, made
+read-only after the checks.
+
+What the round loop asks about the neighbours, and the evidence each answer rests on:
+
+* ``ahead`` — the latest round *accepted* from each neighbour. A neighbour with an accepted
+  message of a later round will never send the current one (one link delivers in order),
+  so :meth:`Mailbox.hopeless` stops waiting for it;
+* ``far`` — the latest round of a neighbour's authenticated, otherwise valid messages past
+  the window (rejected). It says the node fell behind, but one such frame costs a holder of
+  the neighbour's key nothing, so it counts for a rejoin (:func:`edgedp.rejoin.target`) only
+  for neighbours whose message was still missing when a round's wait ended at its deadline
+  (``expired``, :meth:`Mailbox.deadline_passed`), and an accepted message of the neighbour
+  clears both: a rejected frame cannot cut a wait short or move a node that hears from that
+  neighbour;
+* a fingerprint (:func:`edgedp.wire.fingerprint`) of each neighbour's message of the last
+  :data:`HISTORY` rounds: a second, different message of one round (also one arriving after
+  the round was mixed) is rejected as ``Equivocation`` and kept in ``equivocations`` for the
+  log; the first one stays;
+* whether every neighbour announces another plan (:meth:`Mailbox.plan_rejected_by_all`).
 """
 
 from __future__ import annotations
@@ -23,7 +38,19 @@ import numpy as np
 
 from edgedp import wire
 
-__all__ = ["Mailbox", "ReceiveSide", "honest_bounds", "wire_context", "wire_limits"]
+__all__ = [
+    "HISTORY",
+    "Mailbox",
+    "ReceiveSide",
+    "honest_bounds",
+    "wire_context",
+    "wire_limits",
+]
+
+#: Rounds of each neighbour's message fingerprints a node keeps to catch equivocation.
+HISTORY = 64
+#: Equivocations kept for the log (the oldest are dropped; the counter counts them all).
+_EVENTS = 64
 
 
 def honest_bounds(share, rules, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
@@ -88,6 +115,10 @@ class Mailbox:
         "announced",
         "bounds",
         "context",
+        "equivocations",
+        "expired",
+        "far",
+        "history",
         "inbox",
         "neighbours",
         "steps",
@@ -108,7 +139,11 @@ class Mailbox:
         self.neighbours, self.window, self.steps = neighbours, window, steps
         self.aggregator = aggregator
         self.inbox: dict[int, dict[int, np.ndarray]] = {}
-        self.ahead: dict[int, int] = {}  # neighbour -> latest round seen (also past the window)
+        self.ahead: dict[int, int] = {}  # neighbour -> latest round accepted
+        self.far: dict[int, int] = {}  # neighbour -> latest round seen past the window
+        self.expired: set[int] = set()  # missing at a deadline, nothing accepted since
+        self.history: dict[int, dict[int, bytes]] = {}  # neighbour -> round -> fingerprint
+        self.equivocations: list[tuple[int, int, bytes, bytes]] = []  # (v, round, first, new)
         self.announced: dict[int, int] = {}  # neighbour -> consecutive wrong-plan messages
 
     @classmethod
@@ -135,7 +170,9 @@ class Mailbox:
             aggregator=aggregator,
         )
         if keep is not None:
-            box.inbox, box.ahead, box.announced = keep.inbox, keep.ahead, keep.announced
+            for name in ("inbox", "ahead", "far", "expired", "history", "equivocations"):
+                setattr(box, name, getattr(keep, name))
+            box.announced = keep.announced
         return box
 
     def accept(
@@ -169,33 +206,54 @@ class Mailbox:
                 authenticated_sender=authenticated_sender,
                 extremes=extremes,
             )
+        except wire.RoundOutOfWindow:
+            reason = self._out_of_window(msg, context, round, authenticated_sender)
+            metrics.rejected[reason] += 1
+            return False
         except wire.WireError as exc:
             metrics.rejected[type(exc).__name__] += 1
-            if isinstance(exc, wire.RoundOutOfWindow):
-                self._note_far_round(msg, context, round, authenticated_sender)
             if isinstance(exc, wire.PlanHashMismatch) and authenticated_sender is not None:
                 self.announced[authenticated_sender] = (
                     self.announced.get(authenticated_sender, 0) + 1
                 )
             return False
-        slot = self.inbox.setdefault(msg.round, {})
-        if msg.sender in slot:
-            metrics.rejected["Replayed"] += 1
+        seen = self._seen(msg)
+        if seen is not None:
+            metrics.rejected[seen] += 1
             return False
-        slot[msg.sender] = _kept(msg.arrays[0], owned)
+        self.inbox.setdefault(msg.round, {})[msg.sender] = _kept(msg.arrays[0], owned)
         if len(msg.arrays) == 2:
             assert self.aggregator is not None  # wire.check allows a second array only then
             self.aggregator.take(msg.sender, msg.round, np.array(msg.arrays[1], dtype=np.float64))
-        self.announced[msg.sender] = 0
-        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+        v = msg.sender
+        self.announced[v] = 0
+        self.ahead[v] = max(self.ahead.get(v, -1), msg.round)
+        self.far.pop(v, None)  # it sends within the window: not past it
+        self.expired.discard(v)
         metrics.received += 1
         return True
 
-    def _note_far_round(self, msg, context, round: int, authenticated_sender: int | None) -> None:
-        """Note the round of an authenticated neighbour's message past the receive window if
-        the message is valid in every other way (round < T); it stays rejected."""
-        if authenticated_sender is None or msg.round <= round + self.window:
-            return
+    def _seen(self, msg: wire.Message) -> str | None:
+        """``"Replayed"`` or ``"Equivocation"`` if the sender's message of this round was
+        seen before (the same, or another); else None, and its fingerprint is kept."""
+        rounds = self.history.setdefault(msg.sender, {})
+        first = rounds.get(msg.round)
+        fp = wire.fingerprint(msg)
+        if first is None:
+            rounds[msg.round] = fp
+            return None
+        if first == fp:
+            return "Replayed"
+        self.equivocations.append((msg.sender, msg.round, first, fp))
+        del self.equivocations[:-_EVENTS]
+        return "Equivocation"
+
+    def _out_of_window(self, msg, context, round: int, authenticated_sender: int | None) -> str:
+        """Why a message outside the window is rejected. One that is authenticated and valid
+        in every other way (round < T) is noted: past the window in ``far``; before it, as
+        an equivocation if it differs from the message of that round seen earlier."""
+        if authenticated_sender is None:
+            return "RoundOutOfWindow"
         try:
             wire.check(
                 msg,
@@ -205,8 +263,23 @@ class Mailbox:
                 authenticated_sender=authenticated_sender,
             )
         except wire.WireError:
-            return
-        self.ahead[msg.sender] = max(self.ahead.get(msg.sender, -1), msg.round)
+            return "RoundOutOfWindow"
+        if msg.round > round + self.window:
+            self.far[msg.sender] = max(self.far.get(msg.sender, -1), msg.round)
+            return "RoundOutOfWindow"
+        if msg.round in self.history.get(msg.sender, {}) and self._seen(msg) == "Equivocation":
+            return "Equivocation"
+        return "RoundOutOfWindow"
+
+    def deadline_passed(self, round: int) -> None:
+        """The wait of ``round`` ended at its deadline: the neighbours still missing are
+        ``expired`` until a message of theirs is accepted (their ``far`` rounds then count
+        for a rejoin)."""
+        self.expired.update(self.missing(round))
+
+    def rejoin_evidence(self) -> dict[int, int]:
+        """The rounds past the window a rejoin may rest on: ``far`` of expired neighbours."""
+        return {v: r for v, r in self.far.items() if v in self.expired}
 
     def missing(self, round: int) -> tuple[int, ...]:
         """Neighbours whose message for ``round`` has not arrived."""
@@ -214,8 +287,8 @@ class Mailbox:
         return tuple(v for v in self.neighbours if v not in got)
 
     def hopeless(self, round: int) -> tuple[int, ...]:
-        """Missing neighbours already seen in a later round (also past the receive window):
-        their message for ``round`` will never come."""
+        """Missing neighbours with an accepted message of a later round: their message for
+        ``round`` will never come (one link delivers in order)."""
         return tuple(v for v in self.missing(round) if self.ahead.get(v, -1) > round)
 
     def waits(self, round: int, begun: bool) -> bool:
@@ -234,8 +307,16 @@ class Mailbox:
         return all(self.announced.get(v, 0) >= limit for v in self.neighbours)
 
     def drop_before(self, round: int) -> None:
-        """Forget the messages of rounds before ``round``."""
+        """Forget the messages of rounds before ``round`` (their fingerprints after
+        :data:`HISTORY` rounds)."""
         self.inbox = {k: v for k, v in self.inbox.items() if k >= round}
+        oldest = round - HISTORY
+        for rounds in self.history.values():
+            while rounds:
+                first = next(iter(rounds))
+                if first >= oldest:
+                    break
+                del rounds[first]
 
 
 class ReceiveSide:
@@ -266,8 +347,26 @@ class ReceiveSide:
 
     @property
     def ahead(self) -> dict[int, int]:
-        """The latest round seen from each neighbour (also past the receive window)."""
+        """The latest round accepted from each neighbour."""
         return self.mailbox.ahead
+
+    def deadline_passed(self) -> None:
+        """The current round's wait ended at its deadline (:meth:`Mailbox.deadline_passed`)."""
+        self.mailbox.deadline_passed(self.round)
+
+    def behind(self) -> bool:
+        """Whether every missing neighbour's latest message was past the receive window:
+        this node fell behind them (they are not late; a runtime need not wait for them
+        as for a start-up)."""
+        far = self.mailbox.far
+        missing = self.missing()
+        return bool(missing) and all(v in far for v in missing)
+
+    def take_equivocations(self) -> list[tuple[int, int, bytes, bytes]]:
+        """The equivocations seen since the last call: (neighbour, round, fingerprint of the
+        message kept, fingerprint of the other one)."""
+        seen, self.mailbox.equivocations = self.mailbox.equivocations, []
+        return seen
 
     def wire_limits(self) -> tuple[int, int]:
         """``(largest frame in bytes, most frames)`` of any message this node accepts
@@ -310,8 +409,8 @@ class ReceiveSide:
         return self.mailbox.missing(self.round)
 
     def hopeless(self) -> tuple[int, ...]:
-        """Missing neighbours already seen in a later round (also past the receive window):
-        their message for this round will never come."""
+        """Missing neighbours with an accepted message of a later round: their message for
+        this round will never come."""
         return self.mailbox.hopeless(self.round)
 
     def plan_rejected_by_all(self, limit: int) -> bool:

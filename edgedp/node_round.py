@@ -210,8 +210,9 @@ class RoundSide:
 
     def rejoin_target(self) -> int | None:
         """The round to skip to if this node fell more than the receive window behind, else
-        None (also inside a round): :func:`edgedp.rejoin.target` on the rounds seen from
-        the neighbours, including messages past the window (rejected, their round noted).
+        None (also inside a round): :func:`edgedp.rejoin.target` on the rounds of the
+        neighbours' messages past the window (rejected, their round noted) — only of those
+        still missing at a deadline since (:meth:`edgedp.mailbox.Mailbox.rejoin_evidence`).
         Never with an adaptive dome basis: its spanning-tree aggregate needs every round.
         """
         if self.message is not None or self.aggregator is not None:
@@ -220,7 +221,7 @@ class RoundSide:
             self.round,
             window=self.round_window,
             steps=self.share.steps,
-            seen=self.mailbox.ahead,
+            seen=self.mailbox.rejoin_evidence(),
             neighbours=self.neighbours,
         )
 

@@ -14,7 +14,9 @@ these commands:
   this runtime begins, which waits ``startup`` instead of the round timeout);
 * :class:`Wait` — wait for a message or the round's deadline; the runtime resumes the
   generator with True when something was delivered to the agent, False when the deadline
-  passed (the round then ends with the dropout rule for the missing neighbours);
+  passed (the agent is told — :meth:`~edgedp.agent.Agent.deadline_passed`: what the missing
+  neighbours sent past the window may then justify a rejoin — and the round ends with the
+  dropout rule for the missing neighbours);
 * :class:`Ended` — the round is mixed and over (its report).
 
 A round policy is one function around this loop (e.g. a ``skip`` predicate), not a change to
@@ -97,6 +99,7 @@ def rounds(
         first = False
         while agent.waits():
             if not (yield Wait()):
+                agent.deadline_passed()  # the missing ones' far rounds may now count
                 break
         yield Ended(agent.end_round())
 
@@ -115,6 +118,9 @@ class _Scripted:
 
     def waits(self) -> bool:
         return True
+
+    def deadline_passed(self) -> None:
+        """Nothing to note."""
 
     def end_round(self) -> str:
         self.round += 1

@@ -26,14 +26,14 @@ def cmd_keys_gen(args) -> None:
     from firmware_py import deploy
 
     try:
-        info = deploy.generate_keys(Path(args.out), args.name, force=args.force)
-    except FileExistsError as exc:
+        info = deploy.generate_keys(
+            Path(args.out), args.name, force=args.force, noise_only=args.noise
+        )
+    except (FileExistsError, FileNotFoundError) as exc:
         raise UsageError(str(exc)) from None
-    text = (
-        f"public key   {info['public_key']}\n"
-        f"wrote        {info['public_key_file']}, {info['secret_key_file']} (secret), "
-        f"{info['noise_secret_file']} (secret)"
-    )
+    wrote = [] if args.noise else [info["public_key_file"], f"{info['secret_key_file']} (secret)"]
+    wrote += [f"{info['noise_secret_file']} (secret)", f"{info['ledger_file']} (its ledger)"]
+    text = f"public key   {info['public_key']}\nwrote        {', '.join(wrote)}"
     emit(args, info, text)
 
 
@@ -195,11 +195,19 @@ def register(sub, add) -> None:
 
     keys = sub.add_parser("keys", help="device keys and the operator's planning key")
     keysub = keys.add_subparsers(dest="keys_command", required=True)
-    p = keysub.add_parser("gen", help="on a device: a CURVE keypair and a noise secret")
+    p = keysub.add_parser(
+        "gen", help="on a device: a CURVE keypair, a noise secret and its release ledger"
+    )
     add_output_flags(p)
     p.add_argument("--out", required=True, help="folder (created 0700)")
     p.add_argument("--name", default="node", help="file stem (default node)")
     p.add_argument("--force", action="store_true", help="overwrite existing keys")
+    p.add_argument(
+        "--noise",
+        action="store_true",
+        help="only a new noise secret and its release ledger (the keypair is kept): retires "
+        "a secret whose ledger was lost; its runs cannot continue, deploy a new run",
+    )
     p.set_defaults(func=cmd_keys_gen)
     p = keysub.add_parser("planner", help="once, for the operator: the plan-signing key")
     add_output_flags(p)

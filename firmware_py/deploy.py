@@ -21,7 +21,7 @@ import zmq.auth
 from edgedp import algorithms, keys, streams
 from edgedp.accounting import budget
 from edgedp.plan import NoisePlan
-from firmware_py import checkpoint
+from firmware_py import checkpoint, ledger
 
 __all__ = [
     "LocalRun",
@@ -38,31 +38,49 @@ __all__ = [
 ]
 
 
-def generate_keys(out: Path, name: str = "node", *, force: bool = False) -> dict[str, str]:
-    """A CURVE keypair (``NAME.key``, ``NAME.key_secret``) and a 32-byte noise secret
-    (``NAME.noise``) in ``out`` (folder 0700, secrets 0600); returns the paths and the public
-    key. Existing keys are never overwritten unless ``force``: a new noise secret would
-    orphan its stream ledger and a new keypair every neighbour's pinned public key."""
+def generate_keys(
+    out: Path, name: str = "node", *, force: bool = False, noise_only: bool = False
+) -> dict[str, str]:
+    """A CURVE keypair (``NAME.key``, ``NAME.key_secret``), a 32-byte noise secret
+    (``NAME.noise``) and its empty release ledger (``NAME.noise.ledger``,
+    :mod:`firmware_py.ledger`) in ``out`` (folder 0700, secrets and ledger 0600); returns the
+    paths and the public key. ``noise_only``: a new noise secret and ledger, the keypair kept
+    (a retired secret: its neighbours need nothing new, its runs are over). Existing keys are
+    never overwritten unless ``force``: a new keypair changes the public key every neighbour
+    pins, and a new noise secret ends every run of the old one."""
     out = Path(out)
-    files = [out / f"{name}.{ext}" for ext in ("key", "key_secret", "noise")]
+    exts = ("noise", "noise.ledger") if noise_only else ("key", "key_secret", "noise")
+    files = [out / f"{name}.{ext}" for ext in exts]
     if not force and any(f.exists() for f in files):
         raise FileExistsError(
             f"{out / name}.* already exist: refusing to overwrite device keys (their public "
-            "key is pinned by the neighbours and the noise secret keys its ledger); "
+            "key is pinned by the neighbours and the noise secret's runs would end); "
             "pass --force to replace them"
         )
     checkpoint.private_folder(out)
-    public_file, secret_file = zmq.auth.create_certificates(str(out), name)
+    if noise_only:
+        public_file, secret_file = str(out / f"{name}.key"), str(out / f"{name}.key_secret")
+        if not Path(secret_file).exists():
+            raise FileNotFoundError(f"{secret_file}: no keypair to keep; leave out --noise")
+    else:
+        public_file, secret_file = zmq.auth.create_certificates(str(out), name)
+        os.chmod(secret_file, 0o600)
     noise = out / f"{name}.noise"
+    book = ledger.ledger_path(noise)
+    book.unlink(missing_ok=True)  # the old secret's: it says nothing of the new one
+    secret = os.urandom(32)
     fd = os.open(noise, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(os.urandom(32))
-    os.chmod(secret_file, 0o600)
+        fh.write(secret)
+        fh.flush()
+        os.fsync(fh.fileno())
+    ledger.create(book, secret)
     public, _ = zmq.auth.load_certificate(public_file)
     return {
         "public_key_file": public_file,
         "secret_key_file": secret_file,
         "noise_secret_file": str(noise),
+        "ledger_file": str(book),
         "public_key": public.decode(),
     }
 

@@ -14,7 +14,8 @@ code                      when
 ``refused``               messages the transport discarded in a round (``reason``)
 ``handshake-refused``     CURVE handshakes with a key that is no neighbour's (key prefix)
 ``missing``               neighbours whose message did not come this round (dropout rule)
-``neighbour-silent``      a neighbour has sent nothing valid yet (after the first round)
+``neighbour-silent``      a neighbour has sent nothing at all yet (after the first round)
+``equivocation``          a neighbour sent two different messages for one round (the first kept)
 ``rejoin``                the node skipped rounds to rejoin its neighbours
 ``io-retry``              a write failed and is retried; ``io-recovered`` once it works
 ``done``                  the plan's rounds are done; ``degraded`` if the run ended degraded
@@ -142,13 +143,24 @@ class RoundWatch:
       neighbours: the node's neighbours (ids).
       endpoints: their endpoints, for the messages.
       plan_hash: for the silent-neighbour advice.
+      alive: the neighbours any authenticated frame came from so far (the caller adds to
+        it): a neighbour whose messages were all outside this node's window — after a
+        restart, when it is ahead — is not silent.
     """
 
-    def __init__(self, logger: logging.Logger, neighbours, endpoints, plan_hash: str) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        neighbours,
+        endpoints,
+        plan_hash: str,
+        alive: set[int] | None = None,
+    ) -> None:
         self.logger = logger
         self.neighbours = tuple(neighbours)
         self.endpoints = dict(endpoints)
         self.plan_hash = plan_hash
+        self.alive = set() if alive is None else alive  # sent any authenticated frame
         self.heard: set[int] = set()
         self.warned: set[int] = set()
         self.rejected: Counter = Counter()
@@ -187,8 +199,21 @@ class RoundWatch:
                 round=round_,
                 neighbours=list(report.missing),
             )
+        for v, r, first, second in agent.take_equivocations():
+            event(
+                self.logger,
+                logging.WARNING,
+                "equivocation",
+                f"neighbour {v} sent two different messages for round {r} (fingerprints "
+                f"{first.hex()} and {second.hex()}): it released that round twice, as after "
+                "an older copy of its state was put back; the first was kept",
+                round=r,
+                neighbour=v,
+                first=first.hex(),
+                second=second.hex(),
+            )
         for v in self.neighbours:
-            if v not in self.heard and v not in self.warned:
+            if v not in self.heard and v not in self.alive and v not in self.warned:
                 self.warned.add(v)
                 event(
                     self.logger,

@@ -1,8 +1,10 @@
 """Where a restarted device resumes, and when a damaged checkpoint may be rolled back.
 
 Two durable records decide (DESIGN §6): the checkpoint — the state at the start of a round,
-written after every round, the one it replaced kept as ``checkpoint.prev`` — and the sent
-record, the last round S whose message may have left the device (written before sending).
+written after every round, the one it replaced kept as ``checkpoint.prev`` — and the release
+ledger beside the noise secret (:mod:`firmware_py.ledger`), the last round S whose message
+may have left the device (written before sending; not in the state folder, so a state
+folder wiped or put back from an older copy cannot take it back).
 A round's message is a pure function of the state at its start and of the round's noise,
 so **a round may be sent again only from the state it was first sent from**; any other
 model with the same noise would give the noise away.

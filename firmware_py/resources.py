@@ -59,6 +59,7 @@ __all__ = [
     "StoppedError",
     "allocator_configured",
     "keep_freed_memory",
+    "no_core_dumps",
     "open_fd",
     "reserve_descriptors",
     "retry",
@@ -70,6 +71,8 @@ DESCRIPTOR_FLOOR = 4096
 RESERVE = 64
 
 
+#: ``prctl`` option (linux/prctl.h).
+_PR_SET_DUMPABLE = 4
 #: glibc ``mallopt`` parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: glibc's ceiling for its adaptive mmap threshold (``DEFAULT_MMAP_THRESHOLD_MAX``): 32 MiB
@@ -166,11 +169,29 @@ def open_fd(path, flags: int, mode: int = 0o600) -> int:
     raise OSError(errno.EMFILE, "Too many open files (reserve used up)", str(path))
 
 
-def hold_lock(path) -> int | None:
-    """Take the exclusive lock of ``path`` (created 0600) for the life of this process and
-    return its descriptor (kept open; the kernel releases the lock when the process ends,
-    also after kill -9); None if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+def no_core_dumps() -> None:
+    """Make this process leave no core dump: its memory holds the noise secret, the CURVE
+    secret key and shared seeds. ``RLIMIT_CORE`` 0 (no core file) and, on Linux,
+    ``PR_SET_DUMPABLE`` 0, which also keeps core-dump helpers fed through a pipe
+    (systemd-coredump, apport) and ptrace by other processes of the same user away."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return  # not Linux: the limit alone
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(err)}")
+
+
+def hold_lock(path, *, create: bool = True) -> int | None:
+    """Take the exclusive lock of ``path`` (created 0600 if ``create``; else an existing
+    file, opened read-only) for the life of this process and return its descriptor (kept
+    open; the kernel releases the lock when the process ends, also after kill -9); None if
+    another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -192,25 +213,40 @@ def retry(
     stop: Callable[[], bool] = lambda: False,
     first: float = 0.05,
     cap: float = 5.0,
+    attempts: int | None = None,
+    remind: float = 60.0,
     sleep: Callable[[float], Any] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Any:
     """Call ``write()`` until it does not raise ``OSError``; returns its result.
 
     Waits ``first``, ``2·first``, ... up to ``cap`` seconds between attempts (in slices of
-    at most 0.1 s, checking ``stop()``), logs the first failure of each kind and the
-    recovery; raises :class:`StoppedError` if ``stop()`` becomes true before it succeeds.
+    at most 0.1 s, checking ``stop()``), logs the first failure of each kind, a reminder
+    every ``remind`` seconds while it keeps failing, and the recovery; raises
+    :class:`StoppedError` if ``stop()`` becomes true before it succeeds, and the last
+    ``OSError`` after ``attempts`` failed attempts (None: no limit).
     """
     attempt, delay, last = 0, first, None
+    began = reminded = clock()
     while True:
         try:
             result = write()
         except OSError as exc:
             attempt += 1
             reason = _describe(exc)
+            if attempts is not None and attempt >= attempts:
+                raise
             if reason != last:
                 log.write(f"{what} failed ({reason}); retrying with backoff up to {cap:g} s\n")
                 log.flush()
                 last = reason
+            elif clock() - reminded >= remind:
+                reminded = clock()
+                log.write(
+                    f"{what} still failing ({reason}) after {attempt} attempts over "
+                    f"{reminded - began:.0f} s; nothing is sent until it works\n"
+                )
+                log.flush()
             waited = 0.0
             while waited < delay:
                 if stop():

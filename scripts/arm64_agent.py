@@ -48,7 +48,7 @@ from edgedp.accounting.participation import Participation  # noqa: E402
 from edgedp.models import model_digest  # noqa: E402
 from edgedp.plan import NoisePlan, TaskSpec, make_plan  # noqa: E402
 from edgedp_sim import provenance  # noqa: E402
-from firmware_py import checkpoint, deploy  # noqa: E402
+from firmware_py import checkpoint, deploy, ledger  # noqa: E402
 
 #: What ``pip install edgedp-*.whl`` may bring to a device: the four direct dependencies
 #: and PyNaCl's own (cffi; pycparser comes with cffi).
@@ -344,8 +344,10 @@ def setup_run(
     args,
 ) -> deploy.LocalRun:
     """What ``deploy.local_run`` sets up (keys, shards, configs), without starting agents.
-    ``keys_from`` copies another run's device keys (not its ledgers): the same noise
-    secrets, so the per-round noise digests of the two runs are comparable."""
+    ``keys_from`` copies another run's device keys with new, empty release ledgers: the
+    same noise secrets, so the per-round noise digests of the two runs are comparable (a
+    laboratory comparison that releases the same noise twice on purpose; a device never
+    gets a second ledger for its secret)."""
     if directory.exists():
         shutil.rmtree(directory)
     keys_dir = directory / "keys"
@@ -356,6 +358,8 @@ def setup_run(
         for f in keys_from.iterdir():
             if not f.name.endswith(".ledger"):
                 shutil.copy2(f, keys_dir / f.name)
+        for secret in keys_dir.glob("*.noise"):
+            ledger.create(ledger.ledger_path(secret), secret.read_bytes())
         keys = {}
         for u in range(plan.n):
             public, _ = zmq.auth.load_certificate(keys_dir / f"node-{u}.key")

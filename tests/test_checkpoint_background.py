@@ -5,7 +5,7 @@ waits for it before recording r+1 as sent. The new crash window — a kill while
 and ``begin_round`` run together — is exercised with kill -9 on real agents, at the moment
 a write starts (the in-place overwrite of ``checkpoint.prev``, or a new file's temporary)
 and while a checkpoint that cannot be written is retried (the next round computed meanwhile
-must not be recorded as sent): after every kill the sent record is never ahead of the
+must not be recorded as sent): after every kill the last round released is never ahead of the
 newest usable checkpoint, restarts never refuse, and every re-sent round repeats its noise
 and message digests. A torn in-place write and a swap of the two names undone by a power
 cut are made by hand and resumed from.
@@ -22,7 +22,7 @@ import pytest
 from hostile import harness, kill
 
 from edgedp import _codec
-from firmware_py import checkpoint, config, deploy, sentrecord
+from firmware_py import checkpoint, config, deploy
 
 BODY = {
     "plan_hash": b"h" * 32,
@@ -127,10 +127,9 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
             name.startswith((".checkpoint.", "checkpoint.prev"))
             for name in kill._phase(cfg, proc.pid)[1]
         )
-        # what a restart finds: the sent record never ahead of the newest usable checkpoint
-        # (none yet: the initial state, round 0)
-        sent = sentrecord.read(cfg.checkpoint_dir / "sent").round
-        assert sent <= _newest_round(cfg.checkpoint_dir)
+        # what a restart finds: the last round released never ahead of the newest usable
+        # checkpoint
+        assert kill.released(cfg, plan) <= _newest_round(cfg.checkpoint_dir)
         lr.start(0)
     assert inside >= 1, f"no kill of {kills} landed inside a background checkpoint write"
     # a checkpoint that cannot be written: both files also linked elsewhere (so neither is
@@ -153,8 +152,7 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
     while "checkpoint failed" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.5)
-    sent = sentrecord.read(cfg.checkpoint_dir / "sent").round
-    assert sent <= _newest_round(cfg.checkpoint_dir)
+    assert kill.released(cfg, plan) <= _newest_round(cfg.checkpoint_dir)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     blocker.rmdir()

@@ -58,7 +58,10 @@ def test_wrong_neighbour_key_is_named_and_the_run_ends_degraded(tmp_path):
         assert {"time", "level", "node", "code", "message"} <= set(r)
         assert r["node"] == 0 and r["code"] is not None
         by_code.setdefault(r["code"], []).append(r)
-    assert by_code["start"][0]["adversary"] and by_code["start"][0]["epsilon"] > 0
+    # plan-seed noise: no ε is claimed after the not-private warning
+    assert by_code["not-private"] and by_code["start"][0]["epsilon"] is None
+    started = by_code["start"][0]["message"]
+    assert "no privacy" in started and "against" not in started
     silent = by_code["neighbour-silent"]
     assert len(silent) == 1 and silent[0]["neighbour"] == 1 and silent[0]["level"] == "ERROR"
     assert "public_key" in silent[0]["message"]

@@ -60,6 +60,9 @@ CASES = {
             "75963c05e8d1fa8a",
         ),
     ),
+    # nodes fall past each other's windows and rejoin: the callback engine's own numbers
+    # under the evidence rule of the "rejoin" case below (the process engine: 171 rejected,
+    # 266 missing, 22 rounds skipped)
     "zero-latency-bandwidth": Case(
         "antipgd",
         "er:10:0.5:2",
@@ -68,17 +71,17 @@ CASES = {
         Faults(dropout=0.1, dropout_rule="reuse-last", crashes=(Crash(4, 0.02, 0.03),)),
         2,
         (
-            "7c444ebaddb705f6",
-            523,
-            131796,
-            44,
-            31,
-            171,
-            266,
-            22,
+            "1918f0e21e004a8f",
+            571,
+            143892,
+            47,
+            32,
+            198,
+            275,
+            10,
             1,
-            "0x1.54c61d8622c4ep+2",
-            "bd2e9000f977ede8",
+            "0x1.5f61672324c87p+2",
+            "d17c3dced28116d3",
         ),
     ),
     "constant-latency-crash": Case(
@@ -102,7 +105,13 @@ CASES = {
             "a08e49001cc313ab",
         ),
     ),
-    "rejoin": Case(  # node 2 down for 12 s: it falls past the window and skips ahead
+    # node 2 down for 12 s: it falls past the window and skips ahead. Its neighbours' rounds
+    # past its window count for the jump only once its first round's wait reached the
+    # deadline (edgedp.mailbox: a rejected frame cannot cut a wait short), so these numbers
+    # are the callback engine's own under that rule (the process engine stopped waiting at
+    # the first such frame: 40 rejected, 88 missing, end 12.19 s); the order of
+    # simultaneous events stays pinned to the process engine's by the other cases.
+    "rejoin": Case(
         "dp-dsgd",
         "ring:8",
         60,
@@ -110,17 +119,17 @@ CASES = {
         Faults(crashes=(Crash(2, 0.1, 12.0),)),
         0,
         (
-            "70adb906f7f7597d",
+            "0ab48d06c371e861",
             914,
             230328,
             0,
             50,
-            40,
-            88,
+            46,
+            94,
             24,
             1,
-            "0x1.86147ae147ae9p+3",
-            "8498649f30daba2c",
+            "0x1.95c28f5c28f63p+3",
+            "6fccde0e6ef1cc3c",
         ),
     ),
     "deadline-equals-delivery": Case(  # latency = deadline: messages land on the deadline

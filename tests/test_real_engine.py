@@ -95,7 +95,9 @@ def test_kill_nine_and_restart_regenerates_the_same_noise(tmp_path):
     time.sleep(0.5)
     for u in victims:
         run.start(u)
-    assert run.wait(timeout=180) == [0] * 8
+    # a restart slower than a deadline: the others stop waiting for the victim (its link is
+    # down), it may rejoin by skipping rounds and end degraded (7)
+    assert set(run.wait(timeout=180)) <= {0, 7}
     # expected noise: the uninterrupted stream of each node, a pure function of (key, round)
     for u in victims:
         expected = harness.plan_seed_digests(p, u)
@@ -105,7 +107,8 @@ def test_kill_nine_and_restart_regenerates_the_same_noise(tmp_path):
         for m in lines:
             if m["event"] == "round":
                 seen.setdefault(m["round"], set()).add(m["noise"])
-        assert sorted(seen) == list(range(p.steps))
+        skipped = {r for m in lines if m["event"] == "rejoin" for r in range(m["from"], m["round"])}
+        assert not skipped & set(seen) and sorted(skipped | set(seen)) == list(range(p.steps))
         assert all(seen[r] == {expected[r]} for r in seen)
     # the survivors kept going by the dropout rule while the victims were down
     assert sum(run.metrics(u)[-1]["missing"] for u in range(8) if u not in victims) > 0

@@ -93,20 +93,45 @@ def test_far_future_frames_are_rejected_but_noted_only_when_authenticated_and_va
     dim = a.message_dim
     good = wire.encode(wire.Message(h, 20, 1, "model", (np.zeros(dim),)))
     assert not a.receive(good)  # no transport authentication: not evidence
-    assert a.ahead.get(1, -1) == -1
+    assert a.mailbox.far == {}
     nan = wire.encode(wire.Message(h, 20, 1, "model", (np.full(dim, np.nan),)))
     assert not a.receive(nan, authenticated_sender=1)  # invalid payload: not evidence
     past_t = wire.encode(wire.Message(h, 40, 1, "model", (np.zeros(dim),)))
     assert not a.receive(past_t, authenticated_sender=1)  # no round T exists
     forged = wire.encode(wire.Message(h, 20, 7, "model", (np.zeros(dim),)))
     assert not a.receive(forged, authenticated_sender=1)  # node 1 speaking for node 7
-    assert a.ahead == {} and a.rejoin_target() is None
+    assert a.mailbox.far == {} and a.rejoin_target() is None
     assert not a.receive(good, authenticated_sender=1)
-    assert a.ahead == {1: 20} and a.metrics.rejected["RoundOutOfWindow"] == 4
-    assert a.inbox == {} and a.metrics.received == 0  # noted, never buffered
-    assert a.rejoin_target() is None  # node 7 is still close: no majority
+    assert a.mailbox.far == {1: 20} and a.metrics.rejected["RoundOutOfWindow"] == 4
+    assert a.inbox == {} and a.metrics.received == 0 and a.ahead == {}  # noted, not buffered
     a.begin_round()
-    assert set(a.hopeless()) == {1}  # but node 1 is no longer waited for
+    # a rejected frame does not cut the wait short: node 1 is still waited for
+    assert a.hopeless() == () and a.waits()
+
+
+def test_a_rejected_frame_moves_a_node_only_after_a_deadline_it_waited_out(make_agents):
+    # a leaf and its hub (one neighbour: its quorum is one): one authenticated far frame
+    # from the hub's key moved the leaf to that round and it skipped every round between
+    p = _plan(spec="star:5", steps=40)
+    agents = make_agents(p, datasets.partition(datasets.load("synthetic-logistic", seed=2), 5))
+    leaf, hub = agents[1], agents[0]
+    h = bytes.fromhex(p.plan_hash)
+    liar = wire.encode(wire.Message(h, 30, 0, "model", (np.zeros(leaf.message_dim),)))
+    assert not leaf.receive(liar, authenticated_sender=0)
+    assert leaf.mailbox.far == {0: 30} and leaf.rejoin_target() is None
+    out = hub.begin_round()  # the hub's genuine round-0 message arrives: it clears the claim
+    leaf.begin_round()
+    assert leaf.receive([bytes(f) for f in out.frames_for(1)], authenticated_sender=0)
+    leaf.end_round()
+    assert leaf.mailbox.far == {} and leaf.rejoin_target() is None and leaf.round == 1
+    # a hub that really moved on: nothing comes for round 1 but its rounds past the window,
+    # and the leaf jumps only once its wait reached the deadline
+    assert not leaf.receive(liar, authenticated_sender=0)
+    leaf.begin_round()
+    assert leaf.waits() and leaf.rejoin_target() is None
+    leaf.deadline_passed()
+    leaf.end_round()
+    assert leaf.rejoin_target() == 30
 
 
 def test_a_rejoining_node_sends_the_uninterrupted_streams_noise(make_agents):
@@ -117,9 +142,13 @@ def test_a_rejoining_node_sends_the_uninterrupted_streams_noise(make_agents):
     for v, r in ((1, 25), (7, 23)):
         frames = wire.encode(wire.Message(h, r, v, "model", (np.zeros(a.message_dim),)))
         assert not a.receive(frames, authenticated_sender=v)
+    assert a.rejoin_target() is None  # until a wait reaches its deadline without them
+    a.begin_round()
+    a.deadline_passed()
+    a.end_round()
     assert a.rejoin_target() == 23
-    assert a.rejoin(23) == 23
-    assert a.round == a.noise_state.step == 23 and a.metrics.skipped == 23
+    assert a.rejoin(23) == 22
+    assert a.round == a.noise_state.step == 23 and a.metrics.skipped == 22
     out = a.begin_round()  # the first message after the jump: round 23's own noise
     src = NoiseSource(
         p.factor,
@@ -190,11 +219,20 @@ def test_real_agent_past_the_window_rejoins_and_the_run_completes(tmp_path, how)
     # wait until both neighbours are past the window (8 rounds) even after the late node
     # has used the messages their links queued for it (16 per link)
     _wait(lambda: all(_rounds(run, v)[-1]["round"] > stopped_at + 28 for v in (0, 2)))
+    # the others stop waiting for the late node after three deadlines: hold them while it
+    # comes back, so that the plan is not over before it returns
+    others = [run.processes[u].pid for u in (0, 2, 3)]
+    for other in others:
+        os.kill(other, signal.SIGSTOP)
     resumed = time.time()
     if how == "kill-restart":
         run.start(late)
+        _wait(lambda: [m for m in run.metrics(late) if m["event"] == "start"][1:])
     else:
         os.kill(pid, signal.SIGCONT)
+    time.sleep(0.5)
+    for other in others:
+        os.kill(other, signal.SIGCONT)
     codes = run.wait(timeout=180)
     # every node finishes; one whose neighbours' messages went missing in the outage for more
     # than run.max_missing of the run ends degraded (7), which its log explains

@@ -21,6 +21,10 @@ Limits, so that peers cannot take the device's memory or descriptors:
   keepalives close connections of peers that vanished;
 * the outbound (PUSH) sockets accept no application data from the peer they connect to.
 
+:meth:`ZmqTransport.links_up` tells which neighbours the node's outbound links are connected
+to with a completed CURVE handshake (libzmq's socket monitor): a neighbour whose link is
+down is not running (or not reachable), one whose link is up is alive even if slow.
+
 libzmq has no cap on accepted connections and hands a multipart message to the application
 only once all its parts arrived, so an authenticated neighbour can still make libzmq
 buffer ``parts × frame cap`` bytes before the part cap applies (docs/DEVICE_RUNTIME.md,
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 
 import zmq
 import zmq.auth.thread
+from zmq.utils import monitor
 
 __all__ = ["CURVE_FRAME_OVERHEAD", "Peer", "ZmqTransport"]
 
@@ -44,6 +49,9 @@ CURVE_FRAME_OVERHEAD = 33
 #: Smallest ``ZMQ_MAXMSGSIZE`` that lets the CURVE handshake through (INITIATE and READY
 #: carry the vouch box and metadata).
 _HANDSHAKE_FRAME = 4096
+#: Socket-monitor events that bring an outbound link up or down.
+_UP = zmq.EVENT_HANDSHAKE_SUCCEEDED
+_DOWN = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +166,8 @@ class ZmqTransport:
         self.pull.linger = 0
         self.pull.bind(bind)
         self.push: dict[int, zmq.Socket] = {}
+        self._monitors: dict[int, zmq.Socket] = {}
+        self._up: set[int] = set()
         for p in peers:
             s = self.context.socket(zmq.PUSH)
             s.curve_serverkey = p.public_key
@@ -172,6 +182,7 @@ class ZmqTransport:
             s.setsockopt(zmq.RECONNECT_IVL, 100)
             s.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             s.linger = linger_ms
+            self._monitors[p.node] = s.get_monitor_socket(_UP | _DOWN)
             s.connect(p.endpoint)
             self.push[p.node] = s
         self.poller = zmq.Poller()
@@ -187,6 +198,18 @@ class ZmqTransport:
         """The last (at most 8) public keys, z85, whose handshakes were refused: public
         values, for the operator's log (a neighbour configured with the wrong key)."""
         return tuple(self._keys.unknown)
+
+    def links_up(self) -> frozenset[int]:
+        """The neighbours whose outbound link is connected, its CURVE handshake done (the
+        socket monitor's events so far; no waiting)."""
+        for v, mon in self._monitors.items():
+            while mon.poll(0):
+                event = monitor.recv_monitor_message(mon)["event"]
+                if event & _UP:
+                    self._up.add(v)
+                elif event & _DOWN:
+                    self._up.discard(v)
+        return frozenset(self._up)
 
     def send(self, recipients, frames) -> int:
         """Queue ``frames`` to each recipient without blocking; returns how many were queued.
@@ -230,7 +253,9 @@ class ZmqTransport:
         return [p.buffer for p in parts], sender
 
     def close(self) -> None:
-        for s in self.push.values():
+        for v, s in self.push.items():
+            s.disable_monitor()
+            self._monitors[v].close(linger=0)
             s.close(linger=self.linger_ms)
         self.pull.close(linger=0)
         self.auth.stop()

@@ -21,8 +21,11 @@ import numpy as np
 from hostile import frames as frames_mod
 from hostile import harness
 
-#: Reasons whose split depends on whether the target is still in the round (timing).
-ROUND_REASONS = ("Replayed", "RoundOutOfWindow")
+#: Reasons whose split depends on whether the target is still in the round (timing): a
+#: frame of a round already seen from that neighbour is a replay if it repeats its message,
+#: an equivocation if it differs, and out of the window once the target moved on (then
+#: an equivocation again if its round is within the fingerprints kept).
+ROUND_REASONS = ("Replayed", "Equivocation", "RoundOutOfWindow")
 
 
 def forge_for(plan, oracle: harness.Oracle, seed: int) -> frames_mod.Forge:

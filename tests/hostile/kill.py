@@ -2,11 +2,11 @@
 tests/test_kill_nine.py and benchmarks/kill_nine.py).
 
 A ring of four agents runs an AntiPGD plan (correlated noise: the factor keeps z_{t−1})
-with private noise secrets and the stream ledger, as deployed. ``iterations`` times, a
+with private noise secrets and their release ledgers, as deployed. ``iterations`` times, a
 node is killed with SIGKILL and restarted at once: 20% the node just restarted, at a random
 time of its start-up; otherwise a random node once it has sent a round, 40% at a random
 time of its next ~10 rounds, 40% the moment it starts a write of its state: a temporary
-file of ``atomic_write`` (checkpoint, previous checkpoint or sent record) appears in its
+file of ``atomic_write`` (checkpoint or previous checkpoint) appears in its
 state folder, or ``checkpoint.prev`` (the file a checkpoint save overwrites in place)
 changes. Before a new victim is chosen the last one rejoins (writes a round line). Just
 after each kill the victim's state folder is inspected: a leftover ``.NAME.tmp.PID`` file
@@ -35,7 +35,7 @@ import numpy as np
 from edgedp import models, streams
 from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan
-from firmware_py import checkpoint, config, deploy
+from firmware_py import checkpoint, config, deploy, ledger
 from hostile import harness
 
 
@@ -80,6 +80,15 @@ def _phase(cfg: config.NodeConfig, pid: int) -> tuple[str, list[str]]:
     if leftovers:
         phase = "inside a checkpoint or record write"
     return phase, leftovers
+
+
+def released(cfg: config.NodeConfig, plan: NoisePlan) -> int:
+    """The last round the node's release ledger records as released (−1: none), read
+    without its lock (also while the agent runs)."""
+    secret = cfg.noise_secret_file.read_bytes()
+    stream = ledger.stream_id(plan.plan_hash, cfg.run_id, cfg.id)
+    mark = ledger.read(cfg.ledger_file, secret).get(stream)
+    return -1 if mark is None else mark.round
 
 
 def expected_noise(cfg: config.NodeConfig, plan: NoisePlan) -> list[str]:

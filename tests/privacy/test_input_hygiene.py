@@ -27,7 +27,7 @@ from edgedp.errors import NonFiniteMessageError, PlanError
 from edgedp.plan import NoisePlan, TaskSpec, batch_schedule, make_plan
 from edgedp.planning import compact_blt, mf_optimal
 from edgedp_sim import batch, datasets, engine, runner, scenarios
-from firmware_py import config, daemon, deploy
+from firmware_py import checkpoint, config, daemon, deploy
 
 # ---------------------------------------------------------------- clipping
 
@@ -262,8 +262,10 @@ def test_daemon_stops_before_sending_a_nonfinite_message(tmp_path, capsys):
         assert daemon.main(["--config", str(cfg)]) == daemon.EXIT_DIVERGED
     assert "node 0, round 0" in capsys.readouterr().err
     state = tmp_path / "configs" / "state" / "node-0"
-    assert not (state / "sent").exists() and not (state / "checkpoint").exists()
+    # nothing recorded as released or sent; the checkpoint stays at the start of round 0
+    assert checkpoint.load(state / "checkpoint")["round"] == 0
     lines = [json.loads(s) for s in (state / "metrics.jsonl").read_text().splitlines()]
+    assert not any(m["event"] == "sent" for m in lines)
     assert lines[-1]["event"] == "error" and lines[-1]["round"] == 0
     assert lines[-1]["rejected"] == {"NonFiniteMessageError": 1} and lines[-1]["sent"] == 0
 

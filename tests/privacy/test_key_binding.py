@@ -6,7 +6,6 @@ messages θ₀ − η(g + ν_i z)/B (two noise scales ν_1 ≠ ν_2) solves for 
 sum g exactly. The tests run real agent processes on 127.0.0.1 with private noise secrets.
 """
 
-import json
 import shutil
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.models.linear import LinearModel
 from edgedp.plan import TaskSpec, make_plan
-from firmware_py import deploy
+from firmware_py import deploy, ledger
 
 GRAPH = "ring:3"
 STEPS = 3
@@ -116,6 +115,10 @@ def _round_noise(run: deploy.LocalRun, u: int, r: int) -> str:
     return lines[0]["noise"]
 
 
+def _sent(run: deploy.LocalRun, u: int) -> list[dict]:
+    return [m for m in run.metrics(u) if m.get("event") == "sent"]
+
+
 def _log(run, u):
     return (run.directory / f"node-{u}.log").read_text()
 
@@ -126,12 +129,12 @@ def test_agents_refuse_a_fresh_start_on_a_used_stream(tmp_path):
 
     first = _deployment(tmp_path, keys, plan_a, "run-a", "first")
     assert _start_all(first) == [0, 0, 0]
-    ledger = Path(keys[0]["noise_secret_file"] + ".ledger")
-    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
-    assert [(e["plan_hash"], e["run"], e["node"]) for e in entries] == [
-        (plan_a.plan_hash, "run-a", 0)
-    ]
-    assert ledger.stat().st_mode & 0o777 == 0o600
+    book = Path(keys[0]["ledger_file"])
+    marks = ledger.read(book, Path(keys[0]["noise_secret_file"]).read_bytes())
+    ((stream, mark),), last = list(marks.items()), _sent(first, 0)[-1]
+    assert [stream] == [ledger.stream_id(plan_a.plan_hash, "run-a", 0)]
+    assert mark.round == STEPS - 1 and mark.message.hex()[:16] == last["message"]
+    assert book.stat().st_mode & 0o777 == 0o600
 
     # same secrets, another plan, same run id: allowed, and every node's noise differs
     other = _deployment(tmp_path, keys, plan_b, "run-a", "other-plan")
@@ -142,8 +145,8 @@ def test_agents_refuse_a_fresh_start_on_a_used_stream(tmp_path):
     # the state folder lost: a fresh start of plan A, run-a would reuse its noise -> exit 4
     again = _deployment(tmp_path, keys, plan_a, "run-a", "state-lost")
     assert _start_all(again) == [4, 4, 4]
-    assert "would reuse that noise" in _log(again, 0) and "edgedp deploy" in _log(again, 0)
-    assert not (again.directory / "configs" / "state" / "node-0" / "sent").exists()
+    assert "would reuse noise" in _log(again, 0) and "a new run" in _log(again, 0)
+    assert not (again.directory / "configs" / "state" / "node-0" / "metrics.jsonl").exists()
 
     # the documented way out: a new run id; the same plan then draws new noise
     fresh = _deployment(tmp_path, keys, plan_a, "run-a2", "new-run")
@@ -166,7 +169,6 @@ def test_resume_with_another_noise_secret_is_refused(tmp_path):
     state = run.directory / "configs" / "state" / "node-1"
     assert state.stat().st_mode & 0o777 == 0o700
     assert (state / "checkpoint").stat().st_mode & 0o777 == 0o600
-    assert (state / "sent").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_state_folder_of_another_run_is_a_config_error(tmp_path):
