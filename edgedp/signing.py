@@ -1,4 +1,5 @@
-"""Plan signatures: Ed25519 (libsodium through PyNaCl) over a plan's hash.
+"""Plan and run signatures: Ed25519 (libsodium through PyNaCl) over a plan's hash, or over
+a run manifest (:func:`sign_document`).
 
 A plan's SHA-256 detects accidents, not tampering: whoever edits ``noise_multiplier`` can
 recompute the hash. The operator therefore signs plans with a planning key; devices pin
@@ -11,19 +12,39 @@ the plan, so signing does not change the hash (nor any stream key bound to it).
 >>> envelope = sign("ab" * 32, secret)
 >>> verify(envelope, "ab" * 32, public) == public
 True
+
+A document (a run manifest: what a run is, :mod:`firmware_py.trust`) is signed the same way
+over ``b"edgedp-run-v1\\0"`` + the SHA-256 of its canonical JSON (sorted keys, no spaces):
+
+>>> doc = {"run": "r1", "plan_hash": "ab" * 32}
+>>> verify_document(sign_document(doc, secret), doc, public) == public
+True
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
 import nacl.exceptions
 import nacl.signing
 
-__all__ = ["SignatureError", "generate_planner_key", "read_key", "sign", "verify", "write_keys"]
+__all__ = [
+    "SignatureError",
+    "canonical_json",
+    "generate_planner_key",
+    "read_key",
+    "sign",
+    "sign_document",
+    "verify",
+    "verify_document",
+    "write_keys",
+]
 
 _DOMAIN = b"edgedp-plan-v2\0"
+_RUN_DOMAIN = b"edgedp-run-v1\0"
 
 
 class SignatureError(ValueError):
@@ -46,14 +67,35 @@ def generate_planner_key() -> tuple[str, str]:
     return bytes(key).hex(), bytes(key.verify_key).hex()
 
 
-def sign(plan_hash: str, secret_hex: str) -> dict[str, str]:
-    """The signature envelope ``{"key": public_hex, "sig": signature_hex}`` of a plan hash."""
+def _sign(message: bytes, secret_hex: str) -> dict[str, str]:
     try:
         key = nacl.signing.SigningKey(bytes.fromhex(secret_hex))
     except (TypeError, ValueError, nacl.exceptions.CryptoError):
         raise SignatureError("The planning key is not a 32-byte Ed25519 seed in hex.") from None
-    signed = key.sign(_message(plan_hash))
+    signed = key.sign(message)
     return {"key": bytes(key.verify_key).hex(), "sig": signed.signature.hex()}
+
+
+def _verify(envelope, message: bytes, trusted_hex: str | None, what: str) -> str:
+    if not isinstance(envelope, dict) or set(envelope) != {"key", "sig"}:
+        raise SignatureError(f"The {what}'s signature is malformed (expected key and sig).")
+    try:
+        public = bytes.fromhex(str(envelope["key"]))
+        signature = bytes.fromhex(str(envelope["sig"]))
+        nacl.signing.VerifyKey(public).verify(message, signature)
+    except (ValueError, TypeError, nacl.exceptions.CryptoError):
+        raise SignatureError(f"The {what}'s signature does not verify: it was modified.") from None
+    if trusted_hex is not None and public.hex() != str(trusted_hex).lower():
+        raise SignatureError(
+            f"The {what} is signed by {public.hex()[:16]}…, not by the trusted planning key "
+            f"{str(trusted_hex)[:16]}…."
+        )
+    return public.hex()
+
+
+def sign(plan_hash: str, secret_hex: str) -> dict[str, str]:
+    """The signature envelope ``{"key": public_hex, "sig": signature_hex}`` of a plan hash."""
+    return _sign(_message(plan_hash), secret_hex)
 
 
 def verify(envelope, plan_hash: str, trusted_hex: str | None = None) -> str:
@@ -61,20 +103,29 @@ def verify(envelope, plan_hash: str, trusted_hex: str | None = None) -> str:
 
     With ``trusted_hex`` the signer must be that key. Raises :class:`SignatureError`.
     """
-    if not isinstance(envelope, dict) or set(envelope) != {"key", "sig"}:
-        raise SignatureError("The plan's signature is malformed (expected key and sig).")
+    return _verify(envelope, _message(plan_hash), trusted_hex, "plan")
+
+
+def canonical_json(doc: dict) -> bytes:
+    """The bytes a document's signature covers: JSON with sorted keys, no spaces, ASCII."""
     try:
-        public = bytes.fromhex(str(envelope["key"]))
-        signature = bytes.fromhex(str(envelope["sig"]))
-        nacl.signing.VerifyKey(public).verify(_message(plan_hash), signature)
-    except (ValueError, TypeError, nacl.exceptions.CryptoError):
-        raise SignatureError("The plan's signature does not verify: it was modified.") from None
-    if trusted_hex is not None and public.hex() != str(trusted_hex).lower():
-        raise SignatureError(
-            f"The plan is signed by {public.hex()[:16]}…, not by the trusted planning key "
-            f"{str(trusted_hex)[:16]}…."
-        )
-    return public.hex()
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise SignatureError(f"The document is not plain JSON ({exc}).") from None
+
+
+def _document_message(doc: dict) -> bytes:
+    return _RUN_DOMAIN + hashlib.sha256(canonical_json(doc)).digest()
+
+
+def sign_document(doc: dict, secret_hex: str) -> dict[str, str]:
+    """The signature envelope of a JSON document (a run manifest)."""
+    return _sign(_document_message(doc), secret_hex)
+
+
+def verify_document(envelope, doc: dict, trusted_hex: str | None = None) -> str:
+    """Check a document's signature envelope (as :func:`verify`); returns the signer's key."""
+    return _verify(envelope, _document_message(doc), trusted_hex, "run manifest")
 
 
 def write_keys(out: Path, name: str = "planner", *, force: bool = False) -> dict[str, str]:

@@ -37,6 +37,28 @@ def cmd_keys_gen(args) -> None:
     emit(args, info, text)
 
 
+def cmd_keys_anchors(args) -> None:
+    from edgedp import signing
+    from firmware_py import trust
+
+    try:
+        key = signing.read_key(Path(args.planner_key))
+        text = trust.anchors_text(key, max_epsilon=args.max_epsilon)
+    except (signing.SignatureError, trust.TrustError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    if out.exists():
+        raise UsageError(f"{out} exists: refusing to overwrite trust anchors")
+    out.write_text(text)
+    info = {"anchors_file": str(out), "planner_public_key": key, "max_epsilon": args.max_epsilon}
+    emit(
+        args,
+        info,
+        f"wrote {out}: install it once on each device as root: sudo install -D -o root -g root "
+        f"-m 0644 {out.name} {trust.ANCHORS}",
+    )
+
+
 def cmd_keys_planner(args) -> None:
     from edgedp import signing
 
@@ -106,8 +128,9 @@ def cmd_deploy(args) -> None:
         endpoints = deploy.read_endpoints(Path(args.endpoints), p.n)
         run_id = streams.validate_run_id(args.run_id or streams.new_run_id())
         planner = signing.read_key(Path(args.planner_key)) if args.planner_key else None
+        secret = signing.read_key(Path(args.sign)) if args.sign else None
         plan_bytes = Path(args.plan).read_bytes()
-        if planner is not None:  # the devices will refuse it otherwise: say so now
+        if planner is not None and secret is None:  # devices refuse it otherwise: say so now
             p = type(p).from_bytes(plan_bytes, trusted_key=planner)
     except PlanError as exc:
         raise RefusedError(f"--planner-key: {exc}") from None
@@ -122,12 +145,14 @@ def cmd_deploy(args) -> None:
             public_keys=public,
             out=Path(args.out),
             with_shards=args.write_shards,
+            signing_key=secret,
             planner_key=planner,
             run_id=run_id,
             max_epsilon=args.max_epsilon,
             round_timeout=args.round_timeout,
             root=args.device_root,
             command=args.agent_command,
+            force=args.force,
         )
     except (ValueError, OSError) as exc:
         raise UsageError(str(exc)) from None
@@ -137,13 +162,18 @@ def cmd_deploy(args) -> None:
         "plan_hash": p.plan_hash,
         "run_id": out["run_id"],
         "max_epsilon": out["max_epsilon"],
-        "signed": planner is not None,
+        "signed": out["signed"],
         "sealed_seed": deploy.needs_shared_seed(p),
     }
     text = (
         f"wrote {p.n} device folders for run {out['run_id']} to {args.out} "
         f"(copy node-U/* to device U's {args.device_root}; budget max_epsilon="
-        f"{out['max_epsilon']:.6g}{', plan signature pinned' if planner else ''})"
+        f"{out['max_epsilon']:.6g} at delta 1e-06 against the worst adversary; "
+        + (
+            "plan and run manifest signed: devices with trust anchors run it)"
+            if out["signed"]
+            else "NOT signed (--sign): devices with trust anchors refuse it)"
+        )
     )
     emit(args, payload, text)
 
@@ -209,6 +239,19 @@ def register(sub, add) -> None:
         "a secret whose ledger was lost; its runs cannot continue, deploy a new run",
     )
     p.set_defaults(func=cmd_keys_gen)
+    p = keysub.add_parser(
+        "anchors", help="the trust anchors file to install once on each device, as root"
+    )
+    add_output_flags(p)
+    p.add_argument("--planner-key", required=True, help="planning public key file (keys planner)")
+    p.add_argument(
+        "--max-epsilon",
+        type=float,
+        help="no run may spend more than this epsilon on the device (default: no ceiling "
+        "beyond each run's signed budget)",
+    )
+    p.add_argument("--out", required=True, help="file to write (install it as /etc/edgedp/...)")
+    p.set_defaults(func=cmd_keys_anchors)
     p = keysub.add_parser("planner", help="once, for the operator: the plan-signing key")
     add_output_flags(p)
     p.add_argument("--out", required=True, help="folder")
@@ -233,9 +276,20 @@ def register(sub, add) -> None:
         help="also split the plan's task dataset into each device's shard.npz",
     )
     p.add_argument(
+        "--sign",
+        metavar="KEY",
+        help="the planning secret key file (keys planner): signs the plan and the run "
+        "manifest (plan, run id, node keys, budget) that devices with trust anchors demand",
+    )
+    p.add_argument(
         "--planner-key",
-        help="the planning public key file (keys planner): the plan must be signed by it "
-        "and every device refuses plans not signed by it",
+        help="for devices without trust anchors: pin this planning public key in node.toml "
+        "(the plan must be signed by it)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the device folders an earlier deployment wrote to --out",
     )
     p.add_argument("--round-timeout", type=float, default=10.0, help="seconds (default 10)")
     p.add_argument(

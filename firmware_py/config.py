@@ -24,6 +24,7 @@ kind = "logistic"                          # must match the plan's task model
 
 [run]
 id = "9f2c..."                             # run id shared by all nodes (edgedp deploy writes it)
+# manifest = "run.manifest"                # the run as the operator signed it (default)
 checkpoint_dir = "state/node-3"
 metrics = "state/node-3/metrics.jsonl"
 final_model = "state/node-3/final.npy"
@@ -91,6 +92,7 @@ DATA_KEYS = ("shard",)
 MODEL_KEYS = ("kind", "file")
 RUN_KEYS = (
     "id",
+    "manifest",
     "checkpoint_dir",
     "metrics",
     "final_model",
@@ -156,6 +158,7 @@ class NodeConfig:
     delta: float
     neighbours: tuple[Neighbour, ...]
     max_memory: int | None = None  # bytes (run.max_memory_mb); None: no limit
+    manifest: Path | None = None  # run.manifest: the signed run (firmware_py.trust)
 
     @property
     def reproducible(self) -> bool:
@@ -334,6 +337,7 @@ def load(path: str | Path) -> NodeConfig:
         model_kind=_get(raw, "model", "kind", str, ""),
         model_file=rel(model_file) if model_file is not None else None,
         checkpoint_dir=rel(state),
+        manifest=rel(_get(raw, "run", "manifest", str, "run.manifest")),
         metrics=rel(_get(raw, "run", "metrics", str, str(Path(state) / "metrics.jsonl"))),
         final_model=rel(_get(raw, "run", "final_model", str, str(Path(state) / "final.npy"))),
         dropout_rule=rule,

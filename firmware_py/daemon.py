@@ -62,6 +62,7 @@ import logging
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import zmq
@@ -69,8 +70,9 @@ import zmq
 from edgedp import rounds, sketch_adaptive
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, logs, resources
-from firmware_py.startup import (
+from firmware_py import checkpoint, config, logs, resources, trust
+from firmware_py.claim import checkpoint_body
+from firmware_py.exits import (
     EXIT_CONFIG,
     EXIT_DEGRADED,
     EXIT_DIVERGED,
@@ -79,10 +81,8 @@ from firmware_py.startup import (
     EXIT_PLAN,
     EXIT_UNSAFE,
     RefusedError,
-    Started,
-    checkpoint_body,
-    start,
 )
+from firmware_py.startup import Started, start
 
 __all__ = [
     "EXIT_CONFIG",
@@ -374,14 +374,23 @@ class Device:
         return EXIT_OK
 
 
-def run(cfg: config.NodeConfig, *, rollback: bool = False, logger=None) -> int:
+def run(
+    cfg: config.NodeConfig,
+    *,
+    rollback: bool = False,
+    logger=None,
+    anchors: Path = trust.ANCHORS,
+    lab: bool = False,
+) -> int:
     """Run the node until its rounds are done; returns the exit status.
 
     ``rollback``: resume from the newest usable checkpoint and sit out the rounds already
-    sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`."""
+    sent from it (:mod:`firmware_py.recovery`). ``logger``: default :func:`logs.setup`.
+    ``anchors``, ``lab``: the trust anchors' file and the laboratory setting
+    (:mod:`firmware_py.trust`)."""
     logger = logger or logs.setup(cfg.id)
     resources.no_core_dumps()
-    started = start(cfg, rollback=rollback, logger=logger)
+    started = start(cfg, rollback=rollback, logger=logger, anchors=anchors, lab=lab)
     agent = started.agent
     stop = {"signal": 0}
 
@@ -449,6 +458,18 @@ def main(argv=None) -> int:
         "from it (after exit 4 names this option)",
     )
     ap.add_argument(
+        "--anchors",
+        type=Path,
+        default=trust.ANCHORS,
+        help=f"the device's trust anchors, installed by root (default {trust.ANCHORS})",
+    )
+    ap.add_argument(
+        "--lab",
+        action="store_true",
+        help="laboratory setting, logged: private plans run without trust anchors, and "
+        "anchors this user could change are accepted",
+    )
+    ap.add_argument(
         "--log-format",
         choices=logs.FORMATS,
         default="text",
@@ -459,7 +480,7 @@ def main(argv=None) -> int:
     try:
         cfg = config.load(args.config)
         logger = logs.setup(cfg.id, fmt=args.log_format)
-        return run(cfg, rollback=args.rollback, logger=logger)
+        return run(cfg, rollback=args.rollback, logger=logger, anchors=args.anchors, lab=args.lab)
     except config.ConfigError as exc:
         logs.event(logger, logging.ERROR, "config", f"config error: {exc}")
         return EXIT_CONFIG

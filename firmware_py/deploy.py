@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import zmq.auth
 
-from edgedp import algorithms, keys, streams
+from edgedp import algorithms, keys, signing, streams
 from edgedp.accounting import budget
 from edgedp.plan import NoisePlan
-from firmware_py import checkpoint, ledger
+from firmware_py import checkpoint, ledger, trust
 
 __all__ = [
     "LocalRun",
@@ -99,11 +99,24 @@ def read_endpoints(path: Path, n: int) -> dict[int, str]:
         if not k.isdigit() or not isinstance(v, str) or not v.startswith("tcp://"):
             raise ValueError(f'{path}: bad entry {k} = {v!r}; expected NODE_ID = "tcp://HOST:PORT"')
         out[int(k)] = v
-    if set(out) != set(range(n)):
+    missing, extra = sorted(set(range(n)) - set(out)), sorted(set(out) - set(range(n)))
+    if missing or extra:
         raise ValueError(
-            f"{path}: expected endpoints for nodes 0..{n - 1}, missing "
-            f"{sorted(set(range(n)) - set(out))}"
+            f"{path}: the plan has nodes 0..{n - 1}; "
+            + "; ".join(
+                part
+                for part in (
+                    f"no endpoint for {missing}" if missing else "",
+                    f"endpoints for nodes it does not have: {extra}" if extra else "",
+                )
+                if part
+            )
         )
+    shared = {v: sorted(u for u in out if out[u] == v) for v in out.values()}
+    twice = {v: us for v, us in shared.items() if len(us) > 1}
+    if twice:
+        v, us = next(iter(twice.items()))
+        raise ValueError(f"{path}: nodes {us} share the endpoint {v}; each needs its own")
     return out
 
 
@@ -266,7 +279,7 @@ def write_configs(
             sealed_seed=(sealed_seeds or {}).get(u),
         )
         p = out / f"node-{u}.toml"
-        p.write_text(text)
+        _private(p, text.encode())
         paths.append(p)
     return paths
 
@@ -278,17 +291,40 @@ AGENT_COMMAND = "/usr/local/bin/edgedp-agent"
 
 
 def systemd_unit(
-    *, root: str = DEVICE_ROOT, command: str = AGENT_COMMAND, description: str = ""
+    *,
+    root: str = DEVICE_ROOT,
+    command: str = AGENT_COMMAND,
+    description: str = "",
+    ledger: str = "keys/node.noise.ledger",
+    allow: Sequence[str] = (),
 ) -> str:
-    """The hardened systemd unit (``firmware_py/edgedp-agent.service``) for one device."""
+    """The hardened systemd unit (``firmware_py/edgedp-agent.service``) for one device:
+    writable only ``root/state`` and the release ledger ``root/ledger``; network traffic
+    only with the ``allow`` addresses (the neighbours') and the loopback, or any address
+    when the list is empty or names a host instead of an IP address."""
+    import ipaddress
     from importlib import resources
     from string import Template
 
     for name, value in (("root", root), ("command", command)):
         if not value.startswith("/") or any(c in value for c in " \n\"'$%"):
             raise ValueError(f"Expected {name}={value!r} to be an absolute path without spaces.")
+    if ledger.startswith("/") or any(c in ledger for c in " \n\"'$%") or ".." in ledger:
+        raise ValueError(f"Expected ledger={ledger!r} to be a relative path below root.")
+    try:
+        ips = [str(ipaddress.ip_address(a)) for a in allow]
+    except ValueError:
+        ips = []  # a host name: systemd's allow-list takes addresses only
+    addresses = "any" if not ips else " ".join(["localhost", *ips])
     template = resources.files("firmware_py").joinpath("edgedp-agent.service").read_text()
-    return Template(template).substitute(root=root, command=command, description=description)
+    return Template(template).substitute(
+        root=root,
+        command=command,
+        description=description,
+        ledger=ledger,
+        anchors=str(trust.ANCHORS),
+        addresses=addresses,
+    )
 
 
 def needs_shared_seed(plan: NoisePlan) -> bool:
@@ -308,6 +344,39 @@ def sealed_seeds(plan: NoisePlan, public_keys: dict[int, str]) -> dict[int, str]
     }
 
 
+def _private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` readable by its owner only (0600, also over an old file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(data)
+
+
+def signed_run(
+    plan: NoisePlan,
+    plan_bytes: bytes,
+    signing_key: str,
+    *,
+    run_id: str,
+    public_keys: dict,
+    max_epsilon: float,
+    delta: float,
+) -> tuple[bytes, bytes]:
+    """The plan file signed with ``signing_key`` and the run manifest it signs
+    (:mod:`firmware_py.trust`): this plan, this run, every node's key, the budget."""
+    loaded = NoisePlan.from_bytes(plan_bytes)
+    if loaded.plan_hash != plan.plan_hash:
+        raise ValueError("the plan bytes are not the plan's")
+    manifest = trust.RunManifest(
+        plan_hash=plan.plan_hash,
+        run=run_id,
+        nodes={u: public_keys[u] for u in range(plan.n)},
+        max_epsilon=float(max_epsilon),
+        delta=float(delta),
+    )
+    return loaded.to_bytes(signing_key=signing_key), manifest.signed(signing_key)
+
+
 def write_device_folders(
     plan_bytes: bytes,
     plan: NoisePlan,
@@ -316,6 +385,7 @@ def write_device_folders(
     public_keys: dict[int, str],
     out: Path,
     with_shards: bool = False,
+    signing_key: str | None = None,
     planner_key: str | None = None,
     run_id: str | None = None,
     max_epsilon: float | None = None,
@@ -324,6 +394,7 @@ def write_device_folders(
     startup_timeout: float = 120.0,
     root: str = DEVICE_ROOT,
     command: str = AGENT_COMMAND,
+    force: bool = False,
 ) -> dict:
     """One folder ``out/node-U`` per device with everything it needs besides its own keys.
 
@@ -331,27 +402,47 @@ def write_device_folders(
     device's ``root`` as is), ``run.plan``, ``edgedp-agent.service`` (the hardened systemd
     unit for ``root``), ``shard.npz`` (see below), and ``model.onnx`` for ONNX
     plans (hash-checked against the plan on the device); ``with_shards`` adds each node's
-    shard of the plan's task as ``shard.npz``. The device's keys are generated on
-    the device (``edgedp keys gen --out keys --name node-U`` in ``root``); only its public
-    key comes back to the operator. Returns the run id, the budget and the folders.
+    shard of the plan's task as ``shard.npz``. With ``signing_key`` (the operator's planning
+    key) the plan is signed and ``run.manifest`` says what the run is, signed too: devices
+    with trust anchors run nothing else (:mod:`firmware_py.trust`). Every file is 0600 and
+    every folder 0700 (the operator installs them with the modes the device needs). The
+    device's keys are generated on the device (``edgedp keys gen --out keys --name node-U``
+    in ``root``); only its public key comes back to the operator. An ``out`` that already
+    holds device folders is refused unless ``force``: a deployment is a run. Returns the run
+    id, the budget and the folders.
     """
+    out = Path(out)
+    earlier = sorted(out.glob("node-*/node.toml")) if out.exists() else []
+    if earlier and not force:
+        raise FileExistsError(
+            f"{out} already holds device folders (a deployment of its own run): write the "
+            "new run's folders elsewhere, or pass --force to replace them"
+        )
     run_id, max_epsilon = _run_settings(plan, True, run_id, max_epsilon, delta)
+    manifest = None
+    if signing_key is not None:
+        plan_bytes, manifest = signed_run(
+            plan, plan_bytes, signing_key, run_id=run_id, public_keys=public_keys,
+            max_epsilon=max_epsilon, delta=delta,
+        )  # fmt: skip
     seeds = sealed_seeds(plan, public_keys)
     model_path = None
     if plan.task.model.startswith("onnx:"):
         model_path = Path(plan.task.model.removeprefix("onnx:").partition("@")[0])
     shard_files = None
     if with_shards:
-        shard_files = write_shards(plan, Path(out) / ".shards")
+        shard_files = write_shards(plan, out / ".shards")
     folders = []
     for u in range(plan.n):
-        folder = Path(out) / f"node-{u}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "run.plan").write_bytes(plan_bytes)
+        folder = out / f"node-{u}"
+        checkpoint.private_folder(folder)
+        _private(folder / "run.plan", plan_bytes)
+        if manifest is not None:
+            _private(folder / "run.manifest", manifest)
         if shard_files is not None:
-            os.replace(shard_files[u], folder / "shard.npz")
+            _private(folder / "shard.npz", shard_files[u].read_bytes())
         if model_path is not None:
-            shutil.copyfile(model_path, folder / "model.onnx")
+            _private(folder / "model.onnx", model_path.read_bytes())
         text = node_config(
             plan,
             u,
@@ -369,16 +460,37 @@ def write_device_folders(
             max_epsilon=max_epsilon,
             delta=delta,
             run_id=run_id,
-            planner_key=planner_key,
+            planner_key=None if signing_key is not None else planner_key,
             sealed_seed=None if seeds is None else seeds[u],
         )
-        (folder / "node.toml").write_text(text)
-        unit = systemd_unit(root=root, command=command, description=f"(node {u}, run {run_id})")
-        (folder / "edgedp-agent.service").write_text(unit)
+        _private(folder / "node.toml", text.encode())
+        unit = systemd_unit(
+            root=root,
+            command=command,
+            description=f"(node {u}, run {run_id})",
+            ledger=f"keys/node-{u}.noise.ledger",
+            allow=_addresses(endpoints, plan.share(u).neighbours, u),
+        )
+        _private(folder / "edgedp-agent.service", unit.encode())
         folders.append(folder)
     if shard_files is not None:
-        shutil.rmtree(Path(out) / ".shards", ignore_errors=True)
-    return {"run_id": run_id, "max_epsilon": max_epsilon, "folders": folders}
+        shutil.rmtree(out / ".shards", ignore_errors=True)
+    return {
+        "run_id": run_id,
+        "max_epsilon": max_epsilon,
+        "folders": folders,
+        "signed": manifest is not None,
+    }
+
+
+def _addresses(endpoints: dict[int, str], neighbours, u: int) -> list[str]:
+    """The IP addresses of node ``u``'s neighbours (its unit's network allow-list)."""
+    hosts = []
+    for v in sorted(set(neighbours) - {u}):
+        host = endpoints[v].removeprefix("tcp://").rsplit(":", 1)[0].strip("[]")
+        if host not in hosts:
+            hosts.append(host)
+    return hosts
 
 
 def free_ports(count: int) -> list[int]:
@@ -396,10 +508,14 @@ def free_ports(count: int) -> list[int]:
 
 @dataclass
 class LocalRun:
+    """Agents of one plan on 127.0.0.1. ``anchors``: the trust anchors' file they are
+    started with (a laboratory one, ``--lab``: owned by the user who runs them)."""
+
     directory: Path
     configs: list[Path]
     processes: list[subprocess.Popen]
     plan: NoisePlan | None = None
+    anchors: Path | None = None
 
     def wait(self, timeout: float) -> list[int | None]:
         """Every node's exit status (None for a node this run did not start)."""
@@ -420,8 +536,17 @@ class LocalRun:
         """(Re)start node ``u``'s agent with extra daemon ``args`` (e.g. ``--log-format
         json``); ``preexec_fn`` runs in the child before it starts (e.g. resource limits)."""
         log = open(self.directory / f"node-{u}.log", "ab")
+        trust_args = ["--anchors", str(self.anchors), "--lab"] if self.anchors else []
         proc = subprocess.Popen(
-            [sys.executable, "-m", "firmware_py.daemon", "--config", str(self.configs[u]), *args],
+            [
+                sys.executable,
+                "-m",
+                "firmware_py.daemon",
+                "--config",
+                str(self.configs[u]),
+                *trust_args,
+                *args,
+            ],
             stdout=log,
             stderr=log,
             cwd=self.directory,
@@ -476,8 +601,15 @@ def local_run(
     ``directory`` or a plan naming a relative ``onnx:`` file works. With ``private_noise``
     every agent gets its own keys, a fresh run id and — for shared-seed plans — the run's
     seed sealed to its key. ``start`` lists the nodes to launch (default: all); the others
-    are left for the caller (``LocalRun.start(u)``, or a test playing that node itself)."""
-    plan = NoisePlan.from_bytes(Path(plan_file).read_bytes(), gram=True)
+    are left for the caller (``LocalRun.start(u)``, or a test playing that node itself).
+
+    Agents are started with the trust anchors ``directory/anchors.toml`` (``--anchors``,
+    ``--lab``: the file is this user's). With ``private_noise`` it names a planning key made
+    for the run (``directory/ops``), the plan is signed with it and ``configs/run.manifest``
+    says what the run is, as ``edgedp deploy --sign`` does; with plan-seed noise there are
+    no anchors (nothing private to protect)."""
+    plan_bytes = Path(plan_file).read_bytes()
+    plan = NoisePlan.from_bytes(plan_bytes, gram=True)
     directory = Path(directory).resolve()
     checkpoint.private_folder(directory / "keys")
     keys = {u: generate_keys(directory / "keys", f"node-{u}", force=True) for u in range(plan.n)}
@@ -488,8 +620,24 @@ def local_run(
     model = None
     if plan.task.model.startswith("onnx:"):
         model = str(Path(plan.task.model.removeprefix("onnx:").partition("@")[0]).resolve())
+    plan_path = Path(plan_file).resolve()
+    run_id = streams.new_run_id() if private_noise else None
+    anchors = directory / "anchors.toml"
+    if private_noise:  # a laboratory trust chain: a planning key, the anchors, a signed run
+        ops = signing.write_keys(directory / "ops", force=True)
+        secret = signing.read_key(Path(ops["secret_key_file"]))
+        anchors.write_text(trust.anchors_text(ops["public_key"]))
+        ceiling, _ = budget.device_epsilon(plan, delta=1e-6)
+        plan_bytes, manifest = signed_run(
+            plan, plan_bytes, secret, run_id=run_id, public_keys=public,
+            max_epsilon=ceiling, delta=1e-6,
+        )  # fmt: skip
+        plan_path = directory / "run.plan"
+        plan_path.write_bytes(plan_bytes)
+        checkpoint.private_folder(directory / "configs")
+        _private(directory / "configs" / "run.manifest", manifest)
     configs = write_configs(
-        Path(plan_file).resolve(),
+        plan_path,
         plan,
         endpoints=endpoints,
         public_keys=public,
@@ -499,10 +647,11 @@ def local_run(
         shards={u: str(s.resolve()) for u, s in enumerate(shards)},
         round_timeout=round_timeout,
         startup_timeout=startup_timeout,
+        run_id=run_id,
         model_files=None if model is None else dict.fromkeys(range(plan.n), model),
         sealed_seeds=sealed_seeds(plan, public) if private_noise else None,
     )
-    run = LocalRun(directory, configs, [None] * plan.n, plan)
+    run = LocalRun(directory, configs, [None] * plan.n, plan, anchors)
     for u in range(plan.n) if start is None else sorted(start):
         run.start(u)
     return run

@@ -171,10 +171,11 @@ def open_fd(path, flags: int, mode: int = 0o600) -> int:
 
 def no_core_dumps() -> None:
     """Make this process leave no core dump: its memory holds the noise secret, the CURVE
-    secret key and shared seeds. ``RLIMIT_CORE`` 0 (no core file) and, on Linux,
-    ``PR_SET_DUMPABLE`` 0, which also keeps core-dump helpers fed through a pipe
-    (systemd-coredump, apport) and ptrace by other processes of the same user away."""
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    secret key and shared seeds. The soft ``RLIMIT_CORE`` 0 (no core file; the unit also
+    sets the hard one, ``LimitCORE=0``) and, on Linux, ``PR_SET_DUMPABLE`` 0, which also
+    keeps core-dump helpers fed through a pipe (systemd-coredump, apport) and ptrace by
+    other processes of the same user away. A program it starts gets neither (execve)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):

@@ -7,8 +7,9 @@ stream key from (secret, plan hash, run id) (:mod:`edgedp.streams`), builds the
 its release ledger's: one agent per folder and per secret), claims the run's stream in the
 release ledger (:mod:`firmware_py.ledger`) and resumes from the newest usable checkpoint
 (:mod:`firmware_py.recovery`) — only from a state that repeats the last round the ledger
-recorded as released bit for bit, or is past it. A refusal is a :class:`RefusedError`
-carrying the exit status (module docstring of :mod:`firmware_py.daemon`).
+recorded as released bit for bit, or is past it (:mod:`firmware_py.claim`). A refusal is a
+:class:`~firmware_py.exits.RefusedError` carrying the exit status (module docstring of
+:mod:`firmware_py.daemon`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ from edgedp.accounting import budget
 from edgedp.agent import Agent
 from edgedp.errors import PlanError
 from edgedp.plan import NodeShare, NoisePlan
-from firmware_py import checkpoint, config, device_keys, ledger, logs, recovery, resources
+from firmware_py import claim, config, device_keys, ledger, logs, recovery, resources, trust
+from firmware_py.exits import (
+    EXIT_CONFIG,
+    EXIT_DEGRADED,
+    EXIT_DIVERGED,
+    EXIT_IO,
+    EXIT_OK,
+    EXIT_PLAN,
+    EXIT_UNSAFE,
+    RefusedError,
+)
 
 __all__ = [
     "EXIT_CONFIG",
@@ -39,22 +50,6 @@ __all__ = [
     "Started",
     "start",
 ]
-
-EXIT_OK, EXIT_CONFIG, EXIT_PLAN, EXIT_UNSAFE = 0, 2, 3, 4
-EXIT_DIVERGED = 5  # the round's message would be non-finite; nothing was sent
-EXIT_IO = 6  # a file or the port could not be opened at start (later failures are retried)
-EXIT_DEGRADED = 7  # done, but a neighbour never came or too many messages were missing
-
-#: Attempts of each durable write at start (about 6 s of backoff) before exit 6.
-START_TRIES = 8
-#: What a refusal to resume names as the ways out (docs/DEVICES.md, "Resume").
-NEW_RUN = "or deploy a new run (`edgedp deploy`: a new run id)"
-
-
-class RefusedError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +65,7 @@ class Inputs:
     y: np.ndarray
     epsilon: float
     against: str
+    budget: trust.Budget
 
 
 @dataclass(slots=True)
@@ -84,14 +80,40 @@ class Started:
     kept: int  # freed memory kept for the next round (bytes)
 
 
-def load_inputs(cfg: config.NodeConfig) -> Inputs:
-    """The plan (re-certified, pinned, within budget), this node's share, its keys and data."""
+def _keys(cfg: config.NodeConfig) -> tuple[bytes, bytes]:
+    try:
+        public, secret = zmq.auth.load_certificate(cfg.key_file)
+    except (OSError, ValueError) as exc:
+        raise config.ConfigError(f"node.key_file {cfg.key_file}: {exc}") from None
+    if secret is None:
+        raise config.ConfigError(f"node.key_file {cfg.key_file} holds no secret key")
+    return public, secret
+
+
+def _trusted_key(cfg: config.NodeConfig, anchors: trust.Anchors | None) -> str | None:
+    """The planning key plans must be signed by: the anchors', else node.toml's (lab)."""
+    if anchors is None:
+        return cfg.plan_public_key or None
+    if cfg.plan_public_key and cfg.plan_public_key != anchors.planner_key:
+        raise config.ConfigError(
+            f"plan.public_key in node.toml is not the planning key of the trust anchors "
+            f"{anchors.path}: remove it (the anchors decide)"
+        )
+    return anchors.planner_key
+
+
+def load_inputs(
+    cfg: config.NodeConfig, *, anchors: trust.Anchors | None = None, lab: bool = False
+) -> Inputs:
+    """The plan (re-certified, pinned, signed by the anchored key, named by the signed run
+    manifest, within budget), this node's share, its keys and data."""
+    public, secret = _keys(cfg)
     try:
         size = cfg.plan_file.stat().st_size
         footprint.check(2 * size, cfg.max_memory, f"a plan file of {size:,} bytes")
         plan = NoisePlan.from_bytes(
             cfg.plan_file.read_bytes(),
-            trusted_key=cfg.plan_public_key or None,
+            trusted_key=_trusted_key(cfg, anchors),
             max_memory=cfg.max_memory,
         )
     except OSError as exc:
@@ -120,19 +142,17 @@ def load_inputs(cfg: config.NodeConfig) -> Inputs:
             f"[[neighbours]] lists {sorted(have)} but the plan's topology "
             f"gives node {cfg.id} the neighbours {sorted(want)}"
         )
-    eps, against = budget.device_epsilon(plan, delta=cfg.delta, adversary=cfg.adversary)
-    if eps > cfg.max_epsilon:
+    try:
+        limit = trust.run_budget(cfg, plan, public.decode(), anchors, lab=lab)
+    except trust.TrustError as exc:
+        raise RefusedError(EXIT_PLAN, str(exc)) from None
+    eps, against = budget.device_epsilon(plan, delta=limit.delta, adversary=limit.adversary)
+    if eps > limit.max_epsilon:
         raise RefusedError(
             EXIT_PLAN,
-            f"the plan spends epsilon={eps:.4g} against {against}, "
-            f"over this device's run.max_epsilon={cfg.max_epsilon:g}",
+            f"the plan spends epsilon={eps:.4g} (delta={limit.delta:g}) against {against}, "
+            f"over this device's budget {limit.max_epsilon:g} (set by {limit.source})",
         )
-    try:
-        public, secret = zmq.auth.load_certificate(cfg.key_file)
-    except (OSError, ValueError) as exc:
-        raise config.ConfigError(f"node.key_file {cfg.key_file}: {exc}") from None
-    if secret is None:
-        raise config.ConfigError(f"node.key_file {cfg.key_file} holds no secret key")
     if cfg.reproducible:
         noise_secret = rng.seed_secret(plan.seed)
     else:
@@ -143,7 +163,7 @@ def load_inputs(cfg: config.NodeConfig) -> Inputs:
         if len(noise_secret) < 32:
             raise config.ConfigError("node.noise_secret_file must hold at least 32 secret bytes")
     x, y = _shard(cfg)
-    return Inputs(plan, share, public, secret, noise_secret, x, y, eps, against)
+    return Inputs(plan, share, public, secret, noise_secret, x, y, eps, against, limit)
 
 
 def _shard(cfg: config.NodeConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -205,105 +225,37 @@ def _agent(cfg: config.NodeConfig, inputs: Inputs) -> Agent:
         ) from None
 
 
-def open_ledger(cfg: config.NodeConfig, inputs: Inputs) -> ledger.ReleaseLedger:
-    """The release ledger of this device's noise secret, locked, with the secret file locked
-    too; for plan-seed runs (no secret) one in the state folder, made at the first start."""
-    if cfg.reproducible:
-        path = cfg.checkpoint_dir / "releases"
-        if not path.exists():
-            ledger.create(path, inputs.noise_secret, slot=4096)
-    else:
-        assert cfg.noise_secret_file is not None and cfg.ledger_file is not None
-        if resources.hold_lock(cfg.noise_secret_file, create=False) is None:
-            raise RefusedError(
-                EXIT_UNSAFE,
-                f"another edgedp-agent uses the noise secret {cfg.noise_secret_file} (it holds "
-                "the secret's lock): two agents with one secret would send one noise draw twice",
-            )
-        path = cfg.ledger_file
-    try:
-        return ledger.ReleaseLedger(path, inputs.noise_secret)
-    except ledger.LedgerError as exc:
-        raise RefusedError(EXIT_UNSAFE, f"{exc}. {_lost_ledger(cfg)}") from None
-
-
-def _lost_ledger(cfg: config.NodeConfig) -> str:
-    name = Path(cfg.noise_secret_file or "node.noise").name.removesuffix(".noise")
-    return (
-        "If it was lost or damaged, this noise secret can no longer be used safely: make a new "
-        f"one (`edgedp keys gen --noise --force --out keys --name {name}`) and deploy a new run"
-    )
-
-
-def _resume(cfg: config.NodeConfig, agent: Agent, rollback: bool, mark) -> recovery.Resumed:
-    try:
-        return recovery.resume(
-            agent,
-            cfg.checkpoint_dir,
-            sent=None if mark is None or mark.round < 0 else mark.round,
-            rollback=rollback,
-            command=f"edgedp-agent --config {cfg.path} --rollback",
-        )
-    except recovery.RecoveryError as exc:
-        raise RefusedError(EXIT_UNSAFE, f"{exc} {NEW_RUN[0].upper() + NEW_RUN[1:]}.") from None
-    except (PlanError, NotImplementedError) as exc:
-        raise RefusedError(EXIT_UNSAFE, f"{cfg.checkpoint_dir / 'checkpoint'}: {exc}") from None
-
-
-def _check_marks(cfg, resumed: recovery.Resumed, mark, book: ledger.ReleaseLedger) -> None:
-    """Refuse a state folder the ledger does not account for: one of a run the ledger never
-    claimed, or a checkpoint saved after a round the ledger does not record."""
-    if mark is None and resumed.source != "fresh":
-        raise RefusedError(
-            EXIT_UNSAFE,
-            f"the state folder {cfg.checkpoint_dir} holds this run's state but the release "
-            f"ledger {book.path} has no record of the run: the ledger was replaced or put back "
-            f"from an older copy. {_lost_ledger(cfg)}",
-        )
-    released = (resumed.snapshot or {}).get("released")
-    if mark is None or not isinstance(released, dict):
-        return
-    rnd, message = released.get("round"), released.get("message")
-    if not isinstance(rnd, int) or (
-        rnd > mark.round or rnd == mark.round >= 0 and message != mark.message.hex()
-    ):
-        raise RefusedError(
-            EXIT_UNSAFE,
-            f"the checkpoint was saved after round {rnd} was released but the release ledger "
-            f"{book.path} records round {mark.round}: the ledger was put back from an older "
-            f"copy. {_lost_ledger(cfg)}",
-        )
-
-
-def checkpoint_body(agent: Agent, run: str, mark: ledger.Mark | None) -> dict:
-    """The checkpoint of ``agent`` (between rounds) of run ``run`` with the last round
-    released so far (``mark``), against which a restart checks the release ledger."""
-    released = {"round": -1, "message": ""}
-    if mark is not None and mark.round >= 0:
-        released = {"round": mark.round, "message": mark.message.hex()}
-    return {**agent.snapshot(), "run": run, "released": released}
-
-
-def _check_run(cfg: config.NodeConfig) -> None:
-    """A state folder whose checkpoint belongs to another run is a configuration error."""
-    for name in ("checkpoint", "checkpoint.prev"):
-        try:
-            body = checkpoint.load(cfg.checkpoint_dir / name)
-        except checkpoint.CheckpointError:
-            continue  # damaged: recovery decides
-        run = (body or {}).get("run")
-        if isinstance(run, str) and run != cfg.run_id:
-            raise config.ConfigError(
-                f"the state folder {cfg.checkpoint_dir} holds run {run!r} but this config is "
-                f"for run {cfg.run_id!r}: give the new run an empty run.checkpoint_dir"
-            )
-
-
-def start(cfg: config.NodeConfig, *, rollback: bool, logger: logging.Logger) -> Started:
+def start(
+    cfg: config.NodeConfig,
+    *,
+    rollback: bool,
+    logger: logging.Logger,
+    anchors: Path = trust.ANCHORS,
+    lab: bool = False,
+) -> Started:
     """Everything before the first round (module docstring); raises RefusedError or
-    config.ConfigError, or OSError for a file or folder that cannot be opened."""
+    config.ConfigError, or OSError for a file or folder that cannot be opened.
+    ``anchors``: the trust anchors' file; ``lab``: the laboratory setting (no anchors
+    needed, anchors the agent's user may change accepted; logged)."""
     kept = resources.keep_freed_memory()  # before the round's arrays are first allocated
-    inputs = load_inputs(cfg)
+    try:
+        anchored = trust.load_anchors(anchors, lab=lab)
+    except trust.TrustError as exc:
+        raise RefusedError(EXIT_PLAN, str(exc)) from None
+    if lab:
+        logs.event(
+            logger,
+            logging.WARNING,
+            "lab",
+            "laboratory setting (--lab): "
+            + (
+                f"no trust anchors at {anchors}: plans and runs are not checked against an "
+                "operator's key"
+                if anchored is None
+                else f"trust anchors {anchors} accepted even if this user could change them"
+            ),
+        )
+    inputs = load_inputs(cfg, anchors=anchored, lab=lab)
     if cfg.reproducible:
         logs.event(
             logger, logging.WARNING, "not-private", "noise derived from the plan seed: NOT private"
@@ -318,41 +270,16 @@ def start(cfg: config.NodeConfig, *, rollback: bool, logger: logging.Logger) -> 
         + (
             "no privacy (plan-seed noise)"
             if cfg.reproducible
-            else f"epsilon={inputs.epsilon:.6g} against {inputs.against}; "
-            f"budget run.max_epsilon={cfg.max_epsilon:g}"
+            else f"epsilon={inputs.epsilon:.6g} (delta={inputs.budget.delta:g}) against "
+            f"{inputs.against}; budget {inputs.budget.max_epsilon:g} "
+            f"(set by {inputs.budget.source})"
         ),
         plan_hash=plan.plan_hash,
         run=cfg.run_id,
         epsilon=None if cfg.reproducible else inputs.epsilon,
         adversary=None if cfg.reproducible else inputs.against,
     )
-    checkpoint.private_folder(cfg.checkpoint_dir)
-    if resources.hold_lock(cfg.checkpoint_dir / "lock") is None:  # held until this exits
-        raise RefusedError(
-            EXIT_UNSAFE,
-            f"another edgedp-agent runs on the state folder {cfg.checkpoint_dir} (it holds "
-            "its lock): two agents on one folder would send rounds twice; stop it first",
-        )
-    checkpoint.remove_temporaries(cfg.checkpoint_dir)  # left by a writer killed mid-write
-    _check_run(cfg)
-    book = open_ledger(cfg, inputs)
-    stream = ledger.stream_id(plan.plan_hash, cfg.run_id, cfg.id)
-    mark = book.mark(stream)
-    resumed = _resume(cfg, agent, rollback, mark)
-    _check_marks(cfg, resumed, mark, book)
-    # renames a killed predecessor made but did not fsync are durable before anything is
-    # recorded as sent (checkpoint saves in place rely on it)
-    checkpoint.sync_folder(cfg.checkpoint_dir)
-    log = logs.TextAdapter(logger)
-    if mark is None:  # durable before any noise of the stream leaves the device
-        resources.retry("release ledger", lambda: book.claim(stream), log=log, attempts=START_TRIES)
-    # the state the first round starts from, durable before it is sent: a state folder
-    # that cannot be written (a full disk) is an exit 6 here, not a run that stalls later
-    body = checkpoint_body(agent, cfg.run_id, book.mark(stream))
-    path = cfg.checkpoint_dir / "checkpoint"
-    resources.retry(
-        "checkpoint", lambda: checkpoint.save(path, body), log=log, attempts=START_TRIES
-    )
+    book, stream, mark, resumed = claim.claim_and_resume(cfg, inputs, agent, rollback, logger)
     if resumed.source != "fresh":
         logs.event(
             logger,

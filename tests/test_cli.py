@@ -222,4 +222,4 @@ def test_keys_gen_and_deploy(tmp_path):
         str(tmp_path / "cfg2"),
         check=False,
     )
-    assert bad.returncode == 2 and "missing [1, 2]" in bad.stderr
+    assert bad.returncode == 2 and "no endpoint for [1, 2]" in bad.stderr

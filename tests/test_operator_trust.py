@@ -1,13 +1,16 @@
-"""Boards an operator can trust: signed and pinned plans, sealed shared seeds, relocatable
-device folders, the hardened systemd unit, and private files (real agent processes)."""
+"""Boards an operator can trust: trust anchors and signed runs, pinned plans, sealed shared
+seeds, relocatable device folders, the hardened systemd unit, and private files (real agent
+processes)."""
 
 import base64
 import hashlib
 import json
+import os
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +23,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
-from firmware_py import config, daemon, deploy
+from firmware_py import config, daemon, deploy, trust
 
 
 def _plan(steps=4, sigma=1.0):
@@ -66,22 +69,25 @@ def test_a_signed_plan_verifies_and_a_tampered_one_does_not():
         NoisePlan.from_bytes(_tampered(p.to_bytes(), noise_multiplier=0.0))
 
 
-def _device_folders(tmp_path, plan, *, signed=True, with_shards=True):
+def _device_folders(tmp_path, plan, *, signed=True, with_shards=True, ceiling=None):
+    """Deploy ``plan`` (signed: a signed plan and run manifest) to device folders dev0..,
+    with trust anchors naming the planning key at ``tmp_path/anchors.toml``."""
     secret, public = signing.generate_planner_key()
     device_keys = {u: deploy.generate_keys(tmp_path / f"dev{u}" / "keys", f"node-{u}")
                    for u in range(plan.n)}  # fmt: skip
     ports = deploy.free_ports(plan.n)
     out = deploy.write_device_folders(
-        plan.to_bytes(signing_key=secret if signed else None),
+        plan.to_bytes(),
         plan,
         endpoints={u: f"tcp://127.0.0.1:{ports[u]}" for u in range(plan.n)},
         public_keys={u: k["public_key"] for u, k in device_keys.items()},
         out=tmp_path / "deploy",
         with_shards=with_shards,
-        planner_key=public if signed else None,
+        signing_key=secret if signed else None,
         root=str(tmp_path),
         command=str(Path(sys.executable).parent / "edgedp-agent"),
     )
+    (tmp_path / "anchors.toml").write_text(trust.anchors_text(public, max_epsilon=ceiling))
     # "copy node-U/* to the device": the device folder already holds its keys/
     for u, folder in enumerate(out["folders"]):
         for f in folder.iterdir():
@@ -89,10 +95,15 @@ def _device_folders(tmp_path, plan, *, signed=True, with_shards=True):
     return out, secret
 
 
-def _run_devices(tmp_path, n):
+def _agent(tmp_path, u, *args):
+    return [sys.executable, "-m", "firmware_py.daemon", "--config", "node.toml",
+            "--anchors", str(tmp_path / "anchors.toml"), *args]  # fmt: skip
+
+
+def _run_devices(tmp_path, n, *args, user=None):
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "firmware_py.daemon", "--config", "node.toml"],
+            [*(user or []), *_agent(tmp_path, u, *args)],
             cwd=tmp_path / f"dev{u}",
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -102,6 +113,15 @@ def _run_devices(tmp_path, n):
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     return [p.returncode for p in procs], outs
+
+
+def _one(tmp_path, u, *args):
+    """Node ``u`` alone (its neighbours absent): the exit status of its start-up checks."""
+    out = subprocess.run(
+        _agent(tmp_path, u, *args), cwd=tmp_path / f"dev{u}", capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    return out.returncode, out.stderr
 
 
 def test_relocated_device_folders_run_signed_and_pinned(tmp_path):
@@ -118,7 +138,9 @@ def test_relocated_device_folders_run_signed_and_pinned(tmp_path):
     plan_file = tmp_path / "dev0" / "run.plan"
     plan_file.write_bytes(_tampered(plan_file.read_bytes(), learning_rate=0.31))
     shutil.rmtree(tmp_path / "dev0" / "state")
-    assert daemon.main(["--config", str(tmp_path / "dev0" / "node.toml")]) == daemon.EXIT_PLAN
+    anchors = str(tmp_path / "anchors.toml")
+    config_file = str(tmp_path / "dev0" / "node.toml")
+    assert daemon.main(["--config", config_file, "--anchors", anchors]) == daemon.EXIT_PLAN
 
 
 def test_the_pinned_plan_hash_is_enforced_without_a_signature(tmp_path, capsys):
@@ -126,8 +148,126 @@ def test_the_pinned_plan_hash_is_enforced_without_a_signature(tmp_path, capsys):
     _device_folders(tmp_path, p, signed=False)
     other = _plan(sigma=1.1)
     (tmp_path / "dev1" / "run.plan").write_bytes(other.to_bytes())
-    assert daemon.main(["--config", str(tmp_path / "dev1" / "node.toml")]) == daemon.EXIT_PLAN
+    args = ["--config", str(tmp_path / "dev1" / "node.toml"), "--anchors", "none", "--lab"]
+    assert daemon.main(args) == daemon.EXIT_PLAN
     assert "pins plan.hash" in capsys.readouterr().err
+
+
+def _unpinned(folder: Path) -> None:
+    """node.toml without its plan.hash pin and budget, as an attacker who can write it
+    leaves it."""
+    text = (folder / "node.toml").read_text()
+    cut = ("hash = ", "max_epsilon = ")
+    lines = [line for line in text.splitlines() if not line.startswith(cut)]
+    (folder / "node.toml").write_text("\n".join(lines) + "\n")
+
+
+def test_a_device_with_anchors_runs_only_the_run_its_operator_signed(tmp_path):
+    # before: with node.toml's pins removed an attacker-signed sigma = 0.01 plan (epsilon
+    # 5,474) and an older operator-signed plan both started
+    p = _plan()
+    out, operator = _device_folders(tmp_path, p, ceiling=10.0)
+    dev = tmp_path / "dev0"
+    _unpinned(dev)
+    attacker, _ = signing.generate_planner_key()
+    (dev / "run.plan").write_bytes(_plan(sigma=0.01).to_bytes(signing_key=attacker))
+    code, err = _one(tmp_path, 0)
+    assert code == daemon.EXIT_PLAN and "not by the trusted planning key" in err
+    older = _plan(sigma=0.5)  # signed by the operator, for another run
+    (dev / "run.plan").write_bytes(older.to_bytes(signing_key=operator))
+    code, err = _one(tmp_path, 0)
+    assert code == daemon.EXIT_PLAN and "the operator did not sign this run for" in err
+    # the older run's own signed manifest, its run id written into node.toml: over the
+    # device's ceiling (10) -> refused; the operator's ceiling holds whatever a run says
+    budget = 20.0
+    manifest = trust.RunManifest(
+        plan_hash=older.plan_hash, run="older-run", nodes=_node_keys(tmp_path, p.n),
+        max_epsilon=budget, delta=1e-6,
+    )  # fmt: skip
+    (dev / "run.manifest").write_bytes(manifest.signed(operator))
+    text = (dev / "node.toml").read_text().replace(out["run_id"], "older-run")
+    (dev / "node.toml").write_text(text)
+    code, err = _one(tmp_path, 0)
+    assert code == daemon.EXIT_PLAN and "set by the trust anchors" in err
+    # a rogue key for a neighbour in node.toml: not the key the manifest signs
+    (dev / "run.plan").write_bytes((tmp_path / "deploy" / "node-0" / "run.plan").read_bytes())
+    (dev / "run.manifest").write_bytes(
+        (tmp_path / "deploy" / "node-0" / "run.manifest").read_bytes()
+    )
+    rogue, _ = zmq.curve_keypair()
+    text = (tmp_path / "deploy" / "node-0" / "node.toml").read_text()
+    neighbour_key = _node_keys(tmp_path, p.n)[1]
+    (dev / "node.toml").write_text(text.replace(neighbour_key, rogue.decode()))
+    code, err = _one(tmp_path, 0)
+    assert code == daemon.EXIT_PLAN and "neighbour 1" in err and "run manifest signs" in err
+
+
+def _node_keys(tmp_path, n):
+    return {
+        u: zmq.auth.load_certificate(tmp_path / f"dev{u}" / "keys" / f"node-{u}.key")[0].decode()
+        for u in range(n)
+    }
+
+
+def test_an_agent_without_anchors_refuses_a_private_plan_unless_lab(tmp_path):
+    p = _plan()
+    _device_folders(tmp_path, p)
+    (tmp_path / "anchors.toml").unlink()
+    code, err = _one(tmp_path, 0)
+    assert code == daemon.EXIT_PLAN and "no trust anchors" in err and "--lab" in err
+    codes, logs = _run_devices(tmp_path, p.n, "--lab")
+    assert codes == [0, 0, 0], logs
+    assert all("WARNING [lab] laboratory setting (--lab): no trust anchors" in log for log in logs)
+
+
+def _as_nobody():
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the agent as another, unprivileged user")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder other users can enter (pytest's tmp_path is 0700 all the way up)."""
+    path = Path(tempfile.mkdtemp(prefix="edgedp-unprivileged-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_unprivileged_agent_runs_but_cannot_change_its_anchors(shared_tmp):
+    # the unit's layout: configuration, plan, manifest and anchors root's and read-only; keys
+    # and the state folder the agent user's
+    nobody = _as_nobody()
+    p = _plan()
+    out, _ = _device_folders(shared_tmp, p)
+    for u in range(p.n):
+        dev = shared_tmp / f"dev{u}"
+        dev.chmod(0o755)
+        for f in dev.iterdir():
+            if f.is_file():
+                f.chmod(0o644)
+        (dev / "state").mkdir(mode=0o700)
+        for f in [dev / "state", dev / "keys", *(dev / "keys").iterdir()]:
+            os.chown(f, 65534, 65534)
+    (shared_tmp / "anchors.toml").chmod(0o644)
+    codes, logs = _run_devices(shared_tmp, p.n, user=nobody)
+    assert codes == [0, 0, 0], logs
+    assert all("[lab]" not in log for log in logs)
+    line = f'planner_public_key = "{"0" * 64}"'
+    changed = subprocess.run(
+        [*nobody, "sh", "-c", f"echo '{line}' >> {shared_tmp}/anchors.toml"],
+        capture_output=True,
+    )
+    assert changed.returncode != 0 and b"Permission denied" in changed.stderr
+    # anchors the agent's own user owns are no anchors: refused without --lab
+    os.chown(shared_tmp / "anchors.toml", 65534, 65534)
+    shutil.rmtree(shared_tmp / "dev0" / "state" / out["run_id"])
+    refused = subprocess.run(
+        [*nobody, *_agent(shared_tmp, 0)], cwd=shared_tmp / "dev0", capture_output=True, text=True
+    )
+    assert refused.returncode == daemon.EXIT_PLAN
+    assert "can be changed by this agent's user" in refused.stderr
 
 
 # ---------------------------------------------------------------- sealed shared seeds

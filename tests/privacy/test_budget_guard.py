@@ -99,13 +99,14 @@ def _config(tmp_path, plan, **run):
 def test_daemon_refuses_a_plan_over_budget_against_the_worst_adversary(tmp_path, capsys):
     p = _whisper()
     cfg = _config(tmp_path, p, max_epsilon=5.0)
-    assert daemon.main(["--config", str(cfg)]) == daemon.EXIT_PLAN
+    lab = ["--anchors", str(tmp_path / "none"), "--lab"]  # no trust anchors: node.toml's budget
+    assert daemon.main(["--config", str(cfg), *lab]) == daemon.EXIT_PLAN
     err = capsys.readouterr().err
     assert "epsilon=7.775" in err and "neighbourhood" in err
     # naming a weaker adversary explicitly passes the guard (and is logged); the run then
     # stops at the missing shard, a config error
     cfg = _config(tmp_path / "named", p, max_epsilon=5.0, adversary="eavesdropper")
-    assert daemon.main(["--config", str(cfg)]) == daemon.EXIT_CONFIG
+    assert daemon.main(["--config", str(cfg), *lab]) == daemon.EXIT_CONFIG
     assert "missing.npz" in capsys.readouterr().err
 
 

@@ -101,7 +101,8 @@ def _deployment(tmp_path: Path, keys: dict, plan, run_id: str, name: str) -> dep
         startup_timeout=30.0,
         run_id=run_id,
     )
-    return deploy.LocalRun(directory, configs, [None] * plan.n, plan)
+    # laboratory agents without trust anchors (--lab): this file tests the streams' binding
+    return deploy.LocalRun(directory, configs, [None] * plan.n, plan, directory / "no-anchors")
 
 
 def _start_all(run: deploy.LocalRun) -> list[int]:
