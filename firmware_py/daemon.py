@@ -425,6 +425,7 @@ def run(
             peers=[Peer(n.id, n.endpoint, n.public_key) for n in cfg.neighbours],
             max_frame_bytes=max_frame,
             max_parts=max_parts,
+            isolated=True,  # multipart floods end a capped listener process, not the agent
         )
     except BaseException:
         metrics.close()

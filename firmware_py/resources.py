@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from edgedp import strict_json
+from edgedp.transport.inbound import no_core_dumps  # the agent's, and its listener's
 
 __all__ = [
     "DESCRIPTOR_FLOOR",
@@ -71,8 +72,6 @@ DESCRIPTOR_FLOOR = 4096
 RESERVE = 64
 
 
-#: ``prctl`` option (linux/prctl.h).
-_PR_SET_DUMPABLE = 4
 #: glibc ``mallopt`` parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: glibc's ceiling for its adaptive mmap threshold (``DEFAULT_MMAP_THRESHOLD_MAX``): 32 MiB
@@ -167,24 +166,6 @@ def open_fd(path, flags: int, mode: int = 0o600) -> int:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     raise OSError(errno.EMFILE, "Too many open files (reserve used up)", str(path))
-
-
-def no_core_dumps() -> None:
-    """Make this process leave no core dump: its memory holds the noise secret, the CURVE
-    secret key and shared seeds. The soft ``RLIMIT_CORE`` 0 (no core file; the unit also
-    sets the hard one, ``LimitCORE=0``) and, on Linux, ``PR_SET_DUMPABLE`` 0, which also
-    keeps core-dump helpers fed through a pipe (systemd-coredump, apport) and ptrace by
-    other processes of the same user away. A program it starts gets neither (execve)."""
-    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return  # not Linux: the limit alone
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(err)}")
 
 
 def hold_lock(path, *, create: bool = True) -> int | None:

@@ -96,6 +96,23 @@ def _fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _listener(agent_pid):
+    """The pid of an agent's listener process (it holds the PULL socket's connections)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == agent_pid and b"edgedp.transport.inbound" in cmdline:
+            return int(entry)
+    return None
+
+
 def test_idle_connections_without_a_key_cannot_exhaust_an_agent(tmp_path):
     _plan(tmp_path / "run.plan", steps=300)
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=1.0)
@@ -105,9 +122,11 @@ def test_idle_connections_without_a_key_cannot_exhaust_an_agent(tmp_path):
     _wait(lambda: len(_rounds(run, 0)) >= 3)
     soft = _soft_nofile(agent.pid)
     assert soft == 1024 - resources.RESERVE  # the rest is kept for the agent's own files
-    # 1,100 idle TCP connections (no greeting, no key), opened as fast as the agent
+    listener = _listener(agent.pid)  # accepts the connections, with the agent's limit
+    assert listener is not None and _soft_nofile(listener) == soft
+    # 1,100 idle TCP connections (no greeting, no key), opened as fast as the listener
     # accepts them, so that its table fills before the handshake interval closes them
-    port, socks, base = _port(run, 0), [], _fds(agent.pid)
+    port, socks, base = _port(run, 0), [], _fds(listener)
     for i in range(1_100):
         s = socket.socket()
         s.setblocking(False)
@@ -115,11 +134,11 @@ def test_idle_connections_without_a_key_cannot_exhaust_an_agent(tmp_path):
         socks.append(s)
         if i % 16 == 15:
             deadline = time.monotonic() + 0.2
-            while _fds(agent.pid) < min(base + i, soft) - 16 and time.monotonic() < deadline:
+            while _fds(listener) < min(base + i, soft) - 16 and time.monotonic() < deadline:
                 time.sleep(0.002)
     samples = []
     for _ in range(40):
-        samples.append((_fds(agent.pid), len(_rounds(run, 0))))
+        samples.append((_fds(listener), len(_rounds(run, 0))))
         time.sleep(0.05)
     full = [rounds for fds, rounds in samples if fds >= 0.95 * soft]
     assert len(full) >= 2  # the attack really filled what libzmq may use ...
@@ -170,6 +189,59 @@ def test_oversized_and_many_part_messages_are_refused_without_buffering(tmp_path
     assert done["refused"] == {"TooManyParts": 1} and not done["rejected"]
     data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
     assert model_digest(run.final_models()) == batch.run(p, data).digests[0]  # untouched
+
+
+def _tree_rss(pid):
+    """The resident size of an agent and its listener process together."""
+    listener = _listener(pid)
+    total = _status(pid)["VmRSS"]
+    try:
+        return total + (_status(listener)["VmRSS"] if listener else 0)
+    except FileNotFoundError:  # the listener just ended
+        return total
+
+
+def test_a_multipart_flood_ends_the_listener_not_the_agent(tmp_path):
+    # before: one message of 150,000 parts of 4,032 bytes from a neighbour's key took an
+    # agent from 53 to 1,231 MiB (libzmq gathers every part before it hands any over)
+    p = _plan(tmp_path / "run.plan", steps=6)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", startup_timeout=120)
+    for u in (1, 2):  # node 0 waits in round 0 while node 1's key attacks it
+        run.processes[u].kill()
+        run.processes[u].wait()
+    pid = run.processes[0].pid
+    _wait(lambda: _listener(pid) is not None)
+    first = _listener(pid)
+    keys = run.directory / "keys"
+    server_pub, _ = zmq.auth.load_certificate(str(keys / "node-0.key"))
+    pub, sec = zmq.auth.load_certificate(str(keys / "node-1.key_secret"))
+    ctx = zmq.Context()
+    evil = ctx.socket(zmq.PUSH)
+    evil.curve_serverkey, evil.curve_publickey, evil.curve_secretkey = server_pub, pub, sec
+    evil.setsockopt(zmq.LINGER, 0)
+    evil.connect(_endpoint(run, 0))
+    time.sleep(1.0)
+    before, agent_before = _tree_rss(pid), _status(pid)["VmHWM"]
+    part = memoryview(bytes(4032))
+    evil.send_multipart([part] * 150_000, copy=False)  # ~605 MB
+    # the listener reaches its cap: libzmq's allocation fails there, which ends the
+    # listener (a new one starts) or drops the attacker's connection; either way it stops
+    peak, quiet = before, time.monotonic() + 10
+    while _listener(pid) in (None, first) and time.monotonic() < quiet:
+        peak = max(peak, _tree_rss(pid))
+        time.sleep(0.002)
+    evil.close()
+    ctx.term()
+    assert _listener(pid) is not None
+    assert peak - before <= 64 << 20, (peak - before) >> 20
+    assert _status(pid)["VmHWM"] - agent_before < 8 << 20  # the agent held none of it
+    for u in (1, 2):
+        run.start(u)
+    assert run.wait(timeout=120) == [0, 0, 0]
+    done = run.metrics(0)[-1]
+    assert set(done["refused"]) <= {"MemoryLimit"} and not done["rejected"]
+    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
+    assert model_digest(run.final_models()) == batch.run(p, data).digests[0]
 
 
 def _block(path):

@@ -1,12 +1,13 @@
 """ZeroMQ transport: CURVE-authenticated, encrypted PUSH/PULL links; frames only, no schema.
 
-Each node binds one PULL socket (a CURVE server with the node's keypair) and connects one
-PUSH socket per neighbour (a CURVE client that knows the neighbour's public key). A ZAP
-handler admits exactly the public keys of the node's neighbours and reports each admitted
-key's node id as the ZeroMQ ``User-Id``, so every received message carries the id its
-sender authenticated as; an unknown key is refused during the handshake and never reaches
-the application. Sends never block: a full queue counts a dropped message. Receives wait in
-``zmq.Poller`` (no busy loop). ``close()`` flushes pending messages for at most ``linger_ms``.
+Each node binds one PULL socket (a CURVE server with the node's keypair:
+:class:`edgedp.transport.inbound.Listener`) and connects one PUSH socket per neighbour (a
+CURVE client that knows the neighbour's public key). A ZAP handler admits exactly the public
+keys of the node's neighbours and reports each admitted key's node id as the ZeroMQ
+``User-Id``, so every received message carries the id its sender authenticated as; an
+unknown key is refused during the handshake and never reaches the application. Sends never
+block: a full queue counts a dropped message. Receives wait in ``zmq.Poller`` (no busy
+loop). ``close()`` flushes pending messages for at most ``linger_ms``.
 
 Limits, so that peers cannot take the device's memory or descriptors:
 
@@ -14,6 +15,10 @@ Limits, so that peers cannot take the device's memory or descriptors:
   (``ZMQ_MAXMSGSIZE``; a larger frame disconnects its sender before libzmq buffers it);
 * a message with more parts than the plan's messages have is read part by part and
   discarded (``refused["TooManyParts"]``) — never gathered into a list;
+* libzmq gathers every part of a multipart message before it hands any over, without a
+  bound: with ``isolated`` the PULL socket runs in a process of its own with a memory cap
+  (:class:`edgedp.transport.inbound.Isolated`), which such a message ends instead of the
+  node's memory (``refused["MemoryLimit"]``; a new listener starts);
 * each inbound link queues at most ``queue`` complete messages (``ZMQ_RCVHWM``);
 * a connection that has not finished its CURVE handshake within ``handshake_ms`` is closed
   (``ZMQ_HANDSHAKE_IVL``): idle and slow-loris connections hold a descriptor for seconds,
@@ -24,31 +29,25 @@ Limits, so that peers cannot take the device's memory or descriptors:
 :meth:`ZmqTransport.links_up` tells which neighbours the node's outbound links are connected
 to with a completed CURVE handshake (libzmq's socket monitor): a neighbour whose link is
 down is not running (or not reachable), one whose link is up is alive even if slow.
-
-libzmq has no cap on accepted connections and hands a multipart message to the application
-only once all its parts arrived, so an authenticated neighbour can still make libzmq
-buffer ``parts × frame cap`` bytes before the part cap applies (docs/DEVICE_RUNTIME.md,
-"Resources peers cannot take").
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
-import zmq.auth.thread
 from zmq.utils import monitor
 
-__all__ = ["CURVE_FRAME_OVERHEAD", "Peer", "ZmqTransport"]
+from edgedp.transport import inbound
+from edgedp.transport.inbound import CURVE_FRAME_OVERHEAD
 
-#: Bytes a CURVE MESSAGE command adds to a frame on the wire (ZMTP-CURVE, RFC 26: command
-#: name 8, short nonce 8, MAC 16, flags 1); ``ZMQ_MAXMSGSIZE`` applies to the wire frame.
-CURVE_FRAME_OVERHEAD = 33
-#: Smallest ``ZMQ_MAXMSGSIZE`` that lets the CURVE handshake through (INITIATE and READY
-#: carry the vouch box and metadata).
-_HANDSHAKE_FRAME = 4096
+__all__ = ["CURVE_FRAME_OVERHEAD", "INBOX_MEMORY", "Peer", "ZmqTransport"]
+
+#: Bytes the listener process of an isolated transport may take beyond its size once
+#: listening (an attacker's unfinished multipart message ends it there, not in the node).
+INBOX_MEMORY = 48 << 20
 #: Socket-monitor events that bring an outbound link up or down.
 _UP = zmq.EVENT_HANDSHAKE_SUCCEEDED
 _DOWN = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
@@ -61,42 +60,6 @@ class Peer:
     node: int
     endpoint: str
     public_key: bytes
-
-
-def _keepalive(sock: zmq.Socket) -> None:
-    """TCP keepalives: a connection whose peer vanished is closed within ~2 minutes."""
-    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
-    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 60)
-    sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 10)
-    sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, 6)
-
-
-class _NeighbourKeys:
-    """ZAP credentials provider: admit the neighbours' keys only."""
-
-    def __init__(self, ids_by_key: Mapping[bytes, int]) -> None:
-        self.ids_by_key = dict(ids_by_key)
-        self.refused = 0
-        self.unknown: dict[bytes, None] = {}  # the last few refused public keys (for logs)
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        ok = key in self.ids_by_key
-        if not ok:
-            self.refused += 1
-            self.unknown.pop(key, None)
-            self.unknown[key] = None
-            while len(self.unknown) > 8:
-                self.unknown.pop(next(iter(self.unknown)))
-        return ok
-
-
-class _Authenticator(zmq.auth.thread.ThreadAuthenticator):
-    def __init__(self, context: zmq.Context, keys: _NeighbourKeys) -> None:
-        super().__init__(context)
-        self._keys = keys
-
-    def curve_user_id(self, client_public_key: bytes) -> str:
-        return str(self._keys.ids_by_key[zmq.utils.z85.encode(client_public_key)])
 
 
 class ZmqTransport:
@@ -114,6 +77,9 @@ class ZmqTransport:
       handshake_ms: connections that have not completed the CURVE handshake by then are
         closed.
       backlog: pending (not yet accepted) connections the kernel holds.
+      isolated: receive in a listener process with a memory cap (devices); else in this one.
+      inbox_memory: the bytes that listener may take beyond its size once listening (at
+        least what ``queue`` messages per link need).
     """
 
     #: The frames :meth:`recv` returns belong to the caller alone: each is the buffer of a
@@ -136,6 +102,8 @@ class ZmqTransport:
         linger_ms: int = 2000,
         handshake_ms: int = 3000,
         backlog: int = 16,
+        isolated: bool = False,
+        inbox_memory: int = INBOX_MEMORY,
     ) -> None:
         if not zmq.has("curve"):
             raise RuntimeError("libzmq was built without CURVE; encrypted links are impossible.")
@@ -145,26 +113,43 @@ class ZmqTransport:
             )
         self.node = node
         self.linger_ms = linger_ms
-        self.max_parts = max_parts
         self.dropped = 0
-        self.refused: Counter = Counter()  # messages discarded here, by reason
         self.context = zmq.Context()
-        self._keys = _NeighbourKeys({p.public_key: p.node for p in peers})
-        self.auth = _Authenticator(self.context, self._keys)
-        self.auth.start()
-        self.auth.configure_curve_callback(domain="*", credentials_provider=self._keys)
-        self.pull = self.context.socket(zmq.PULL)
-        self.pull.curve_server = True
-        self.pull.curve_publickey = public_key
-        self.pull.curve_secretkey = secret_key
-        frame_cap = max(max_frame_bytes, _HANDSHAKE_FRAME) + CURVE_FRAME_OVERHEAD
-        self.pull.setsockopt(zmq.MAXMSGSIZE, frame_cap)
-        self.pull.setsockopt(zmq.RCVHWM, queue)
-        self.pull.setsockopt(zmq.HANDSHAKE_IVL, handshake_ms)
-        self.pull.setsockopt(zmq.BACKLOG, backlog)
-        _keepalive(self.pull)
-        self.pull.linger = 0
-        self.pull.bind(bind)
+        listen: dict[str, Any] = {
+            "bind": bind,
+            "max_frame_bytes": max_frame_bytes,
+            "max_parts": max_parts,
+            "queue": queue,
+            "handshake_ms": handshake_ms,
+            "backlog": backlog,
+        }
+        try:
+            if isolated:
+                # the listener holds at most a few of each link's messages while it forwards
+                largest = max_parts * (max(max_frame_bytes, inbound.HANDSHAKE_FRAME) + 4096)
+                legit = (queue * len(peers) + 2 * queue) * largest
+                self._inbox: inbound.Listener | inbound.Isolated = inbound.Isolated(
+                    self.context,
+                    {
+                        **listen,
+                        "public_key": public_key.decode(),
+                        "secret_key": secret_key.decode(),
+                        "peers": [[p.node, p.public_key.decode()] for p in peers],
+                        "forward_queue": 2 * queue,
+                    },
+                    memory=max(inbox_memory, legit + (16 << 20)),
+                )
+            else:
+                self._inbox = inbound.Listener(
+                    self.context,
+                    public_key=public_key,
+                    secret_key=secret_key,
+                    ids_by_key={p.public_key: p.node for p in peers},
+                    **listen,
+                )
+        except BaseException:
+            self.context.term()
+            raise
         self.push: dict[int, zmq.Socket] = {}
         self._monitors: dict[int, zmq.Socket] = {}
         self._up: set[int] = set()
@@ -175,29 +160,32 @@ class ZmqTransport:
             s.curve_secretkey = secret_key
             s.setsockopt(zmq.SNDHWM, queue)
             # a PUSH socket never reads: the server it connects to gets no inbound queue
-            s.setsockopt(zmq.MAXMSGSIZE, _HANDSHAKE_FRAME + CURVE_FRAME_OVERHEAD)
+            s.setsockopt(zmq.MAXMSGSIZE, inbound.HANDSHAKE_FRAME + CURVE_FRAME_OVERHEAD)
             s.setsockopt(zmq.RCVHWM, 1)
             s.setsockopt(zmq.HANDSHAKE_IVL, handshake_ms)
-            _keepalive(s)
+            inbound.keepalive(s)
             s.setsockopt(zmq.RECONNECT_IVL, 100)
             s.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             s.linger = linger_ms
             self._monitors[p.node] = s.get_monitor_socket(_UP | _DOWN)
             s.connect(p.endpoint)
             self.push[p.node] = s
-        self.poller = zmq.Poller()
-        self.poller.register(self.pull, zmq.POLLIN)
+
+    @property
+    def refused(self) -> Counter:
+        """Messages discarded before the application saw them, by reason."""
+        return self._inbox.refused
 
     @property
     def refused_handshakes(self) -> int:
         """CURVE handshakes refused because the client key is not a neighbour's."""
-        return self._keys.refused
+        return self._inbox.refused_handshakes
 
     @property
     def unknown_keys(self) -> tuple[bytes, ...]:
         """The last (at most 8) public keys, z85, whose handshakes were refused: public
         values, for the operator's log (a neighbour configured with the wrong key)."""
-        return tuple(self._keys.unknown)
+        return self._inbox.unknown_keys
 
     def links_up(self) -> frozenset[int]:
         """The neighbours whose outbound link is connected, its CURVE handshake done (the
@@ -230,33 +218,14 @@ class ZmqTransport:
 
     def recv(self, timeout_ms: int) -> tuple[list[memoryview], int | None] | None:
         """Wait up to ``timeout_ms`` for a message: ``(frames, authenticated_sender)``, or
-        None if none came or the one that came had too many parts (then counted in
+        None if none came or the one that came was discarded (then counted in
         ``refused``)."""
-        try:  # a message already queued is taken without a poll
-            frame = self.pull.recv(zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            if not self.poller.poll(max(0, int(timeout_ms))):
-                return None
-            frame = self.pull.recv(copy=False)
-        try:
-            sender = int(frame.get("User-Id"))
-        except (ValueError, TypeError, zmq.ZMQError):
-            sender = None
-        parts = [frame]
-        while frame.more:  # the rest of the message is already queued by libzmq
-            frame = self.pull.recv(copy=False)
-            if len(parts) <= self.max_parts:
-                parts.append(frame)  # one past the cap, to know the message is too long
-        if len(parts) > self.max_parts:
-            self.refused["TooManyParts"] += 1
-            return None
-        return [p.buffer for p in parts], sender
+        return self._inbox.recv(timeout_ms)
 
     def close(self) -> None:
         for v, s in self.push.items():
             s.disable_monitor()
             self._monitors[v].close(linger=0)
             s.close(linger=self.linger_ms)
-        self.pull.close(linger=0)
-        self.auth.stop()
+        self._inbox.close()
         self.context.term()
