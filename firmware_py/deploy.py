@@ -140,7 +140,7 @@ def node_config(
     round_timeout: float = 10.0,
     startup_timeout: float = 120.0,
     max_epsilon: float | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     run_id: str | None = None,
     planner_key: str | None = None,
     sealed_seed: str | None = None,
@@ -180,7 +180,7 @@ def node_config(
         f"round_timeout = {float(round_timeout)}",
         f"startup_timeout = {float(startup_timeout)}",
         'dropout_rule = "renormalize"',
-        f"delta = {float(delta)}",
+        *([f"delta = {float(delta)!r}"] if delta is not None else []),  # else the plan's δ
     ]
     if max_epsilon is not None and max_epsilon < float("inf"):
         lines.append(f"max_epsilon = {float(max_epsilon)!r}")
@@ -228,7 +228,7 @@ def write_configs(
     round_timeout: float = 10.0,
     startup_timeout: float = 120.0,
     max_epsilon: float | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     run_id: str | None = None,
     model_files: dict[int, str] | None = None,
     sealed_seeds: dict[int, str] | None = None,
@@ -319,7 +319,7 @@ def write_device_folders(
     planner_key: str | None = None,
     run_id: str | None = None,
     max_epsilon: float | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     round_timeout: float = 10.0,
     startup_timeout: float = 120.0,
     root: str = DEVICE_ROOT,
