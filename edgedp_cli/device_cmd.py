@@ -242,7 +242,7 @@ def register(sub, add) -> None:
         "--max-epsilon",
         type=float,
         help="each device's budget (default: the plan's own epsilon against the worst "
-        "adversary, at delta 1e-6)",
+        "adversary, at the plan's delta)",
     )
     p.add_argument(
         "--run-id",

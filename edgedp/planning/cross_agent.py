@@ -301,6 +301,7 @@ def report(plan, *, delta: float | None = None) -> dict[str, Any]:
         "epsilon_insider": trust["insider"],
         "epsilon_neighbourhood": trust["neighbourhood"],
         "delta": delta,
+        "attacker": mechanisms.get(plan.mechanism).attacker,
         "trust_model": mechanisms.get(plan.mechanism).trust_model,
         "plan_hash": plan.plan_hash,
     }
