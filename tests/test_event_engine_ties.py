@@ -74,7 +74,7 @@ CASES = {
         Faults(dropout=0.1, dropout_rule="reuse-last", crashes=(Crash(4, 0.02, 0.03),)),
         2,
         (
-            "1918f0e21e004a8f",
+            "d880748a7f9e1a01",
             571,
             143892,
             47,
@@ -84,7 +84,7 @@ CASES = {
             10,
             1,
             "0x1.5f61672324c87p+2",
-            "d17c3dced28116d3",
+            "4ed802b0a0b4f9ad",
         ),
     ),
     "constant-latency-crash": Case(
@@ -122,7 +122,7 @@ CASES = {
         Faults(crashes=(Crash(2, 0.1, 12.0),)),
         0,
         (
-            "0ab48d06c371e861",
+            "300a6b25bb9d2d65",
             914,
             230328,
             0,
@@ -132,7 +132,7 @@ CASES = {
             24,
             1,
             "0x1.95c28f5c28f63p+3",
-            "6fccde0e6ef1cc3c",
+            "9b9cd503518ef2e4",
         ),
     ),
     "deadline-equals-delivery": Case(  # latency = deadline: messages land on the deadline
