@@ -22,15 +22,8 @@ import sys
 from pathlib import Path
 
 from edgedp import mechanisms, strict_json
-from edgedp_cli._common import (
-    RunFailedError,
-    UsageError,
-    add_delta_flag,
-    chatty,
-    delta_of,
-    emit,
-    load_target,
-)
+from edgedp_cli import _common
+from edgedp_cli._common import RunFailedError, UsageError, chatty, emit
 
 __all__ = ["register"]
 
@@ -43,7 +36,7 @@ def load_scenario(path: str, target_eps: float | None):
     if not path.endswith(".toml"):
         if target_eps is not None:
             raise UsageError("--target-eps re-plans a scenario's [privacy]; this is a plan file")
-        return load_target(path)
+        return _common.load_target(path)
     p = Path(path)
     try:
         raw = scenarios.read_toml(p)
@@ -213,7 +206,7 @@ def plot(report: dict, path: Path) -> None:
 def cmd_leak(args) -> None:
     from edgedp_sim import leak
 
-    delta = delta_of(args)
+    delta = _common.delta_of(args)
     sc = load_scenario(args.scenario, args.target_eps)
     attackers = _attackers(args, sc)
     trials = args.trials or int(sc.leakage.get("trials", 1000))
@@ -288,7 +281,7 @@ def register(sub, add) -> None:
         type=float,
         help="re-plan the mechanism for this epsilon (default: the scenario's plan)",
     )
-    add_delta_flag(p, "each attacker's formal epsilon and eps_lb")
+    _common.add_delta_flag(p, "each attacker's formal epsilon and eps_lb")
     p.add_argument("--victim", type=int, help="the attacked node (default: scenario, or 0)")
     p.add_argument(
         "--engine",
