@@ -19,6 +19,7 @@ __all__ = [
     "integer",
     "known_keys",
     "non_negative",
+    "open_unit",
     "positive",
     "shape_is",
 ]
@@ -51,6 +52,23 @@ def in_range(lo: float, hi: float, **kwargs: Any) -> None:
     for name, value in _items(kwargs):
         if not (isinstance(value, (int, float, np.integer, np.floating)) and lo <= value <= hi):
             raise ValueError(f"Expected {lo} <= {name}={value!r} <= {hi}.")
+
+
+def open_unit(**kwargs: Any) -> None:
+    """Raise ValueError unless 0 < value < 1 for every keyword value (a δ, a probability).
+
+    >>> open_unit(delta=1e-6)
+    >>> open_unit(delta=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected delta=1.5 in (0, 1).
+    """
+    for name, value in _items(kwargs):
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+            value, bool
+        )
+        if not (ok and 0 < value < 1):
+            raise ValueError(f"Expected {name}={value!r} in (0, 1).")
 
 
 def integer(minimum: int | None = None, **kwargs: Any) -> None:

@@ -192,10 +192,12 @@ def _participation_text(participation) -> str | None:
 class Guarantee:
     """The certified guarantee of a plan against one attacker.
 
-    ``epsilon`` at ``delta`` (δ = 0 for the pure ε of Laplace plans); ``mu`` the μ-GDP
-    parameter of Gaussian plans (None for Laplace); ``covers_attacker`` False when the plan
-    protects nothing against this attacker (no noise); ``report`` every number the
-    accountant gave (what ``edgedp account`` or ``edgedp leak`` print).
+    ``epsilon`` at ``delta`` (the plan's δ unless asked otherwise; δ = 0 for the pure ε of
+    Laplace plans) against ``attacker`` (the plan's own guarantee: who it holds against, in
+    words); ``mu`` the μ-GDP parameter of Gaussian plans (None for Laplace);
+    ``covers_attacker`` False when the plan protects nothing against this attacker (no
+    noise); ``report`` every number the accountant gave (what ``edgedp account`` or
+    ``edgedp leak`` print).
     """
 
     mechanism: str
@@ -209,30 +211,68 @@ class Guarantee:
     report: dict[str, Any] = field(repr=False)
 
 
+def _plan_of(plan) -> NoisePlan:
+    """``plan`` itself (a NoisePlan), or the certified plan of a plan file's path or bytes.
+
+    Raises:
+      ValueError: the file cannot be read or is not a valid plan (the message says why).
+      TypeError: anything else.
+    """
+    from edgedp.errors import PlanError
+    from edgedp.plan import NoisePlan
+
+    if isinstance(plan, NoisePlan):
+        return plan
+    if isinstance(plan, (str, os.PathLike)):
+        try:
+            data = Path(plan).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"cannot read plan {str(plan)!r}: {exc.strerror}") from None
+    elif isinstance(plan, (bytes, bytearray)):
+        data = bytes(plan)
+    else:
+        raise TypeError(f"plan={plan!r}: expected a NoisePlan or a plan file (path or bytes)")
+    try:
+        return NoisePlan.from_bytes(data, gram=True)
+    except PlanError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _delta(plan, delta: float | None) -> float:
+    """``delta``, or the plan's own δ when None; ValueError outside (0, 1)."""
+    if delta is None:
+        return float(plan.delta)
+    ok = isinstance(delta, (int, float)) and not isinstance(delta, bool)
+    if not (ok and 0 < delta < 1):
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
+    return float(delta)
+
+
 def account(
     plan,
     *,
     attacker: str | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     steps_done: int | None = None,
 ) -> Guarantee:
     """The plan's certified guarantee (``edgedp account``).
 
     Args:
-      plan: a NoisePlan (:func:`make_plan`, or ``NoisePlan.from_bytes``).
-      attacker: None — the plan's own trust model (LDP: every message seen); or an attacker
-        of :func:`leak` (``"hbc:1,2"``, ``"eavesdropper:all"``, ``"eavesdropper:all:encrypted"``
-        ...): the guarantee for that view (e.g. the insider ε of a Whisper plan).
-      delta: δ of the (ε, δ) conversion (Gaussian plans).
+      plan: a NoisePlan (:func:`make_plan`), or a plan file's path or bytes.
+      attacker: None — the plan's own guarantee (LDP plans: every attacker; Whisper/DECOR:
+        the eavesdropper); or an attacker of :func:`leak` (``"hbc:1,2"``,
+        ``"eavesdropper:all"``, ``"eavesdropper:all:encrypted"`` ...): the guarantee for
+        that view (e.g. the insider ε of a Whisper plan).
+      delta: δ of the (ε, δ) conversion (Gaussian plans); default the plan's ``delta``.
       steps_done: privacy spent after this many steps (``attacker=None`` only).
 
     Raises:
-      ValueError: a bad ``attacker``, ``delta`` or ``steps_done``.
+      ValueError: a bad ``attacker``, ``delta`` (outside (0, 1)) or ``steps_done``.
     """
     from edgedp.planning.report import plan_report
 
-    if not 0 < delta < 1:
-        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
+    plan = _plan_of(plan)
+    delta = _delta(plan, delta)
     if attacker is None:
         if steps_done is not None and not 0 <= steps_done <= plan.steps:
             raise ValueError(f"Expected steps_done={steps_done!r} in [0, {plan.steps}].")
@@ -241,7 +281,7 @@ def account(
         eps = report["epsilon_spent"] if laplace else report["epsilon"]
         return Guarantee(
             mechanism=plan.mechanism,
-            attacker="ldp",
+            attacker=report["attacker"],
             trust_model=report["trust_model"],
             adjacency=plan.adjacency,
             epsilon=eps,
@@ -343,7 +383,7 @@ def simulate(
     """Run ``plan`` in a simulator (``edgedp sim run``).
 
     Args:
-      plan: a NoisePlan.
+      plan: a NoisePlan, or a plan file's path or bytes.
       scenario: where it runs (:func:`scenario_for`): None = an ideal network.
       engine: ``"batch"`` (vectorized; dropouts, loss, crashes and churn as round masks at
         zero latency), ``"event"`` (SimPy: latency, bandwidth, deadlines and every fault)
@@ -357,6 +397,7 @@ def simulate(
     Raises:
       ValueError: a bad engine, trials or scenario (the message names the field).
     """
+    plan = _plan_of(plan)
     if engine not in ("auto", "batch", "event"):
         raise ValueError(f"engine={engine!r}; expected 'auto', 'batch' or 'event'.")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -452,18 +493,23 @@ class AttackerLeak:
 
     ``m_nmi`` the maximum over iterations of the normalized mutual information between the
     victim's gradients and what the attacker saw (None when no iteration could be
-    estimated); ``nmi_curve`` per iteration (None where skipped); ``cosine``/``mse`` of the
-    attacker's reconstruction; ``epsilon`` the certified ε for this attacker; ``epsilon_lb``
-    an audit's empirical lower bound (None without an audit); ``warnings`` why the numbers
+    estimated); ``nmi_curve`` per iteration (None where skipped); ``trials_per_iteration``
+    the trials each iteration's estimate used (the rounds the attacker observed: fewer on
+    lossy networks); ``cosine``/``mse`` of the attacker's reconstruction; ``epsilon`` the
+    certified ε for this attacker at ``delta`` under ``adjacency``; ``epsilon_lb`` an
+    audit's empirical lower bound (None without an audit); ``warnings`` why the numbers
     may mislead (too few trials for the dimension, negative estimates clipped).
     """
 
     attacker: str
     m_nmi: float | None
     nmi_curve: tuple[float | None, ...]
+    trials_per_iteration: tuple[int, ...]
     cosine: float | None
     mse: float | None
     epsilon: float
+    delta: float
+    adjacency: str
     epsilon_lb: float | None
     trust_model: str
     guarantee: str
@@ -472,7 +518,8 @@ class AttackerLeak:
 
 @dataclass(frozen=True, slots=True)
 class LeakResult:
-    """:func:`leak`'s report: one :class:`AttackerLeak` per attacker, and the full report."""
+    """:func:`leak`'s report: one :class:`AttackerLeak` per attacker, and the full report
+    (``report["cost"]``: seconds and peak memory of the run)."""
 
     mechanism: str
     engine: str
@@ -492,12 +539,13 @@ def leak(
     encrypted: bool = False,
     audit_trials: int = 0,
     seed: int = 0,
+    delta: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> LeakResult:
     """Empirical leakage of ``victim``'s gradients to each attacker (``edgedp leak``).
 
     Args:
-      plan: a NoisePlan.
+      plan: a NoisePlan, or a plan file's path or bytes.
       attackers: ``hbc:NODES`` (curious nodes, comma-separated), ``eavesdropper:all``,
         ``eavesdropper:node:N`` or ``eavesdropper:U-V[,U-V...]``; eavesdroppers may end in
         ``:encrypted``.
@@ -507,10 +555,17 @@ def leak(
       encrypted: eavesdroppers see CURVE-encrypted links.
       audit_trials: also audit each attacker (0: none, else >= 8) for ``epsilon_lb``.
       seed: the KSG tie-breaking noise.
+      delta: δ of each attacker's certified ε (default the plan's ``delta``).
       progress: called with a line of text now and then.
+
+    On a lossy network each iteration's M-NMI is estimated on the trials in which the
+    attacker observed what its estimate needs (the messages that arrived); ValueError when
+    too few trials remain for every iteration.
     """
     adversary = _need("edgedp_sim.adversary")
     leak_mod = _need("edgedp_sim.leak")
+    plan = _plan_of(plan)
+    delta = _delta(plan, delta)
     if 0 < audit_trials < 8:
         raise ValueError(f"Expected audit_trials={audit_trials} to be 0 (no audit) or >= 8.")
     parsed = []
@@ -530,15 +585,19 @@ def leak(
         seed=seed,
         progress=progress,
         audit_trials=audit_trials,
+        delta=delta,
     )
     entries = tuple(
         AttackerLeak(
             attacker=e["attacker"],
             m_nmi=e["m_nmi"],
             nmi_curve=tuple(e["nmi_curve"]),
+            trials_per_iteration=tuple(e["n_trials_per_iteration"]),
             cosine=e.get("cosine"),
             mse=e.get("mse"),
             epsilon=e["epsilon"],
+            delta=e["delta"],
+            adjacency=e["adjacency"],
             epsilon_lb=e.get("epsilon_lb"),
             trust_model=e["trust_model"],
             guarantee=e["guarantee"],

@@ -29,10 +29,13 @@ from edgedp.errors import PlanError
 if TYPE_CHECKING:
     from edgedp.plan import NoisePlan
 
-__all__ = ["GAUSSIAN_ADJACENCY", "PLAN_VERSION", "certify", "load"]
+__all__ = ["DEFAULT_DELTA", "GAUSSIAN_ADJACENCY", "PLAN_VERSION", "certify", "load"]
 
 #: The plan format this module reads and :class:`~edgedp.plan.NoisePlan` writes.
-PLAN_VERSION = 2
+PLAN_VERSION = 3
+
+#: The δ a plan is reported at when it was planned without one (:mod:`edgedp.plan`).
+DEFAULT_DELTA = 1e-6
 
 #: The adjacency every Gaussian plan certifies (module docstring of :mod:`edgedp.plan`).
 GAUSSIAN_ADJACENCY = "zero-out"
@@ -79,6 +82,12 @@ def load(
             "Plan version 1 predates stated adjacencies and the corrected Laplace noise "
             "scale; re-create it with `edgedp plan` (same arguments)."
         )
+    if d.get("version") == 2:
+        raise PlanError(
+            "Plan version 2 does not record the delta its epsilon is reported at (it was "
+            "read at delta 1e-6 whatever delta it was planned for); re-create it with "
+            "`edgedp plan` (same arguments), which records it."
+        )
     if d.get("version") != PLAN_VERSION:
         raise PlanError(
             f"Plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})."
@@ -111,14 +120,41 @@ def certify(plan: NoisePlan, *, trusted: bool = False, gram: bool = False) -> No
 
     ``trusted``: the plan came signed by the device's planning key (or from the planner),
     so a sensitivity only the Gram matrix can check is accepted between the cheap bounds;
-    ``gram``: compute that Gram-matrix value here (planner side, O(T³)).
+    ``gram``: compute that Gram-matrix value here (planner side, O(T³)). A recorded
+    ``target_epsilon`` must be what the accountant certifies at the plan's ``delta``.
     """
+    _certify_noise(plan, trusted=trusted, gram=gram)
+    _certify_target(plan)
+
+
+def _certify_target(plan: NoisePlan) -> None:
+    """The recorded calibration target (ε at the plan's δ) is what the accountant gives."""
+    target = plan.target_epsilon
+    if target is None:
+        return
+    if plan.laplace is not None or plan.noise_multiplier == 0.0:
+        raise PlanError(
+            f"A {plan.mechanism} plan records no target_epsilon (Laplace plans carry it in "
+            "their schedule; plans without noise have none)."
+        )
+    eps = plan.guarantee().epsilon(plan.delta)
+    if not eps <= target * (1.0 + 1e-9):
+        raise PlanError(
+            f"Plan target_epsilon {target!r} at delta {plan.delta:g} is below the "
+            f"accountant's epsilon {eps!r} for its noise; re-create the plan."
+        )
+
+
+def _certify_noise(plan: NoisePlan, *, trusted: bool, gram: bool) -> None:
+    """The sections, the noise and the sensitivity (:func:`certify`)."""
     if plan.message_bound is not None and not 0 < plan.message_bound < math.inf:
         raise PlanError(f"Expected 0 < message_bound={plan.message_bound!r} < inf.")
     try:
         mech = mechanisms.get(plan.mechanism)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
+    if not (isinstance(plan.delta, float) and 0 < plan.delta < 1):
+        raise PlanError(f"Plan delta {plan.delta!r} must be in (0, 1).")
     want = plan.laplace.adjacency if plan.laplace is not None else GAUSSIAN_ADJACENCY
     if plan.adjacency != want:
         raise PlanError(

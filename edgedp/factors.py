@@ -58,6 +58,7 @@ __all__ = [
     "blt_inverse_radius",
     "from_dict",
     "noise_matrix_product",
+    "stream_error",
 ]
 
 Draw = Callable[[int], np.ndarray]
@@ -286,25 +287,71 @@ class Banded:
         return {"kind": self.kind, "bands": self.bands}
 
 
+#: Largest ‖C·M − I‖₂ (M: the inverse a Dense factor streams) it accepts: the noise that
+#: runs realises C' = (I + R)⁻¹C, whose sensitivity is at most 1/(1 − ‖R‖₂) times C's — the
+#: relative tolerance certification already allows a stored sensitivity.
+STREAM_TOLERANCE = 1e-9
+
+
+def stream_error(C: np.ndarray, C_inv: np.ndarray) -> float:
+    """An upper bound on ‖C·M − I‖₂ for the floats M = ``C_inv``, rounding included.
+
+    The computed residual's Frobenius norm plus the rounding of its product,
+    γ_{T+1}·‖|C||M| + I‖_F (γ_n = nu/(1 − nu), u = 2⁻⁵³; Higham, *Accuracy and Stability
+    of Numerical Algorithms*, §3.5), first with ‖|C||M|‖_F ≤ ‖C‖_F‖M‖_F (O(T²)), and from
+    |C||M| itself only when that is not small enough. O(T³) work, like the inverse.
+
+    >>> stream_error(np.eye(3), np.eye(3)) < 1e-14
+    True
+    """
+    T = C.shape[0]
+    u = 2.0**-53
+    gamma = (T + 1) * u / (1 - (T + 1) * u)
+    eye = np.eye(T)
+    residual = float(np.linalg.norm(C @ C_inv - eye))
+    slack = 1.0 + 1e-6  # the norms' own rounding, generously
+    cheap = residual + gamma * (float(np.linalg.norm(C) * np.linalg.norm(C_inv)) + math.sqrt(T))
+    if cheap * slack <= STREAM_TOLERANCE:
+        return cheap * slack
+    product = float(np.linalg.norm(np.abs(C) @ np.abs(C_inv) + eye))
+    return (residual + gamma * product) * slack
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Dense:
     """Any lower-triangular invertible C given as a matrix.
 
     The noise of step t is ``Σ_{τ≤t} C⁻¹[t, τ] z_τ`` with every ``z_τ`` regenerated from the
     stream, summed in increasing τ: O(d) memory, O(t·d) work per step.
+
+    The accountant certifies C, but what runs is the stored inverse M: an ill-conditioned C
+    (e.g. Toeplitz (1, −10, 0, …), whose inverse holds 10^(T−1)) is refused unless
+    ``stream_error`` — a bound on ‖C·M − I‖₂, rounding included (:func:`stream_error`) —
+    is at most :data:`STREAM_TOLERANCE`, as unstable BLT factors are.
     """
 
     matrix: np.ndarray
     inverse: np.ndarray = field(init=False, repr=False)
+    stream_error: float = field(init=False, repr=False)
     kind: str = field(default="dense", init=False)
 
     def __post_init__(self) -> None:
         C = _lower_triangular("C", self.matrix)
-        C_inv = np.tril(np.linalg.inv(C))
+        with np.errstate(over="ignore", invalid="ignore"):
+            C_inv = np.tril(np.linalg.inv(C))
+            error = stream_error(C, C_inv) if np.all(np.isfinite(C_inv)) else math.inf
+        if not error <= STREAM_TOLERANCE:
+            raise ValueError(
+                f"Expected a well-conditioned C; it is ill-conditioned: its inverse M, the "
+                f"noise a device streams, gives ‖C·M − I‖ <= {error:.3g} > {STREAM_TOLERANCE:g},"
+                " so the noise that runs realises another C that its certificate does not "
+                "bound. Use a planned factor (dmf, mafalda) or a banded or BLT form."
+            )
         C.setflags(write=False)
         C_inv.setflags(write=False)
         object.__setattr__(self, "matrix", C)
         object.__setattr__(self, "inverse", C_inv)
+        object.__setattr__(self, "stream_error", error)
 
     @property
     def steps(self) -> int:

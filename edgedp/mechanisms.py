@@ -156,6 +156,17 @@ class Mechanism:
         """True when its plans must carry noise (a private mechanism never runs without)."""
         return self.noise != "none"
 
+    @property
+    def attacker(self) -> str:
+        """Who the plan's own ε holds against, in words (what every report names beside ε):
+        every attacker for node-private noise, the eavesdropper for noise correlated
+        across agents (insiders are accounted separately), nobody without noise."""
+        if not self.noisy:
+            return "none (no noise)"
+        if self.correlated:
+            return "an eavesdropper on every link (no pairwise secret or shared seed)"
+        return "every attacker (all messages seen: LDP)"
+
 
 _REGISTRY: dict[str, Mechanism] = {}
 

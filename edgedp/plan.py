@@ -23,8 +23,12 @@ add/remove adjacency is not what these plans certify. Replacing one example by a
 doubles the sensitivity (2Δ per participation): ``replace_one_mu`` = 2μ. Laplace plans
 state the adjacency of their schedule (zero-out, replace-one or problem).
 
-Version 2 plans (this module) differ from version 1 in the adjacency they state and in
-the Laplace noise scale (:mod:`edgedp.accounting.laplace`); version 1 files are refused.
+Every plan states the δ its ε is reported at (``delta`` in (0, 1)): the δ it was calibrated
+to (``target_epsilon`` then records the ε, checked on load), else the δ given when planned
+(default :data:`DEFAULT_DELTA`). Reports, commands, the API and a device's budget use it
+unless asked for another δ; Laplace plans are pure ε, ``delta`` is their PLD line's.
+Version 3 (this module) adds both to version 2, whose files are refused (they do not say
+which δ their ε is at: re-create them with ``edgedp plan``), as version 1 files are.
 
 A private mechanism never runs without noise: a plan of a noisy mechanism whose σ is 0
 (or whose Laplace ε is ∞) is refused when loaded; only ``dsgd`` is noise-free by name.
@@ -53,6 +57,7 @@ from edgedp.task import TaskSpec, batch_schedule  # batch_schedule: checked agai
 
 __all__ = [
     "ADJACENCIES",
+    "DEFAULT_DELTA",
     "PLAN_VERSION",
     "NodeShare",
     "NoisePlan",
@@ -66,6 +71,8 @@ PLAN_VERSION = certification.PLAN_VERSION
 #: Adjacencies a plan can certify (module docstring); Gaussian plans certify zero-out.
 ADJACENCIES = laplace_acc.ADJACENCIES
 GAUSSIAN_ADJACENCY = certification.GAUSSIAN_ADJACENCY
+#: The δ a plan is reported at when planned without one (from σ, or pure-ε Laplace).
+DEFAULT_DELTA = certification.DEFAULT_DELTA
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -95,6 +102,8 @@ class NoisePlan:
     sketch: sketch_mod.SketchSpec | None = None
     adjacency: str = GAUSSIAN_ADJACENCY
     message_bound: float | None = None
+    delta: float = DEFAULT_DELTA  # the δ its ε is reported at (module docstring)
+    target_epsilon: float | None = None  # the ε its noise was calibrated to at ``delta``
     #: The two axes (:mod:`edgedp.plan_axes`), set once from the mechanism and the sections.
     noise_kind: NoiseKind = field(init=False, compare=False)
     message_kind: MessageKind = field(init=False, compare=False)
@@ -178,11 +187,13 @@ class NoisePlan:
             "task": self.task.to_dict(),
             "seed": self.seed,
             "adjacency": self.adjacency,
+            "delta": self.delta,
             # only when present, so plans without it keep their hashes
             **({"laplace": self.laplace.to_dict()} if self.laplace is not None else {}),
             **({"cross_agent": self.cross_agent.to_dict()} if self.cross_agent else {}),
             **({"sketch": self.sketch.to_dict()} if self.sketch is not None else {}),
             **({"message_bound": self.message_bound} if self.message_bound is not None else {}),
+            **({"target_epsilon": self.target_epsilon} if self.target_epsilon is not None else {}),
         }
 
     @property
@@ -238,6 +249,8 @@ class NoisePlan:
             sketch=sketch_mod.SketchSpec.from_dict(d["sketch"]) if "sketch" in d else None,
             adjacency=str(d["adjacency"]),
             message_bound=float(d["message_bound"]) if "message_bound" in d else None,
+            delta=float(d["delta"]),
+            target_epsilon=float(d["target_epsilon"]) if "target_epsilon" in d else None,
         )
 
     @classmethod
@@ -290,10 +303,11 @@ def make_plan(
 
     Exactly one of ``noise_multiplier`` (σ) or ``target_epsilon`` (with ``delta``) sets the
     noise, except for ``dsgd`` which has none. The sensitivity comes from the accountant
-    (paper 000 Thm 7 under LDP), and the per-step noise std is ν = σ · sens · Δ.
+    (paper 000 Thm 7 under LDP), and the per-step noise std is ν = σ · sens · Δ. The plan
+    records ``delta`` (default :data:`DEFAULT_DELTA`) and ``target_epsilon``.
 
     Laplace mechanisms (``sr-gt``, ``dpop``; paper 004) take ``laplace=LaplaceSchedule(...)``
-    instead (it carries ε), no σ/ε/δ/participation; ``learning_rate`` defaults to γ and
+    instead (it carries ε), no σ/ε/participation; ``learning_rate`` defaults to γ and
     must equal it; ``clip_norm`` may be ``inf`` (no clipping) with ``adjacency="problem"``.
 
     ``message_bound`` states the largest |entry| of an honest message; receivers reject
@@ -307,13 +321,15 @@ def make_plan(
         )
     builder, noisy, laplace_noise = mech.factor, mech.noisy, mech.noise == "laplace"
     _validate.integer(minimum=1, steps=steps)
+    if delta is not None:
+        _validate.open_unit(delta=delta)
     if laplace_noise:
         if laplace is None:
             raise ValueError(f"mechanism={mechanism!r} needs laplace=LaplaceSchedule(...).")
-        if noise_multiplier is not None or target_epsilon is not None or delta is not None:
+        if noise_multiplier is not None or target_epsilon is not None:
             raise ValueError(
                 f"mechanism={mechanism!r} takes its epsilon from the Laplace schedule; "
-                "drop noise_multiplier/target_epsilon/delta."
+                "drop noise_multiplier/target_epsilon."
             )
         if learning_rate is None:
             learning_rate = laplace.gamma
@@ -365,6 +381,7 @@ def make_plan(
             _validate.positive(noise_multiplier=noise_multiplier)
         g = mf.planned_guarantee(factor, participation, float(noise_multiplier), steps)
         sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
+    target = None if target_epsilon is None or not noisy else float(target_epsilon)
     task = (task or TaskSpec()).pinned()
     plan = NoisePlan(
         mechanism=mechanism,
@@ -388,6 +405,8 @@ def make_plan(
         sketch=sketch,
         adjacency=laplace.adjacency if laplace is not None else GAUSSIAN_ADJACENCY,
         message_bound=None if message_bound is None else float(message_bound),
+        delta=DEFAULT_DELTA if delta is None else float(delta),
+        target_epsilon=target,
     )
     certification.certify(plan, trusted=True)
     return plan

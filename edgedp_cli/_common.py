@@ -23,12 +23,15 @@ __all__ = [
     "RefusedError",
     "RunFailedError",
     "UsageError",
+    "add_delta_flag",
     "add_output_flags",
     "chatty",
     "check_out",
+    "delta_of",
     "emit",
     "key_value_lines",
     "load_plan",
+    "load_target",
     "parse_graph",
     "parse_participation",
     "participation_hint",
@@ -168,3 +171,31 @@ def load_plan(path: str):
         raise UsageError(f"cannot read plan {path!r}: {exc.strerror}") from None
     except PlanError as exc:
         raise RefusedError(f"{path}: {exc}") from None
+
+
+def load_target(path: str):
+    """A scenario (``.toml``) or a plan file as a scenario on an ideal network."""
+    from edgedp_sim import scenarios
+
+    if path.endswith(".toml"):
+        try:
+            return scenarios.load(path)
+        except scenarios.ScenarioError as exc:
+            raise UsageError(str(exc)) from None
+    return scenarios.from_plan(load_plan(path))
+
+
+def add_delta_flag(p, what: str = "the epsilon printed") -> None:
+    """``--delta D``: δ of ``what``, default the plan's own δ (:func:`delta_of` checks it)."""
+    p.add_argument(
+        "--delta",
+        type=float,
+        help=f"delta of {what}, in (0, 1) (default: the plan's delta, which its report names)",
+    )
+
+
+def delta_of(args) -> float | None:
+    """``args.delta`` (None: the plan's own δ); UsageError outside (0, 1)."""
+    if args.delta is not None and not 0 < args.delta < 1:
+        raise UsageError(f"--delta {args.delta} must be in (0, 1)")
+    return args.delta

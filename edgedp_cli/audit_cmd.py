@@ -17,21 +17,17 @@ import math
 import sys
 from pathlib import Path
 
-from edgedp_cli._common import RunFailedError, UsageError, chatty, emit, load_plan
+from edgedp_cli._common import (
+    RunFailedError,
+    UsageError,
+    add_delta_flag,
+    chatty,
+    delta_of,
+    emit,
+    load_target,
+)
 
 __all__ = ["register"]
-
-
-def load_target(path: str):
-    """A scenario (``.toml``) or a plan file as a scenario on an ideal network."""
-    from edgedp_sim import scenarios
-
-    if path.endswith(".toml"):
-        try:
-            return scenarios.load(path)
-        except scenarios.ScenarioError as exc:
-            raise UsageError(str(exc)) from None
-    return scenarios.from_plan(load_plan(path))
 
 
 def _attackers(texts):
@@ -143,6 +139,7 @@ def plot(report: dict, path: Path) -> None:
 def cmd_audit(args) -> None:
     from edgedp_sim import audit
 
+    delta_of(args)
     sc = load_target(args.target)
     texts = args.attacker or sc.leakage.get("attackers") or ["eavesdropper:all"]
     attackers = _attackers(texts)
@@ -209,7 +206,7 @@ def register(sub, add) -> None:
     p.add_argument(
         "--confidence", type=float, default=0.95, help="confidence of eps_lb (default 0.95)"
     )
-    p.add_argument("--delta", type=float, default=1e-6, help="delta of (eps, delta) (Gaussian)")
+    add_delta_flag(p, "the certified epsilon and eps_lb (Gaussian)")
     p.add_argument(
         "--engine",
         default="auto",

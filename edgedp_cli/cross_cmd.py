@@ -55,15 +55,15 @@ def text(r: dict) -> str:
     lines += [
         f"post-mixing variance Tr(W R W^T)/n per step  {r['post_mixing_variance']:.6g}  "
         f"(DP-D-SGD at the same guarantee: {r['ldp_post_mixing_variance']:.6g})",
-        f"guarantee ({r['adjacency']} adjacency): mu={r['mu']:.6g}, "
-        f"epsilon={r['epsilon']:.6g} at delta={r['delta']:g}; replace-one "
+        f"guarantee ({r['adjacency']} adjacency) against {r['attacker']}: "
+        f"mu={r['mu']:.6g}, epsilon={r['epsilon']:.6g} at delta={r['delta']:g}; replace-one "
         f"epsilon={r['epsilon_replace_one']:.6g}",
         f"  (RDP conversion of the same mu: epsilon={r['epsilon_rdp']:.6g}; paper 001 Thm 2 "
         "writes it with per-step sensitivity 2C, i.e. replace-one)",
         f"trust model: {r['trust_model']}",
-        f"  eavesdropper: epsilon={r['epsilon_eavesdropper']:.6g}; one curious insider: "
-        f"epsilon={r['epsilon_insider']:.6g}; a victim's whole neighbourhood colluding: "
-        f"epsilon={r['epsilon_neighbourhood']:.6g}",
+        f"  at delta={r['delta']:g}: eavesdropper: epsilon={r['epsilon_eavesdropper']:.6g}; "
+        f"one curious insider: epsilon={r['epsilon_insider']:.6g}; a victim's whole "
+        f"neighbourhood colluding: epsilon={r['epsilon_neighbourhood']:.6g}",
     ]
     if "utility_ratio" in r:
         lines.append(

@@ -168,7 +168,7 @@ def cmd_deploy(args) -> None:
     text = (
         f"wrote {p.n} device folders for run {out['run_id']} to {args.out} "
         f"(copy node-U/* to device U's {args.device_root}; budget max_epsilon="
-        f"{out['max_epsilon']:.6g} at delta 1e-06 against the worst adversary; "
+        f"{out['max_epsilon']:.6g} at the plan's delta {p.delta:g} against the worst adversary; "
         + (
             "plan and run manifest signed: devices with trust anchors run it)"
             if out["signed"]
@@ -296,7 +296,7 @@ def register(sub, add) -> None:
         "--max-epsilon",
         type=float,
         help="each device's budget (default: the plan's own epsilon against the worst "
-        "adversary, at delta 1e-6)",
+        "adversary, at the plan's delta)",
     )
     p.add_argument(
         "--run-id",

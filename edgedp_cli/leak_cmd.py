@@ -1,14 +1,18 @@
 """``edgedp leak``: empirical leakage of a scenario to curious neighbours and eavesdroppers.
 
-    edgedp leak SCENARIO.toml --attacker hbc:1,2 --attacker eavesdropper:all [--encrypted]
-        [--trials N] [--audit-trials N] [--target-eps E] [--victim U] [--json] [--plot PNG]
+    edgedp leak SCENARIO.toml|PLAN --attacker hbc:1,2 --attacker eavesdropper:all
+        [--encrypted] [--trials N] [--audit-trials N] [--target-eps E] [--delta D]
+        [--victim U] [--json] [--plot PNG]
 
 Monte Carlo trials (batch engine; the event engine when the scenario has latency, loss or
-faults), the attackers' estimates of the victim's gradients, M-NMI (paper 004 Eq. 43) with
-its per-iteration curve, reconstruction MSE/cosine, the plan's formal guarantee and, from
-a privacy audit of the same attackers (:mod:`edgedp_sim.audit`, gradient canary), the empirical
-lower bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`edgedp_sim.leak`).
-Progress lines go to stderr (none with --json or -q).
+faults; a plan file runs on an ideal network), the attackers' estimates of the victim's
+gradients, M-NMI (paper 004 Eq. 43) with its per-iteration curve, reconstruction
+MSE/cosine, the plan's formal guarantee (at the plan's δ unless --delta) and, from a privacy
+audit of the same attackers (:mod:`edgedp_sim.audit`, gradient canary), the empirical lower
+bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`edgedp_sim.leak`). On lossy
+networks each iteration is estimated on the trials in which the attacker observed it; the
+report says on how many, and what the run cost (seconds, peak memory). Progress lines go to
+stderr (none with --json or -q).
 """
 
 from __future__ import annotations
@@ -18,15 +22,21 @@ import sys
 from pathlib import Path
 
 from edgedp import mechanisms, strict_json
+from edgedp_cli import _common
 from edgedp_cli._common import RunFailedError, UsageError, chatty, emit
 
 __all__ = ["register"]
 
 
 def load_scenario(path: str, target_eps: float | None):
-    """The scenario, re-planned for ``target_eps`` (ε of the plan's own accountant) if given."""
+    """The scenario (``.toml``; re-planned for ``target_eps``, ε of the plan's own
+    accountant, if given) or a plan file on an ideal network."""
     from edgedp_sim import scenarios
 
+    if not path.endswith(".toml"):
+        if target_eps is not None:
+            raise UsageError("--target-eps re-plans a scenario's [privacy]; this is a plan file")
+        return _common.load_target(path)
     p = Path(path)
     try:
         raw = scenarios.read_toml(p)
@@ -79,7 +89,10 @@ def _flatten(report: dict) -> dict:
             "mse",
             "cosine",
             "epsilon",
+            "delta",
             "epsilon_lb",
+            "observed_iterations",
+            "n_trials_per_iteration",
             "warnings",
         ):
             out[key] = {e["attacker"]: e.get(key) for e in entries}
@@ -109,6 +122,19 @@ def text_table(report: dict) -> str:
             f"{_fmt(e['cosine'], '.3f'):>8}{_fmt(e['epsilon'], '.3g'):>10}"
             f"{_fmt(e.get('epsilon_lb'), '.3f'):>8}  {e['estimator']}"
         )
+        counts = e["n_trials_per_iteration"]
+        full = sum(c == report["n_trials"] for c in counts)
+        if full < e["observed_iterations"]:  # some iterations ran on fewer trials
+            used = [c for c in counts if 2 * report["k_neighbors"] + 1 < c]
+            lines.append(
+                f"{'':<4}M-NMI over {e['observed_iterations']} of {len(counts)} iterations: "
+                f"{full} on every trial, the others on the {min(used)}-{max(used)} trials "
+                "in which the attacker observed them (messages lost or late)"
+            )
+        elif e["observed_iterations"] < len(counts):
+            lines.append(
+                f"{'':<4}M-NMI over {e['observed_iterations']} of {len(counts)} iterations"
+            )
         for warning in e.get("warnings", []):
             lines.append(f"{'':<4}warning: {warning}")
         low = e["low_variance_iterations"]
@@ -124,6 +150,14 @@ def text_table(report: dict) -> str:
         lines.append(
             f"eps_lb: privacy audit, {a['canary']} canary ({a['background']} background), "
             f"{a['n_trials']} trials, confidence {a['confidence']:g} (edgedp audit)"
+        )
+    if "cost" in report:
+        c = report["cost"]
+        lines.append(
+            f"cost: {c['total_seconds']:.1f} s ({c['simulation_seconds']:.1f} s simulation on "
+            f"the {report['engine']} engine, {c['seconds_per_trial']:.3g} s per trial; "
+            f"{c['mi_seconds']:.1f} s MI; {c['audit_seconds']:.1f} s audit), "
+            f"peak memory {c['peak_memory_mb']:.0f} MB"
         )
     return "\n".join(lines)
 
@@ -172,6 +206,7 @@ def plot(report: dict, path: Path) -> None:
 def cmd_leak(args) -> None:
     from edgedp_sim import leak
 
+    delta = _common.delta_of(args)
     sc = load_scenario(args.scenario, args.target_eps)
     attackers = _attackers(args, sc)
     trials = args.trials or int(sc.leakage.get("trials", 1000))
@@ -199,6 +234,7 @@ def cmd_leak(args) -> None:
             standardized=args.standardized,
             audit_trials=audit_trials,
             audit_confidence=args.confidence,
+            delta=delta,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -214,7 +250,12 @@ def cmd_leak(args) -> None:
 
 def register(sub, add) -> None:
     p = add("leak", cmd_leak, "empirical leakage (M-NMI, reconstruction) to adversary probes")
-    p.add_argument("scenario", help="scenario.toml ([leakage] table: victim, trials, attackers)")
+    p.add_argument(
+        "scenario",
+        metavar="SCENARIO_OR_PLAN",
+        help="scenario.toml ([leakage] table: victim, trials, attackers), or a plan file "
+        "(run on an ideal network)",
+    )
     p.add_argument(
         "--attacker",
         action="append",
@@ -240,6 +281,7 @@ def register(sub, add) -> None:
         type=float,
         help="re-plan the mechanism for this epsilon (default: the scenario's plan)",
     )
+    _common.add_delta_flag(p, "each attacker's formal epsilon and eps_lb")
     p.add_argument("--victim", type=int, help="the attacked node (default: scenario, or 0)")
     p.add_argument(
         "--engine",

@@ -23,8 +23,10 @@ from edgedp_cli._common import (
     EXIT_REFUSED,
     CommandError,
     UsageError,
+    add_delta_flag,
     add_output_flags,
     chatty,
+    delta_of,
     emit,
     key_value_lines,
     load_plan,
@@ -176,6 +178,7 @@ def build_plan(args):
 
 
 def cmd_account(args) -> None:
+    delta_of(args)
     p = load_plan(args.plan)
     if args.trust == "pndp":
         from edgedp_cli import pndp_cmd
@@ -256,9 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("account", cmd_account, "re-certify a plan and print its guarantee")
     p.add_argument("plan", metavar="PLAN", help="the plan file")
-    p.add_argument(
-        "--delta", type=float, default=1e-6, help="delta of the epsilon printed (default 1e-6)"
-    )
+    add_delta_flag(p)
     p.add_argument("--steps-done", type=int, help="privacy spent after this many steps")
     p.add_argument(
         "--trust", choices=["ldp", "pndp"], default="ldp", help="trust model (default ldp)"

@@ -86,8 +86,9 @@ def _common_parent() -> argparse.ArgumentParser:
     p.add_argument(
         "--delta",
         type=float,
-        help="delta of --target-eps (Gaussian families) and of the reported epsilon "
-        "(default 1e-6 in the report; laplace: delta of its PLD (epsilon, delta) line)",
+        help="delta in (0, 1) of --target-eps (Gaussian families), recorded in the plan: "
+        "every report of its epsilon is at it (default 1e-6 with --noise-multiplier; "
+        "laplace: delta of its PLD (epsilon, delta) line)",
     )
     p.add_argument(
         "--clip-norm",

@@ -62,9 +62,10 @@ def cmd_account_pndp(p, args) -> None:
         observer=args.observer,
         progress=(lambda i, k: print(f"attacker set {i}/{k}", file=sys.stderr)) if show else None,
     )
-    eps = res.epsilon(args.delta)
+    delta = p.delta if args.delta is None else args.delta
+    eps = res.epsilon(delta)
     rdp2 = res.rdp(2.0)
-    ldp_eps = res.ldp.epsilon(args.delta)
+    ldp_eps = res.ldp.epsilon(delta)
     rows = [
         {
             "attackers": list(res.attacker_sets[a]),
@@ -100,7 +101,8 @@ def cmd_account_pndp(p, args) -> None:
         "steps": p.steps,
         "participation": f"{p.participation.k},{p.participation.b}",
         "noise_multiplier": p.noise_multiplier,
-        "delta": args.delta,
+        "delta": delta,
+        "adjacency": p.adjacency,
         "ldp_mu": res.ldp_mu,
         "ldp_epsilon": ldp_eps,
         "ldp_sensitivity": res.ldp.sensitivity,
@@ -111,7 +113,7 @@ def cmd_account_pndp(p, args) -> None:
     head = (
         f"PNDP ({res.observer}: {_OBSERVED[res.observer]}) for {p.mechanism} on {p.topology}: "
         f"n={p.n}, T={p.steps}, participation {p.participation.k},{p.participation.b}, "
-        f"sigma={p.noise_multiplier:g}, delta={args.delta:g}"
+        f"sigma={p.noise_multiplier:g}, delta={delta:g}, {p.adjacency} adjacency"
     )
     lines = [
         head,

@@ -7,11 +7,13 @@ from pathlib import Path
 from edgedp_cli._common import (
     RunFailedError,
     UsageError,
+    add_delta_flag,
     add_output_flags,
     chatty,
+    delta_of,
     emit,
     key_value_lines,
-    load_plan,
+    load_target,
 )
 
 __all__ = ["register", "sweep_table"]
@@ -20,12 +22,10 @@ __all__ = ["register", "sweep_table"]
 def cmd_sim_run(args) -> None:
     from edgedp_sim import runner, scenarios
 
+    delta = delta_of(args)
     try:
-        if args.target.endswith(".toml"):
-            sc = scenarios.load(args.target)
-        else:
-            sc = scenarios.from_plan(load_plan(args.target))
-    except (scenarios.ScenarioError, ValueError) as exc:
+        sc = load_target(args.target)
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
         summary = runner.run_scenario(
@@ -33,6 +33,7 @@ def cmd_sim_run(args) -> None:
             engine_name=args.engine,
             out=Path(args.out) if args.out else None,
             show_progress=chatty(args),
+            delta=delta,
         )
     except FloatingPointError as exc:
         raise RunFailedError(str(exc)) from None
@@ -91,6 +92,7 @@ def register(sub, add) -> None:
         "bandwidth matter",
     )
     p.add_argument("--out", help="folder for metrics.json and loss.png (default: none)")
+    add_delta_flag(p, "the plan's epsilon in the summary")
     add_output_flags(p)
     p.set_defaults(func=cmd_sim_run)
     p = simsub.add_parser("sweep", help="run a grid of scenarios and seeds on Dask")

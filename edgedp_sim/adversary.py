@@ -15,7 +15,14 @@ A :class:`Probe` turns an :class:`Attacker` into an :class:`ObservationLog` with
 * :class:`RoundObserver` — the batch engine calls ``observe(view)`` once per round with a
   :class:`RoundView` of every node and trial (messages, gradients, noise, state);
 * :class:`LinkObserver` — the event engine calls ``on_message(...)`` for every message put
-  on a link, with its wire frames and the simulated time (one trial).
+  on a link, with its wire frames and the simulated time (one trial), ``on_delivery(...)``
+  when it reaches its recipient and ``on_round(...)`` when a node ends a round.
+
+An eavesdropper sees what crosses its tapped links; a curious node sees what it sends and
+what reaches it (a lost message never does). Both learn which neighbours' messages each node
+mixed in each round (``ObservationLog.unmixed``: assumed known to the attacker, the
+conservative choice), so an attack rebuilds a node's update only in the rounds it mixed
+every message, and leaves the others out rather than filling them with wrong numbers.
 
 Pass probes as ``observers=`` to :func:`edgedp_sim.batch.run` or :func:`edgedp_sim.engine.run`.
 Algorithms that send one message per recipient (Zip-DL) are recorded per tapped link
@@ -172,6 +179,8 @@ class ObservationLog:
     ``(trials, rounds, members, d)`` — batch engine only; ``batch_size`` is B.
     ``link_messages[:, t, i]`` is the message on ``links[i]`` in round t, recorded only for
     algorithms that send one message per recipient (Zip-DL; ``messages`` is then NaN).
+    ``unmixed[(t, u)]`` are the neighbours whose round-t message node u did not mix (lost,
+    late, or not sent; event engine only: in the batch engine every node mixes them all).
     """
 
     attacker: Attacker
@@ -184,6 +193,7 @@ class ObservationLog:
     own: dict[str, np.ndarray] = field(default_factory=dict)
     batch_size: int = 1
     link_messages: np.ndarray | None = None
+    unmixed: dict[tuple[int, int], frozenset[int]] = field(default_factory=dict)
 
     def sent_by(self, node: int) -> np.ndarray:
         """``(trials, rounds, d)``: the messages of ``node`` (ValueError when not visible)."""
@@ -250,6 +260,7 @@ class Probe:
             *self._traffic(trials, T, len(links)),
         )
         self._link_index = {link: i for i, link in enumerate(links)}
+        self._members = frozenset(members)
         self._dim = dim
         # slot of recipient v in sender u's padded mixing row (per-recipient messages)
         cross = plan.cross_agent
@@ -316,13 +327,34 @@ class Probe:
             return
         log.sizes[0, round, i] = sum(len(f) for f in frames)
         log.times[0, round, i] = time
-        if log.messages is not None:
-            payload = wire.decode(frames).arrays[0]
-            if self._per_recipient:
-                self._per_link(1)[0, round, i] = payload
-            else:
-                self._fit(payload.shape[-1])
-                log.messages[0, round, log.senders.index(sender)] = payload
+        # a tap sees the message on the link; a curious node its own (what it receives:
+        # on_delivery)
+        if log.attacker.kind != "hbc" or sender in self._members:
+            self._record(i, sender, round, frames)
+
+    def on_delivery(
+        self, *, sender: int, recipient: int, round: int, frames: Sequence[bytes]
+    ) -> None:
+        """Event engine: the message reached ``recipient`` (a curious node reads it)."""
+        i = self._link_index.get((sender, recipient))
+        if i is not None and recipient in self._members and sender not in self._members:
+            self._record(i, sender, round, frames)
+
+    def on_round(self, *, node: int, round: int, missing=(), **_) -> None:
+        """Event engine: ``node`` ended ``round`` without the messages of ``missing``."""
+        if missing:
+            self.log.unmixed[(round, node)] = frozenset(int(v) for v in missing)
+
+    def _record(self, i: int, sender: int, round: int, frames: Sequence[bytes]) -> None:
+        log = self.log
+        if log.messages is None:
+            return
+        payload = wire.decode(frames).arrays[0]
+        if self._per_recipient:
+            self._per_link(1)[0, round, i] = payload
+        else:
+            self._fit(payload.shape[-1])
+            log.messages[0, round, log.senders.index(sender)] = payload
 
 
 class GroundTruth:
@@ -352,7 +384,7 @@ class GroundTruth:
     def on_message(self, **_) -> None:
         """Event engine: traffic carries no ground truth."""
 
-    def on_round(self, *, node: int, round: int, gradient, batch_size: int) -> None:
+    def on_round(self, *, node: int, round: int, gradient, batch_size: int, **_) -> None:
         """Event engine (one trial): ``node`` ended ``round`` having used ``gradient``."""
         if node in self.nodes and gradient is not None:
             self.gradient[0, round, self.nodes.index(node)] = gradient / batch_size

@@ -79,23 +79,38 @@ def dsgd_inversion(
       ValueError: the attacker does not see the victim's or a neighbour's messages (use the
         generic :func:`edgedp_sim.linear_attack.solve` then).
     """
-    m, cols = _row_messages(log, victim, mixing_index)
+    m, row = _row_messages(log, victim, mixing_index)
     weights = np.asarray(mixing_weight[victim], dtype=np.float64)
     theta = np.empty(m.shape[:2] + m.shape[3:])
     theta[:, 0] = theta0
-    theta[:, 1:] = mix_gathered(weights, m[:, :-1][:, :, cols])  # (trials, T-1, width, d)
+    theta[:, 1:] = mix_gathered(weights, row[:, :-1])  # (trials, T-1, width, d)
     return (theta - m[:, :, log.senders.index(victim)]) / learning_rate
 
 
-def _row_messages(log: ObservationLog, victim: int, mixing_index) -> tuple[np.ndarray, list]:
-    row = [int(v) for v in mixing_index[victim]]
-    missing = sorted({victim, *row} - set(log.senders))
+def _row_messages(log: ObservationLog, victim: int, mixing_index) -> tuple[np.ndarray, np.ndarray]:
+    """``(messages, row)``: every seen message, and the messages of ``victim``'s mixing row
+    as it mixed them, ``(trials, T, width, d)`` — NaN where it did not mix one (lost, late:
+    :attr:`ObservationLog.unmixed`), so the rounds that depend on it are left out."""
+    nodes = [int(v) for v in mixing_index[victim]]
+    missing = sorted({victim, *nodes} - set(log.senders))
     if log.messages is None or missing:
         raise ValueError(
             f"Attacker {log.attacker.label} does not see the messages of nodes {missing or 'any'}"
             f" needed to invert node {victim}'s update; use the linear estimator (solve)."
         )
-    return log.messages, [log.senders.index(v) for v in row]
+    row = log.messages[:, :, [log.senders.index(v) for v in nodes]]
+    _unmixed_to_nan(log, victim, nodes, row)
+    return log.messages, row
+
+
+def _unmixed_to_nan(log: ObservationLog, victim: int, nodes, row: np.ndarray) -> None:
+    """Set ``row[:, t, j]`` (node ``nodes[j]``'s round-t message) to NaN where ``victim``
+    did not mix it (event engine: one trial per log)."""
+    for (t, node), gone in log.unmixed.items():
+        if node == victim:
+            for j, v in enumerate(nodes):
+                if v in gone:
+                    row[:, t, j] = np.nan
 
 
 def sr_gt_estimate(
@@ -119,7 +134,7 @@ def sr_gt_estimate(
         estimate of the private gradient, ``(trials, T, d)`` (NaN in the last round, which
         has no next message).
     """
-    m, cols = _row_messages(log, victim, plan.mixing_index)
+    m, row = _row_messages(log, victim, plan.mixing_index)
     sched = plan.laplace
     if sched is None or not sched.beta > 0:
         raise ValueError("sr_gt_estimate needs an sr-gt plan (a Laplace schedule with beta > 0).")
@@ -127,7 +142,7 @@ def sr_gt_estimate(
         raise ValueError(f"Unknown form={form!r}; expected 'paper' or 'inversion'.")
     weights = np.asarray(plan.mixing_weight[victim], dtype=np.float64)
     z = m[:, :, log.senders.index(victim)]
-    zbar = mix_gathered(weights, m[:, :, cols])  # (trials, T, d)
+    zbar = mix_gathered(weights, row)  # (trials, T, d)
     T = m.shape[1]
     # y(k) = y(k−1) + β (z − z̄) from y(0) = 0, added in order: accumulate is sequential, and
     # the leading +0.0 keeps even the signs of zeros of the loop acc = acc + β (z − z̄)
@@ -145,10 +160,10 @@ def dpop_estimate(log: ObservationLog, *, victim: int, plan: Any) -> np.ndarray:
     """DPOP (paper 004 Eq. 45): x₁(k) = z̄₁(k) − α_k ∇f₁(z₁(k)) and z₁(k+1) = x₁(k) + ξ₁(k+1),
     so (z̄₁(k) − z₁(k+1))/α_k = ∇f₁(z₁(k)) − ξ₁(k+1)/α_k, ``(trials, T, d)`` (NaN in the last
     round)."""
-    m, cols = _row_messages(log, victim, plan.mixing_index)
+    m, row = _row_messages(log, victim, plan.mixing_index)
     if plan.laplace is None:
         raise ValueError("dpop_estimate needs a dpop plan (a Laplace schedule).")
-    zbar = mix_gathered(np.asarray(plan.mixing_weight[victim], dtype=np.float64), m[:, :, cols])
+    zbar = mix_gathered(np.asarray(plan.mixing_weight[victim], dtype=np.float64), row)
     z = m[:, :, log.senders.index(victim)]
     T = m.shape[1]
     alpha = np.array([plan.laplace.stepsize(t) for t in range(T)])[None, :, None]
@@ -305,8 +320,9 @@ def zipdl_estimate(log: ObservationLog, *, victim: int, plan: Any, theta0: Any) 
     out_avg = mix_gathered(out_w, m[:, :, [idx[(victim, v)] for v in others]]) / sum(out_w)
     theta = np.empty_like(out_avg)
     theta[:, 0] = theta0
-    prev = [out_avg[:, :-1] if v == victim else m[:, :-1, idx[(v, victim)]] for v in row]
-    theta[:, 1:] = mix_gathered(weights, np.stack(prev, axis=2))
+    received = np.stack([out_avg if v == victim else m[:, :, idx[(v, victim)]] for v in row], 2)
+    _unmixed_to_nan(log, victim, row, received)
+    theta[:, 1:] = mix_gathered(weights, received[:, :-1])
     return (theta - out_avg) / plan.learning_rate
 
 

@@ -40,10 +40,7 @@ from edgedp_sim import adversary, audit_stats, audit_view, batch, engine, leak, 
 from edgedp_sim import canary as canary_mod
 from edgedp_sim.adversary import Attacker
 
-__all__ = ["DEFAULT_DELTA", "run"]
-
-#: δ of the certified (ε, δ) when the caller gives none (as ``edgedp leak``'s formal ε).
-DEFAULT_DELTA = 1e-6
+__all__ = ["run"]
 
 
 def world(trial: int) -> bool:
@@ -65,7 +62,7 @@ def run(
     canary: str = "gradient",
     background: str | None = None,
     confidence: float = 0.95,
-    delta: float = DEFAULT_DELTA,
+    delta: float | None = None,
     engine_name: str = "auto",
     chunk: int = 1000,
     progress: Callable[[str], None] | None = None,
@@ -82,7 +79,8 @@ def run(
       canary: ``"gradient"`` (white-box) or ``"example"`` (black-box, crafted input).
       background: ``"zero"`` or ``"data"`` (:mod:`edgedp_sim.canary`; default by canary kind).
       confidence: 1 − α of ε_lb and of the μ interval.
-      delta: δ of the certified (ε, δ) and of ε_lb (ignored for pure-ε Laplace plans: 0).
+      delta: δ of the certified (ε, δ) and of ε_lb, in (0, 1); default the plan's δ
+        (ignored for pure-ε Laplace plans: 0).
       engine_name: ``"auto"``, ``"batch"`` or ``"event"``.
       chunk: trials per batch-engine call (memory).
       progress: called with a line of text now and then.
@@ -102,6 +100,9 @@ def run(
         raise ValueError("The scenario has network effects; the batch engine cannot run them.")
     if engine_name not in ("batch", "event"):
         raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
+    delta = plan.delta if delta is None else delta
+    if not 0 < delta < 1:
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
     delta = 0.0 if plan.laplace is not None else float(delta)
     data = sc.data() if data is None else data
     model = models.for_task(plan.task, data.features)
@@ -227,7 +228,7 @@ def _evaluate(plan, att, view, s, present, pick, *, confidence, delta) -> dict[s
     if not np.all(np.isfinite(s)):  # a test must decide every trial
         raise FloatingPointError(f"{att.label}: the audit statistic is not finite in some trials.")
     alpha = 1.0 - confidence
-    cert = leak.formal_guarantee(plan, att, delta=delta if delta > 0 else DEFAULT_DELTA)
+    cert = leak.formal_guarantee(plan, att, delta=delta if delta > 0 else None)
     eps = float(cert["epsilon"])
     if delta == 0:  # pure ε (Laplace): the certificate has δ = 0
         cert["delta"] = 0.0

@@ -73,7 +73,8 @@ def event_job(plan_bytes: bytes, config: DemoConfig, trial: int) -> dict[str, An
 def leak_job(
     plan_bytes: bytes, attackers: list[str], trials: int, audit_trials: int
 ) -> dict[str, Any]:
-    """The leakage probes (and audit) of one plan on an ideal network (batch engine).
+    """The leakage probes (and audit) of one plan on an ideal network (batch engine); a plan
+    without noise (D-SGD) gives the scale of M-NMI.
 
     M-NMI is estimated on the gradient's last coordinate (the bias) and the matching
     coordinates of what the attacker computes: a KSG estimate from a few hundred trials
@@ -90,8 +91,9 @@ def leak_job(
     rep = leak.run(
         sc, atts, trials=trials, victim=VICTIM, audit_trials=audit_trials, coordinate=bias
     )
-    keys = ("attacker", "m_nmi", "cosine", "mse", "epsilon", "mu", "epsilon_lb", "estimator")
-    keys += ("audit_mu_hat", "audit_mu_low", "audit_mu_high", "audit_mu_view", "covers_attacker")
+    keys = ("attacker", "m_nmi", "cosine", "mse", "epsilon", "delta", "adjacency", "mu")
+    keys += ("epsilon_lb", "estimator", "guarantee", "covers_attacker")
+    keys += ("audit_mu_hat", "audit_mu_low", "audit_mu_high", "audit_mu_view")
     return {
         "mechanism": p.mechanism,
         "trials": rep["n_trials"],
@@ -133,7 +135,8 @@ def agents_job(config: DemoConfig, workdir: Path) -> dict[str, Any]:
         "agents": p.n,
         "steps": p.steps,
         "plan_hash": p.plan_hash,
-        "epsilon": describe(p, config.delta)["epsilon"],
+        "epsilon": describe(p)["epsilon"],  # with private noise; this run uses the public seed
+        "delta": p.delta,
         "real_digest": real,
         "simulated_digest": sim_digest.model_digest,
         "equal": real == sim_digest.model_digest,

@@ -21,7 +21,7 @@ __all__ = ["environment", "format_table", "write"]
 def _num(x, spec=".3f") -> str:
     if x is None:
         return "–"
-    if isinstance(x, float) and math.isinf(x):
+    if x == "inf" or (isinstance(x, float) and math.isinf(x)):  # results.json: "inf"
         return "∞"
     return format(x, spec)
 
@@ -36,47 +36,100 @@ def _mu_hat(e: dict, spec: str = ".2f") -> str:
     return f"{_num(e['audit_mu_hat'], spec)} [{_num(lo, spec)}, {_num(hi, spec)}]"
 
 
+def eps_cell(x) -> str:
+    """An ε in the terminal table: two decimals, ``inf`` without a guarantee."""
+    return "inf" if x in ("inf", math.inf) else f"{x:.2f}"
+
+
+def _classes() -> tuple[tuple[str, str, str], ...]:
+    from edgedp_sim.demo import ATTACKER_CLASSES
+
+    return ATTACKER_CLASSES
+
+
+def comparison(summary: dict) -> str:
+    """One line: each private mechanism's final test loss against DP-D-SGD's, at the
+    attackers against which both hold the same ε (the columns where their ε agree)."""
+    rows = {r["mechanism"]: r for r in summary["results"]}
+    ref = rows["dp-dsgd"]
+    classes = _classes()
+    same_all, partial = [], []
+    for r in summary["results"]:
+        if r["mechanism"] in ("dsgd", "dp-dsgd"):
+            continue
+        change = f"{r['final_test_loss'] / ref['final_test_loss'] - 1:+.0%}"
+        same = [
+            col
+            for key, col, _ in classes
+            if math.isclose(r["epsilon_by_attacker"][key], ref["epsilon_by_attacker"][key])
+        ]
+        if len(same) == len(classes):
+            same_all.append(f"{r['algorithm']} {change}")
+        else:
+            other = ", ".join(
+                f"{col} {eps_cell(r['epsilon_by_attacker'][key])}"
+                for key, col, _ in classes
+                if col not in same
+            )
+            partial.append(
+                f"{r['algorithm']} {change} at the same eps against {' and '.join(same)} "
+                f"only ({other})"
+            )
+    parts = []
+    if same_all:
+        parts.append(f"at the same eps against every attacker {', '.join(same_all)}")
+    parts += partial
+    return "test loss vs DP-D-SGD: " + "; ".join(parts)
+
+
 def format_table(summary: dict) -> str:
-    """The terminal summary: one row per mechanism, then the leakage and agent lines."""
+    """The terminal summary: one row per mechanism with its ε against each attacker class,
+    the comparison at equal ε, then the leakage and agent lines."""
     c = summary["config"]
+    classes = _classes()
     head = (
-        f"{'algorithm':<18}{'eps':>6}{'pred.':>7}{'test loss':>16}{'accuracy':>10}"
-        f"{'kB/round':>10}{'sim s':>7}"
+        f"{'algorithm':<18}"
+        + "".join(f"{col:>7}" for _, col, _ in classes)
+        + f"{'pred.':>7}{'test loss':>16}{'accuracy':>10}{'kB/round':>10}{'sim s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in summary["results"]:
-        eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}"
+        eps = "".join(f"{eps_cell(r['epsilon_by_attacker'][key]):>7}" for key, _, _ in classes)
         pred = "-" if r["predicted_noise_ratio"] is None else f"{r['predicted_noise_ratio']:.3f}"
         loss = f"{r['final_test_loss']:.3f}±{r['final_test_loss_std']:.3f}"
         lines.append(
-            f"{r['algorithm']:<18}{eps:>6}{pred:>7}{loss:>16}{r['final_test_accuracy']:>10.3f}"
+            f"{r['algorithm']:<18}{eps}{pred:>7}{loss:>16}{r['final_test_accuracy']:>10.3f}"
             f"{r['bytes_per_round'] / 1e3:>10.1f}{r['simulated_seconds']:>7.1f}"
         )
+    lines.append(f"eps at delta = {c['delta']:g} (zero-out adjacency) against:")
+    lines += [f"  {col} = {words}" for _, col, words in classes]
     lines.append(
-        f"eps at delta = {c['delta']:g} (zero-out adjacency, the eavesdropper on every link); "
         f"{summary['nodes']} nodes, {c['steps']} rounds, mean ± std over {c['trials']} noise "
         "seeds; pred. = predicted noise vs DP-D-SGD"
     )
+    lines.append(comparison(summary))
     lk = summary["leakage"]
     lines.append(
         f"leakage ({lk['topology']}, {lk['steps']} rounds, {lk['trials']} trials; victim "
-        f"{lk['victim']}):"
+        f"{lk['victim']}; eps at delta = {lk['delta']:g} against the row's attacker; "
+        "D-SGD without noise gives the M-NMI scale):"
     )
     lines.append(
-        f"  {'algorithm':<10}{'attacker':<28}{'eps':>6}{'mu':>6}{'mu_hat [interval]':>20}"
+        f"  {'algorithm':<17}{'attacker':<28}{'eps':>6}{'mu':>6}{'mu_hat [interval]':>20}"
         f"{'M-NMI':>7}{'cosine':>7}{'eps_lb':>7}"
     )
     for e in lk["rows"]:
         lines.append(
-            f"  {e['algorithm']:<10}{e['attacker']:<28}{_num(e['epsilon'], '.2f'):>6}"
+            f"  {e['algorithm']:<17}{e['attacker']:<28}{_num(e['epsilon'], '.2f'):>6}"
             f"{_num(e['mu'], '.2f'):>6}{_mu_hat(e):>20}"
             f"{_num(e['m_nmi']):>7}{_num(e['cosine'], '.2f'):>7}{_num(e['epsilon_lb'], '.2f'):>7}"
         )
     a = summary["agents"]
     lines.append(
         f"real agents: {a['mechanism']} on {a['agents']} edgedp-agent processes (CURVE "
-        f"ZeroMQ, 127.0.0.1): model digest {'EQUALS' if a['equal'] else 'DIFFERS FROM'} the "
-        f"event engine's ({a['real_digest'][:16]})"
+        f"ZeroMQ, 127.0.0.1; public-seed noise, not private): model digest "
+        f"{'EQUALS' if a['equal'] else 'DIFFERS FROM'} the event engine's "
+        f"({a['real_digest'][:16]})"
     )
     return "\n".join(lines)
 
@@ -156,11 +209,11 @@ def _table(head: list[str], rows: list[list[str]], left: tuple[int, ...] = (0,))
 
 def _html(summary: dict, loss_png: Path, bytes_png: Path) -> str:
     c, e = summary["config"], html.escape
+    classes = _classes()
     results = [
         [
             e(r["algorithm"]),
-            _num(r["epsilon"], ".2f"),
-            e(r["trust_model"].split(":")[0]),
+            *(_num(r["epsilon_by_attacker"][key], ".2f") for key, _, _ in classes),
             _num(r["predicted_noise_ratio"]),
             f"{r['final_test_loss']:.3f} ± {r['final_test_loss_std']:.3f}",
             f"{r['final_test_accuracy']:.3f} ± {r['final_test_accuracy_std']:.3f}",
@@ -170,9 +223,8 @@ def _html(summary: dict, loss_png: Path, bytes_png: Path) -> str:
         ]
         for r in summary["results"]
     ]
-    whisper = next(r for r in summary["results"] if r["mechanism"] == "whisper")
-    by_attacker = whisper.get("epsilon_by_attacker", {})
     lk = summary["leakage"]
+    scale = {x["attacker"]: x["m_nmi"] for x in lk["rows"] if x["mechanism"] == "dsgd"}
     leak_rows = [
         [
             e(x["algorithm"]),
@@ -206,7 +258,11 @@ takes part every {summary["participation"][1]} rounds, {summary["participation"]
 {c["steps"]} rounds), Metropolis–Hastings gossip weights, clip norm {c["clip_norm"]:g},
 learning rate {c["learning_rate"]:g}. Every private plan is certified at
 <b>ε = {c["target_epsilon"]:g} at δ = {c["delta"]:g}</b> (zero-out adjacency: one training
-example of a node) against an eavesdropper who sees every message. The SimPy event engine
+example of a node) against an eavesdropper who sees every message. <b>Correlated noise</b>:
+each node's noise is correlated with its own earlier noise (MAFALDA) or with its
+neighbours' (Whisper) so that much of it cancels in the gossip average while every message
+still carries the noise its ε needs — the same ε then costs less accuracy; against curious
+neighbours who hold Whisper's pairwise secrets less of it is left. The SimPy event engine
 runs each plan over a lossy network: lognormal one-way latency (median
 {c["latency_median_ms"]:g} ms, σ = {c["latency_sigma"]:g}), {c["bandwidth_mbps"]:g} Mbit/s
 uplinks, {c["loss"]:.0%} message loss, {c["dropout"]:.0%} of the nodes sitting out each round
@@ -216,8 +272,7 @@ uplinks, {c["loss"]:.0%} message loss, {c["dropout"]:.0%} of the nodes sitting o
         _table(
             [
                 "algorithm",
-                "certified ε",
-                "trust model",
+                *(f"ε vs {col}" for _, col, _ in classes),
                 "predicted noise vs DP-D-SGD",
                 "final test loss",
                 "accuracy",
@@ -226,17 +281,17 @@ uplinks, {c["loss"]:.0%} message loss, {c["dropout"]:.0%} of the nodes sitting o
                 "simulated s",
             ],
             results,
-            left=(0, 2),
+            left=(0,),
         )
     }
-<p class="note">Test loss and accuracy: mean over nodes of each node's final model, mean ±
-std over {c["trials"]} noise seeds. Predicted noise: MAFALDA — the noise left in the gossip
-average (factorization loss) relative to DP-D-SGD's; Whisper — the post-mixing noise variance
-relative to DP-D-SGD's; DOME — the noise energy per step (it sends {c["sketch_dim"]} of the
-model's floats). Whisper's ε is the eavesdropper's; curious insiders who hold pairwise
-secrets face less noise: {
-        ", ".join(f"{e(k)} ε = {_num(v, '.2f')}" for k, v in by_attacker.items())
-    }. D-SGD has no guarantee (ε = ∞).</p>
+<p class="note">Certified ε at δ = {c["delta"]:g} (zero-out adjacency) against each attacker:
+{"; ".join(f"{e(col)} — {e(words)}" for _, col, words in classes)}. Node-private noise
+(DP-D-SGD, MAFALDA, DOME) holds one ε against all of them; Whisper holds the planned ε only
+against the eavesdropper. {e(comparison(summary))}. Test loss and accuracy: mean over nodes
+of each node's final model, mean ± std over {c["trials"]} noise seeds. Predicted noise:
+MAFALDA — the noise left in the gossip average (factorization loss) relative to DP-D-SGD's;
+Whisper — the post-mixing noise variance relative to DP-D-SGD's; DOME — the noise energy per
+step (it sends {c["sketch_dim"]} of the model's floats). D-SGD has no guarantee (ε = ∞).</p>
 <h2>Test loss</h2>
 {_img(loss_png, "test loss over rounds, one curve per mechanism")}
 <h2>Bytes per round</h2>
@@ -244,19 +299,22 @@ secrets face less noise: {
 <h2>Leakage: what attackers learn, next to the formal ε</h2>
 <p>The same four mechanisms, planned at the same guarantee on <code>{e(lk["topology"])}</code>
 for {lk["steps"]} rounds (M-NMI needs {lk["trials"]} Monte Carlo trials per mechanism, which
-the {summary["nodes"]}-node run does not fit in the demo's time), attack victim
+the {summary["nodes"]}-node run does not fit in the demo's time), and D-SGD without noise —
+the same probes on a run that leaks everything its attack can recover, the scale M-NMI is
+read against ({", ".join(f"{e(a)} {_num(v)}" for a, v in scale.items())}) — attack victim
 {lk["victim"]}'s gradients: <code>hbc</code> — two curious neighbours pooling what they
 receive; <code>eavesdropper:all</code> — a tap on every link; <code>:encrypted</code> — the
-same tap on CURVE-encrypted links (sizes and timing only). Formal ε and certified μ: the
-plan's accountant for that attacker (μ-GDP; encrypted links reveal less than the plan
-certifies). Audit μ̂: the GDP parameter a privacy audit with {lk["audit_trials"]} trials
-(gradient canary) fits to the attacker's likelihood-ratio test, with its 95% interval — an
-estimate whose interval covers the certified μ when the accountant is tight;
-ε<sub>lb</sub>: the audit's lower bound on ε at 95% confidence, which so few trials keep
-near 0 (DOME is not audited here: its audit takes minutes). M-NMI: the largest normalized
-mutual information, over rounds, between one coordinate of the victim's gradient
-(coordinate {lk["coordinate"]}, the bias; for DOME the whole sketched gradient it sends) and
-what the attacker computes for it (KSG estimate from {lk["trials"]} trials); cosine: of the
+same tap on CURVE-encrypted links (sizes and timing only). Formal ε (at δ =
+{lk["delta"]:g}, zero-out) and certified μ: the plan's accountant for that attacker (μ-GDP;
+encrypted links reveal less than the plan certifies). Audit μ̂: the GDP parameter a privacy
+audit with {lk["audit_trials"]} trials (gradient canary) fits to the attacker's
+likelihood-ratio test, with its 95% interval — an estimate whose interval covers the
+certified μ when the accountant is tight; ε<sub>lb</sub>: the audit's lower bound on ε at
+95% confidence, which so few trials keep near 0 (DOME is not audited here: its audit takes
+minutes; nor is D-SGD, which has no ε). M-NMI: the largest normalized mutual information,
+over rounds, between one coordinate of the victim's gradient (coordinate
+{lk["coordinate"]}, the bias; for DOME the whole sketched gradient it sends) and what the
+attacker computes for it (KSG estimate from {lk["trials"]} trials); cosine: of the
 attacker's reconstruction of the whole gradient with the true one (– when its attack yields
 no point estimate).</p>
 {
@@ -277,10 +335,12 @@ no point estimate).</p>
         )
     }
 <h2>Real agents = simulator</h2>
-<p>{e(a["mechanism"])} (ε = {_num(a["epsilon"], ".2f")}) on {a["agents"]} separate
+<p>{e(a["mechanism"])} on {a["agents"]} separate
 <code>edgedp-agent</code> processes on <code>{e(a["topology"])}</code>, gossiping over
 CURVE-encrypted ZeroMQ on 127.0.0.1 for {a["steps"]} rounds ({a["wall_seconds"]:.1f} s),
-with the plan's public noise seed (as <code>edgedp local-run</code>), and the SimPy event
+with the plan's public noise seed (as <code>edgedp local-run</code>: not private — the run
+checks bits; with private noise the plan certifies ε = {_num(a["epsilon"], ".2f")} at δ =
+{a["delta"]:g} against every attacker), and the SimPy event
 engine on an ideal network running the same plan: the SHA-256 digests of the final models
 are {verdict}.</p>
 {

@@ -164,6 +164,8 @@ class _Sim:
         self.observers = tuple(observers)
         # ground-truth recorders: the observers that also want each node's round
         self.round_observers = tuple(o for o in self.observers if hasattr(o, "on_round"))
+        # curious nodes: the observers that also want each message that reaches its node
+        self.delivery_observers = tuple(o for o in self.observers if hasattr(o, "on_delivery"))
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
         adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
         if adaptive and (
@@ -332,8 +334,14 @@ class _Sim:
         u, agent = d.u, d.agent
         r = report.round
         self.result.missing += len(report.missing)
-        for obs in self.round_observers:  # the round's private gradient
-            obs.on_round(node=u, round=r, gradient=agent.last_gradient, batch_size=agent.batch)
+        for obs in self.round_observers:  # the round's private gradient, what it mixed
+            obs.on_round(
+                node=u,
+                round=r,
+                gradient=agent.last_gradient,
+                batch_size=agent.batch,
+                missing=report.missing,
+            )
         self._snapshot(u, agent)
         self._finish_round(u, r)
 
@@ -485,6 +493,8 @@ class _Sim:
             return
         agent = self.agents[v]
         frames, decoded, max_bytes, _, _, extremes = planned.message
+        for obs in self.delivery_observers:  # it reached v (v may still find it late)
+            obs.on_delivery(sender=planned.u, recipient=v, round=planned.r, frames=frames)
         if decoded is None or agent.context.max_bytes != max_bytes:
             agent.receive(frames, authenticated_sender=planned.u)
         else:
@@ -599,7 +609,11 @@ def run(
     """Simulate ``plan`` on ``data`` over ``network`` with ``faults`` (defaults: ideal).
 
     ``observers`` (adversary probes) get ``on_message(sender=, recipient=, round=, frames=,
-    time=)`` for every message put on a link, before its loss draw and delivery.
+    time=)`` for every message put on a link, before its loss draw and delivery; those that
+    define them also ``on_delivery(sender=, recipient=, round=, frames=)`` when it reaches
+    a recipient that is up, and ``on_round(node=, round=, gradient=, batch_size=,
+    missing=)`` when a node ends a round (``missing``: the neighbours it mixed no message
+    of, :mod:`edgedp_sim.observers`).
     ``initial_state`` is ``"model"`` or ``"normal[:STD]"`` (:mod:`edgedp_sim.initial`).
     ``trial`` picks the noise draw: every node stream (noise, batch order, cross-agent
     noise, initial state) is the plan's key for ``(trial, node)``, so trial ``t`` here draws

@@ -37,7 +37,16 @@ import numpy as np
 from edgedp import mechanisms, models, runtime
 from edgedp.accounting import gdp
 from edgedp.accounting import laplace as laplace_acc
-from edgedp_sim import adversary, attacks, batch, engine, initial, leakage, linear_attack
+from edgedp_sim import (
+    adversary,
+    attacks,
+    batch,
+    engine,
+    initial,
+    leak_coverage,
+    leakage,
+    linear_attack,
+)
 from edgedp_sim.adversary import Attacker, ObservationLog
 
 __all__ = [
@@ -69,12 +78,13 @@ def has_network_effects(sc) -> bool:
     return bool(net.loss or f.dropout or f.crashes or f.churn_rate_per_s or not no_latency)
 
 
-def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[str, Any]:
+def formal_guarantee(plan, attacker: Attacker, *, delta: float | None = None) -> dict[str, Any]:
     """The plan's certified guarantee, its trust model and whether it covers ``attacker``.
 
-    ``epsilon`` at ``delta`` (pure ε for Laplace plans, ``delta`` 0); ``mu`` for Gaussian
-    plans — the μ-GDP parameter of the view the ε is for (the insider / neighbourhood
-    view of curious nodes against Whisper/DECOR, the plan's μ otherwise)."""
+    ``epsilon`` at ``delta`` (default the plan's δ; pure ε for Laplace plans, ``delta`` 0);
+    ``mu`` for Gaussian plans — the μ-GDP parameter of the view the ε is for (the insider /
+    neighbourhood view of curious nodes against Whisper/DECOR, the plan's μ otherwise)."""
+    delta = plan.delta if delta is None else delta
     mech = mechanisms.get(plan.mechanism)
     out: dict[str, Any] = {
         "trust_model": mech.trust_model,
@@ -89,7 +99,8 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
         out["epsilon_replace_one"] = laplace_acc.replace_one_epsilon(plan.laplace, out["epsilon"])
         out["delta"] = 0.0
         out["guarantee"] = (
-            f"{out['epsilon']:.4g}-DP (pure, Laplace, {plan.adjacency}) against every message"
+            f"{out['epsilon']:.4g}-DP (pure, delta 0, Laplace) against {mech.attacker}, "
+            f"{plan.adjacency} adjacency"
         )
         out.setdefault("covers_attacker", True)
         return out
@@ -101,7 +112,8 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
     out.update(mu=g.mu, epsilon=g.epsilon(delta), delta=delta)
     out["epsilon_replace_one"] = gdp.epsilon(plan.replace_one_factor * g.mu, delta=delta)
     out["guarantee"] = (
-        f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP, LDP attacker, {plan.adjacency}"
+        f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP against {mech.attacker}, "
+        f"{plan.adjacency} adjacency"
     )
     if plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).correlated:
         from edgedp.accounting import cross_agent as cross_acc
@@ -115,7 +127,7 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float = 1e-6) -> dict[s
             out["mu"] = gdp.mu(out["epsilon"], delta=delta)
             out["guarantee"] += (
                 f"; insiders ({'neighbourhood' if len(attacker.nodes) > 1 else 'one insider'})"
-                f": eps = {out['epsilon']:.4g}"
+                f": eps = {out['epsilon']:.4g} at delta {delta:g}"
             )
         out.setdefault("covers_attacker", True)
         return out
@@ -294,6 +306,7 @@ def _observe_event(
     info: dict[int, list] = {i: [] for i in range(len(attackers))}
     point: dict[int, list] = {i: [] for i in range(len(attackers))}
     names: dict[int, str] = {}
+    started = time.perf_counter()
     for tr in range(trials):
         plan = sc.plan
         probes = [adversary.Probe(a, plan, trials=1, dim=dim) for a in attackers]
@@ -311,6 +324,12 @@ def _observe_event(
         )
         truth_parts.append(truth.of(victim))
         _estimate(probes, plan, victim, theta0, initial_state, (tr, 1), info, point, names)
+        if progress is not None and tr == 0 and trials > 1:
+            each = time.perf_counter() - started
+            progress(
+                f"event engine: {each:.2f} s per trial, about {each * trials / 60:.1f} min "
+                f"of simulation for {trials} trials"
+            )
         if progress is not None and ((tr + 1) % max(1, trials // 20) == 0 or tr + 1 == trials):
             progress(f"simulated {tr + 1}/{trials} trials (event engine)")
     return truth_parts, info, point, names, []
@@ -336,6 +355,7 @@ def run(
     audit_confidence: float = 0.95,
     initial_state: str | None = None,
     final: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    delta: float | None = None,
 ) -> dict[str, Any]:
     """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
 
@@ -371,8 +391,18 @@ def run(
       final: ``final(models, first_trial) -> (trials,)`` of each chunk's final models
         ``(trials, nodes, d)`` (e.g. paper 004's residual ‖x(K) − 1x*ᵀ‖²), summarized as
         ``final_mean`` / ``final_std`` (batch engine).
+      delta: δ of each attacker's certified ε (and of the audit's ε_lb); default the plan's.
+
+    Each iteration's NMI uses the trials in which the attacker observed what its estimate
+    of that round needs (``n_trials_per_iteration``; all of them on an ideal network);
+    ValueError (before any MI) when no iteration of some attacker has more than 2k + 1.
+    ``cost`` holds the run's seconds (simulation, per trial, MI, audit, total) and the
+    process's peak memory.
     """
     plan = sc.plan
+    delta = plan.delta if delta is None else delta
+    if not 0 < delta < 1:
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
     if not 0 <= victim < plan.n:
         raise ValueError(f"victim={victim} is not a node of the {plan.n}-node scenario.")
     if trials <= k:
@@ -416,6 +446,12 @@ def run(
 
     valid_v = np.isfinite(V).all(axis=(0, 2))
     seen_all = [pick(np.concatenate(info[i])) for i in range(len(attackers))]
+    # (trials, T): the trials in which the attacker observed what its estimate of round t
+    # needs (on lossy networks a lost or late message leaves the rounds that need it out)
+    observed = [np.isfinite(V).all(axis=2) & np.isfinite(a).all(axis=2) for a in seen_all]
+    varies = leak_coverage.varying(V)
+    for att, fin in zip(attackers, observed, strict=True):
+        leak_coverage.check_enough(att.label, fin, varies, k)
     # attackers with equal information sets (paper 004 Table 4: the eavesdropper's Eq. 44
     # set is the colluders') share the k-NN of their joints: same values, one tree per joint
     repeated = [
@@ -429,11 +465,18 @@ def run(
     results = []
     for i, att in enumerate(attackers):
         t0 = time.perf_counter()
-        seen = seen_all[i]
+        seen, fin = seen_all[i], observed[i]
         ok = valid_v & np.isfinite(seen).all(axis=(0, 2))
         its = np.flatnonzero(ok)
+        counts = fin.sum(axis=0)
+        enough = counts > 2 * k + 1
+        # iterations where some trials lack a value (the event engine's dropouts and lost
+        # messages): estimated alone on the trials that have one, N_k reported
+        partial = np.flatnonzero(~ok & enough)
+        estimated = len(its) + len(partial)
         if progress is not None:
-            progress(f"{att.label}: KSG estimates over {len(its)} iterations x {V.shape[0]} trials")
+            said = leak_coverage.coverage(estimated, counts, its, partial)
+            progress(f"{att.label}: KSG estimates {said}")
         cached = self_mi is not None and np.array_equal(its, self_mi[0])
         part = leakage.leakage_curve(
             V[:, its].swapaxes(0, 1),
@@ -464,11 +507,6 @@ def run(
         nmi = np.full(plan.steps, np.nan)
         nmi[its] = part.nmi
         low = set(its[part.degenerate].tolist())
-        # iterations where some trials lack a value (the event engine's dropouts and lost
-        # messages): estimated alone on the trials that have one, N_k reported
-        fin = np.isfinite(V).all(axis=2) & np.isfinite(seen).all(axis=2)  # (trials, T)
-        enough = fin.sum(axis=0) > 2 * k + 1
-        partial = np.flatnonzero(~ok & enough)
         for t in partial:
             m = fin[:, t]
             c = leakage.leakage_curve(V[m, t][None], seen[m, t][None], rng=g, k=k, workers=workers)
@@ -484,11 +522,8 @@ def run(
             "estimator": names[i],
             "m_nmi": None if best is None else float(nmi[best]),
             "argmax_iteration": best,
-            **(
-                {"n_trials_per_iteration": [int(x) for x in fin.sum(axis=0)]}
-                if len(partial)
-                else {}
-            ),
+            "observed_iterations": estimated,
+            "n_trials_per_iteration": [int(x) for x in counts],
             "n_trials": int(V.shape[0]),
             "k_neighbors": k,
             "reference_self_mi_bits": part.reference_self_mi,
@@ -505,7 +540,7 @@ def run(
                 else {}
             ),
             "mi_seconds": round(time.perf_counter() - t0, 3),
-            **formal_guarantee(plan, att),
+            **formal_guarantee(plan, att, delta=delta),
         }
         pts = point[i]
         if pts and all(p is not None for p in pts):
@@ -541,7 +576,8 @@ def run(
         else:
             entry.update(mse=None, cosine=None)
         entry["negative_iterations"] = [int(t) for t in negative]
-        entry["warnings"] = sample_warnings(entry, trials=int(V.shape[0]), dim=int(V.shape[-1]))
+        used = int(counts[enough].min()) if enough.any() else 0
+        entry["warnings"] = sample_warnings(entry, trials=used, dim=int(V.shape[-1]))
         results.append(entry)
         if progress is not None:
             progress(f"{att.label}: M-NMI {entry['m_nmi']} ({entry['mi_seconds']:.1f} s of MI)")
@@ -561,6 +597,7 @@ def run(
     if finals:
         values = np.concatenate(finals)
         out.update(final_mean=float(values.mean()), final_std=float(values.std()))
+    mi_seconds = time.perf_counter() - started - sim_seconds
     if audit_trials:
         _audit_beside(
             out,
@@ -571,7 +608,17 @@ def run(
             engine_name=engine_name,
             confidence=audit_confidence,
             progress=progress,
+            delta=delta,
         )
+    total = time.perf_counter() - started
+    out["cost"] = {
+        "total_seconds": round(total, 3),
+        "simulation_seconds": round(sim_seconds, 3),
+        "seconds_per_trial": round(sim_seconds / trials, 4),
+        "mi_seconds": round(mi_seconds, 3),
+        "audit_seconds": round(out["audit"]["seconds"], 3) if "audit" in out else 0.0,
+        "peak_memory_mb": round(leak_coverage.peak_memory_mb(), 1),
+    }
     return out
 
 
@@ -591,7 +638,7 @@ _AUDIT_KEYS = (
 )
 
 
-def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence, progress):
+def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence, progress, delta):
     """The audit of every attacker (gradient canary) next to its M-NMI and formal ε."""
     from edgedp_sim import audit
 
@@ -602,7 +649,7 @@ def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence
         victim=victim,
         engine_name=engine_name,
         confidence=confidence,
-        delta=audit.DEFAULT_DELTA,
+        delta=delta,
         progress=progress,
     )
     for entry, a in zip(out["attackers"], rep["attackers"], strict=True):

@@ -3,9 +3,12 @@
 * batch engine: after every round, ``observer.observe(RoundView)`` — one call for all
   trials and nodes;
 * event engine: ``observer.on_message(sender=, recipient=, round=, frames=, time=)`` for
-  every message put on a link, and — for observers that define it (ground-truth recorders)
-  — ``observer.on_round(node=, round=, gradient=, batch_size=)`` when a node ends a round
-  (the clipped-gradient sum its update used; None when it computed none).
+  every message put on a link; for observers that define them,
+  ``observer.on_delivery(sender=, recipient=, round=, frames=)`` when it reaches a recipient
+  that is up (lost messages never do), and ``observer.on_round(node=, round=, gradient=,
+  batch_size=, missing=)`` when a node ends a round (the clipped-gradient sum its update
+  used, None when it computed none; ``missing`` the neighbours whose message of the round
+  it did not mix: the dropout rule stood in for them).
 
 Kept free of engine imports so both engines can import it.
 """

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate
+from edgedp import _validate, mechanisms
 from edgedp.accounting import laplace
 from edgedp_sim import batch, engine, provenance
 from edgedp_sim.scenarios import Scenario, ScenarioError, parse
 
-__all__ = ["choose_engine", "run_scenario", "run_sweep", "sweep_points"]
+__all__ = ["choose_engine", "guarantee", "run_scenario", "run_sweep", "sweep_points"]
 
 #: The keys a sweep file may hold (each ``[grid]`` key is a dotted scenario key, checked by
 #: parsing every grid point).
@@ -70,13 +70,19 @@ def run_scenario(
     engine_name: str = "auto",
     out: Path | None = None,
     show_progress: bool = False,
+    delta: float | None = None,
 ) -> dict[str, Any]:
     """Run one scenario; returns the summary (and writes files into ``out`` if given).
 
     ``engine_name``: ``"auto"`` (the scenario's ``engine`` key, else
     :func:`choose_engine`), ``"batch"`` or ``"event"``; the summary says
-    which engine ran and why.
+    which engine ran and why. The summary holds the plan's certified ``epsilon`` at
+    ``delta`` (default the plan's δ; 0 for the pure ε of Laplace plans), its ``adjacency``
+    and the ``attacker`` it holds against.
     """
+    delta = sc.plan.delta if delta is None else delta
+    if not 0 < delta < 1:
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
     if engine_name == "auto":
         engine_name, why = choose_engine(sc)
     elif engine_name in ENGINES:
@@ -155,7 +161,6 @@ def run_scenario(
             "model_digest": res.model_digest,
         }
     close()
-    g = sc.plan.guarantee() if sc.plan.noise_multiplier > 0 else None
     summary = {
         "scenario": sc.name,
         "engine": engine_name,
@@ -166,13 +171,7 @@ def run_scenario(
         "mechanism": sc.plan.mechanism,
         "final_test_loss": metrics["test_loss"][-1],
         "final_test_accuracy": metrics["test_accuracy"][-1] if metrics["test_accuracy"] else None,
-        "mu": g.mu if g else math.inf,
-        # Laplace plans (paper 004) are pure eps-DP: the eps spent over the run
-        **(
-            {"epsilon": laplace.epsilon_spent(sc.plan.laplace, sc.plan.steps)}
-            if sc.plan.laplace is not None
-            else {}
-        ),
+        **guarantee(sc.plan, delta),
         "plan_hash": sc.plan.plan_hash,
         "wall_seconds": round(time.perf_counter() - started, 3),
         **summary,
@@ -184,6 +183,26 @@ def run_scenario(
         _plot(metrics, out, sc.name)
         summary["files"] = [str(out / "metrics.json"), str(out / "loss.png")]
     return summary
+
+
+def guarantee(plan, delta: float) -> dict[str, Any]:
+    """``mu`` (Gaussian), ``epsilon`` at ``delta`` (Laplace: the pure ε spent over the run,
+    δ 0), ``adjacency`` and ``attacker`` of a plan's own certified guarantee."""
+    mech = mechanisms.get(plan.mechanism)
+    if plan.laplace is not None:  # paper 004: pure eps-DP
+        eps, mu, delta = laplace.epsilon_spent(plan.laplace, plan.steps), None, 0.0
+    elif plan.noise_multiplier > 0:
+        g = plan.guarantee()
+        eps, mu = g.epsilon(delta), g.mu
+    else:
+        eps, mu = math.inf, math.inf
+    return {
+        **({"mu": mu} if mu is not None else {}),
+        "epsilon": eps,
+        "delta": delta,
+        "adjacency": plan.adjacency,
+        "attacker": mech.attacker,
+    }
 
 
 def _plot(metrics: dict, out: Path, title: str) -> None:

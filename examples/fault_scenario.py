@@ -19,7 +19,8 @@ SCENARIO = {
 plan = edgedp.make_plan("dp-dsgd", "er:16:0.3:2", steps=20, target_epsilon=4.0, delta=1e-6)
 ideal = edgedp.simulate(plan, engine="event")
 lossy = edgedp.simulate(plan, SCENARIO, trials=2)  # auto: the event engine
-print(f"guarantee: epsilon = {edgedp.account(plan).epsilon:.2f} at delta = 1e-6")
+g = edgedp.account(plan)
+print(f"epsilon {g.epsilon:.2f} at delta {g.delta:g} ({g.adjacency}) against {g.attacker}")
 for label, run in (("ideal", ideal), ("lossy", lossy)):
     m = run.metrics
     print(

@@ -13,7 +13,7 @@ print(f"{result.mechanism}, victim {result.victim}, {result.trials} trials")
 for a in result.attackers:
     print(
         f"{a.attacker:<18} M-NMI {a.m_nmi:.3f}  cosine {a.cosine:.3f}  "
-        f"formal epsilon {a.epsilon:.2f}"
+        f"formal epsilon {a.epsilon:.2f} (delta {a.delta:g}, {a.adjacency})"
     )
     for warning in a.warnings:
         print(f"  warning: {warning}")

@@ -7,9 +7,8 @@ import edgedp
 from edgedp.models import graph, spec
 from edgedp.models.onnx_backend import OnnxModel
 
-# --- constants (seeded: the output is reproducible) ---
-ARCH, FEATURES = "mlp:30-8-1:tanh", 30  # breast-cancer has 30 features; binary label
-TOPOLOGY, STEPS, SEED = "ring:8", 25, 0
+# --- constants (seeded: the output is reproducible; breast-cancer: 30 features) ---
+ARCH, FEATURES, TOPOLOGY, STEPS, SEED = "mlp:30-8-1:tanh", 30, "ring:8", 25, 0
 
 with tempfile.TemporaryDirectory() as tmp:
     os.chdir(tmp)  # the plan names the model by relative path (and pins its hash)
@@ -26,5 +25,6 @@ with tempfile.TemporaryDirectory() as tmp:
         seed=SEED,
     )
     run = edgedp.simulate(plan, trials=2)
-print(f"epsilon {edgedp.account(plan).epsilon:.2f}; test loss {run.final_test_loss:.3f}")
-print(f"test accuracy {run.final_test_accuracy:.3f} after {STEPS} rounds on {TOPOLOGY}")
+g = edgedp.account(plan)
+print(f"epsilon {g.epsilon:.2f} at delta {g.delta:g} ({g.adjacency}) against {g.attacker}")
+print(f"test loss {run.final_test_loss:.3f}, accuracy {run.final_test_accuracy:.3f}")

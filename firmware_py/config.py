@@ -32,7 +32,7 @@ round_timeout = 10.0                       # seconds to wait for neighbours each
 startup_timeout = 120.0                    # for the first round
 dropout_rule = "renormalize"
 max_epsilon = 8.0                          # budget: refuse a plan whose ε(delta) exceeds it
-delta = 1e-6
+delta = 1e-6                               # δ of that ε; default: the plan's own δ
 adversary = "worst"                        # whose ε the budget binds: worst (default),
                                            # eavesdropper, insider or neighbourhood
 max_missing = 0.25                         # exit 7 (degraded) if more of the neighbours'
@@ -155,7 +155,7 @@ class NodeConfig:
     startup_timeout: float
     dropout_rule: str
     max_epsilon: float
-    delta: float
+    delta: float | None  # None: the plan's own δ
     neighbours: tuple[Neighbour, ...]
     max_memory: int | None = None  # bytes (run.max_memory_mb); None: no limit
     manifest: Path | None = None  # run.manifest: the signed run (firmware_py.trust)
@@ -283,7 +283,7 @@ def load(path: str | Path) -> NodeConfig:
             ("round_timeout", 10.0),
             ("startup_timeout", 120.0),
             ("max_epsilon", math.inf),
-            ("delta", 1e-6),
+            ("delta", None),
         ]
     }
     for k in ("round_timeout", "startup_timeout", "max_epsilon"):
@@ -292,7 +292,7 @@ def load(path: str | Path) -> NodeConfig:
     max_memory_mb = _get(raw, "run", "max_memory_mb", float, machine_memory() / 2**21)
     if not 0 < max_memory_mb < math.inf:
         raise ConfigError(f"run.max_memory_mb = {max_memory_mb} must be > 0 (megabytes)")
-    if not 0 < floats["delta"] < 1:
+    if floats["delta"] is not None and not 0 < floats["delta"] < 1:
         raise ConfigError(f"run.delta = {floats['delta']} must be in (0, 1)")
     neighbours = []
     entries = raw.get("neighbours", [])

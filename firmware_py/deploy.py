@@ -153,7 +153,7 @@ def node_config(
     round_timeout: float = 10.0,
     startup_timeout: float = 120.0,
     max_epsilon: float | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     run_id: str | None = None,
     planner_key: str | None = None,
     sealed_seed: str | None = None,
@@ -193,7 +193,7 @@ def node_config(
         f"round_timeout = {float(round_timeout)}",
         f"startup_timeout = {float(startup_timeout)}",
         'dropout_rule = "renormalize"',
-        f"delta = {float(delta)}",
+        *([f"delta = {float(delta)!r}"] if delta is not None else []),  # else the plan's δ
     ]
     if max_epsilon is not None and max_epsilon < float("inf"):
         lines.append(f"max_epsilon = {float(max_epsilon)!r}")
@@ -241,7 +241,7 @@ def write_configs(
     round_timeout: float = 10.0,
     startup_timeout: float = 120.0,
     max_epsilon: float | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     run_id: str | None = None,
     model_files: dict[int, str] | None = None,
     sealed_seeds: dict[int, str] | None = None,
@@ -389,7 +389,7 @@ def write_device_folders(
     planner_key: str | None = None,
     run_id: str | None = None,
     max_epsilon: float | None = None,
-    delta: float = 1e-6,
+    delta: float | None = None,
     round_timeout: float = 10.0,
     startup_timeout: float = 120.0,
     root: str = DEVICE_ROOT,
@@ -423,7 +423,7 @@ def write_device_folders(
     if signing_key is not None:
         plan_bytes, manifest = signed_run(
             plan, plan_bytes, signing_key, run_id=run_id, public_keys=public_keys,
-            max_epsilon=max_epsilon, delta=delta,
+            max_epsilon=max_epsilon, delta=plan.delta if delta is None else delta,
         )  # fmt: skip
     seeds = sealed_seeds(plan, public_keys)
     model_path = None
@@ -627,10 +627,10 @@ def local_run(
         ops = signing.write_keys(directory / "ops", force=True)
         secret = signing.read_key(Path(ops["secret_key_file"]))
         anchors.write_text(trust.anchors_text(ops["public_key"]))
-        ceiling, _ = budget.device_epsilon(plan, delta=1e-6)
+        ceiling, _ = budget.device_epsilon(plan)
         plan_bytes, manifest = signed_run(
             plan, plan_bytes, secret, run_id=run_id, public_keys=public,
-            max_epsilon=ceiling, delta=1e-6,
+            max_epsilon=ceiling, delta=plan.delta,
         )  # fmt: skip
         plan_path = directory / "run.plan"
         plan_path.write_bytes(plan_bytes)

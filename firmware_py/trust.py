@@ -262,7 +262,8 @@ def run_budget(cfg, plan, public_key: str, anchors: Anchors | None, *, lab: bool
     ``public_key``, z85): with anchors from the signed run manifest — checked to name this
     plan, run and these keys — capped by the anchors and node.toml; without, node.toml's,
     and a private plan then needs the laboratory setting. Raises TrustError."""
-    own = Budget(cfg.max_epsilon, cfg.delta, cfg.adversary, "run.max_epsilon in node.toml")
+    delta = plan.delta if cfg.delta is None else cfg.delta  # node.toml's, else the plan's
+    own = Budget(cfg.max_epsilon, delta, cfg.adversary, "run.max_epsilon in node.toml")
     if anchors is None:
         if plan.private and not cfg.reproducible and not lab:
             raise TrustError(

@@ -32,7 +32,9 @@ class GoldenPlan:
     family: str
     args: tuple[str, ...]
     old_args: tuple[str, ...]  # the same plan with the single `edgedp plan` of before
-    sha256: str  # of the plan file written by `edgedp plan <old_args> --out F` (main, 0141141)
+    # of the plan file `edgedp plan <old_args> --out F` wrote (main, 0141141), written again
+    # by the family command when plan version 3 added delta to every plan
+    sha256: str
 
 
 GOLDEN = [
@@ -40,13 +42,13 @@ GOLDEN = [
         "sgd",
         ("--noise-multiplier", "1.0", "--participation", "20,1"),
         ("--mechanism", "dp-dsgd", "--noise-multiplier", "1.0", "--participation", "20,1"),
-        "3b000a28ce9c5929261a3302b8542df35d1ba5826e1da683c83e1a2b8e150b03",
+        "41796f327bb9a6d4aa6e2a11eee849bc0932b3ef68c2b7ae2d0035bc2613640d",
     ),
     GoldenPlan(
         "mf",
         ("--mechanism", "antipgd", "--noise-multiplier", "2", "--participation", "20,1"),
         ("--mechanism", "antipgd", "--noise-multiplier", "2", "--participation", "20,1"),
-        "9a108a3e0ac2027e20ba2fdd954b834156c3ebe05cf3f524adb9516ea8abd2bd",
+        "c8c76145bc23b5ff69bcc06090edc5cefaeaccc2671dcd57d8bf5efacb4be820",
     ),
     GoldenPlan(
         "mf",
@@ -54,14 +56,14 @@ GOLDEN = [
         + ("--participation", "20,1"),
         ("--mechanism", "banded", "--bandwidth", "3", "--target-eps", "4", "--delta", "1e-5")
         + ("--participation", "20,1"),
-        "3fdef23b9c78020ae933ca0bea05152e5efca1009bf9694bd53110bca7d1c1f2",
+        "d16600710b64324b67b7ddedfe4d30cf6fc1e88f97f4da4c30f868bcbe16ddc2",
     ),
     GoldenPlan(
         "laplace",
         ("--gamma", "0.1", "--beta", "2", "--q1", "0.5", "--q2", "0.9", "--target-eps", "2"),
         ("--mechanism", "sr-gt", "--gamma", "0.1", "--beta", "2", "--q1", "0.5", "--q2", "0.9")
         + ("--target-eps", "2"),
-        "a14e034fc198270c05eaecf0d6971d4a3e2e62419d71173b87dde848cfe79683",
+        "a90e5676115c40f8ecb7d93c9d747150ef159ab89c5552066a7730136b853ac3",
     ),
     GoldenPlan(
         "cross",
@@ -69,7 +71,7 @@ GOLDEN = [
         + ("20,1",),
         ("--mechanism", "whisper", "--form", "lowrank", "--rank", "2", "--noise-multiplier")
         + ("1.5", "--participation", "20,1"),
-        "4c2b71f9ee5ade62d212fc48dc24ef9e3fdd1112c86461ad7dd4dcc1c991618b",
+        "86550085c2b2505d81a3f01ef90b29f649389604d9659724b28f5c501fe30baf",
     ),
     GoldenPlan(
         "dome",
@@ -77,7 +79,7 @@ GOLDEN = [
         + ("--participation", "20,1"),
         ("--mechanism", "dome", "--sketch-dim", "4", "--sketch-basis", "gaussian")
         + ("--noise-multiplier", "1.5", "--participation", "20,1"),
-        "0aa7e1b69e3030da2dc1200ec37e289234c736880ea5ca03626378c4a3954b90",
+        "07bdea6f1429d420695e011f6137340ac458528eb98aa0d52f1f2afe02a8e342",
     ),
 ]
 

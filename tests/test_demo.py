@@ -5,6 +5,7 @@ at one ε, the event engine over a lossy network, real agent processes, leakage 
 the audit — on small graphs; `make demo` runs the default.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 import headless
 import pytest
 
-from edgedp_sim import demo
+from edgedp_sim import demo, demo_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,10 +42,11 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     data = json.loads((out / "results.json").read_text())
     rows = {r["mechanism"]: r for r in data["results"]}
     assert list(rows) == ["dsgd", "dp-dsgd", "mafalda", "whisper", "dome"]
-    # one common guarantee, certified by each plan's accountant
+    # one common guarantee against the eavesdropper, certified by each plan's accountant
     for mech in ("dp-dsgd", "mafalda", "whisper", "dome"):
         assert math.isclose(rows[mech]["epsilon"], demo.QUICK.target_epsilon, rel_tol=1e-6)
         assert rows[mech]["adjacency"] == "zero-out"
+        assert rows[mech]["delta"] == demo.QUICK.delta
     assert rows["dsgd"]["epsilon"] == "inf"
     # MAFALDA's and Whisper's planners predict less noise than DP-D-SGD's at equal epsilon
     assert rows["dp-dsgd"]["predicted_noise_ratio"] == 1.0
@@ -59,12 +61,17 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     # real agents computed the simulator's bits
     agents = data["agents"]
     assert agents["equal"] and agents["real_digest"] == agents["simulated_digest"]
-    # three attackers against each private mechanism, with the formal epsilon beside
+    # three attackers against each private mechanism, with the formal epsilon beside, and
+    # the same probes on the run without noise: the scale of M-NMI
     leak = data["leakage"]["rows"]
-    assert len(leak) == 4 * 3
+    assert len(leak) == 5 * 3
     assert {e["attacker"].split(":")[0] for e in leak} == {"hbc", "eavesdropper"}
-    assert all(isinstance(e["epsilon"], float) for e in leak)
-    audited = [e for e in leak if e["mechanism"] != "dome"]
+    private = [e for e in leak if e["mechanism"] != "dsgd"]
+    assert all(isinstance(e["epsilon"], float) and e["delta"] == 1e-6 for e in private)
+    scale = [e for e in leak if e["mechanism"] == "dsgd"]
+    assert all(e["epsilon"] == "inf" and e["epsilon_lb"] is None for e in scale)
+    assert "without noise" in proc.stdout
+    audited = [e for e in leak if e["mechanism"] not in ("dome", "dsgd")]
     assert all(e["audit_mu_low"] <= e["audit_mu_hat"] <= e["audit_mu_high"] for e in audited)
     assert data["environment"]["packages"]["numpy"]
     assert "git_revision" in data["environment"]
@@ -74,6 +81,46 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     assert "DP-D-SGD" in proc.stdout and "MAFALDA" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1].endswith(str(Path("out") / "report.html"))
     assert "planning 5 mechanisms" in proc.stderr
+
+
+def test_every_epsilon_names_its_attacker_and_compares_at_the_same_one(quick_run):
+    """results.json holds each plan's ε against each attacker class; the terminal table
+    prints exactly those, one column per attacker, and says at which attacker the rows
+    hold the same guarantee."""
+    out, proc = quick_run
+    data = json.loads((out / "results.json").read_text())
+    eps = demo.QUICK.target_epsilon
+    classes = [c for c, _, _ in demo.ATTACKER_CLASSES]
+    for r in data["results"]:
+        by = r["epsilon_by_attacker"]
+        assert list(by) == classes
+        if r["mechanism"] == "dsgd":
+            assert set(by.values()) == {"inf"}
+        elif r["mechanism"] == "whisper":  # the eavesdropper's eps is the plan's
+            assert math.isclose(by["eavesdropper"], eps, rel_tol=1e-6)
+            assert eps < by["insider"] <= by["neighbourhood"]
+        else:  # node-private noise: the same eps against every attacker
+            assert all(math.isclose(v, eps, rel_tol=1e-6) for v in by.values())
+    table = demo_report.format_table(data)
+    assert table in proc.stdout
+    head, _, *body = table.splitlines()
+    for _, column, words in demo.ATTACKER_CLASSES:
+        assert column in head and f"{column} = {words}" in table
+    for r, line in zip(data["results"], body, strict=False):
+        cells = line[len(r["algorithm"]) :].split()[:3]
+        want = [demo_report.eps_cell(r["epsilon_by_attacker"][c]) for c in classes]
+        assert cells == want, (line, want)
+    assert f"delta = {demo.QUICK.delta:g}" in table and "zero-out" in table
+
+
+def test_the_readme_table_is_the_demo_output_of_its_results_file():
+    """README's demo table is `format_table` of docs/demo-results.json, the results.json of
+    the `edgedp demo` run that produced it (never edited by hand)."""
+    stored = json.loads((ROOT / "docs" / "demo-results.json").read_text())
+    table = demo_report.format_table(stored)
+    readme = (ROOT / "README.md").read_text()
+    assert f"```\n{table}\n```" in readme
+    assert stored["config"] == json.loads(json.dumps(dataclasses.asdict(demo.DemoConfig())))
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +136,8 @@ def test_report_renders_in_a_headless_browser(quick_run, browser, tmp_path):
     shot = tmp_path / "report.png"
     page = headless.load(browser, out / "report.html", screenshot=shot)
     assert page.title == "edgedp demo report"
+    text = (out / "report.html").read_text()
+    assert "Correlated noise" in text and "without noise" in text
     assert page.console_errors == [] and page.exceptions == [] and page.failed_requests == []
     # self-contained: the page itself and its embedded images, nothing fetched
     assert all(u.startswith(("file://", "data:")) for u in page.requests), page.requests

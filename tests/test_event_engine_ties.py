@@ -6,7 +6,10 @@ messages a node mixes. The pinned numbers are the results of the process-per-mes
 engine (a SimPy process per node, per transmission and per delivery, a SimPy Resource per
 uplink, a deadline timeout re-armed at every wake-up) on these scenarios; the callback
 engine must reproduce every one: model digest, every counter, the simulated end time and
-a hash of the per-round times and evaluations.
+a hash of the per-round times and evaluations. The digests and that hash (which holds the
+evaluations) were pinned again from this engine when plan version 3 (δ recorded in the
+plan) moved every plan hash and so the noise keys; the counters and times, which do not
+depend on the noise, are still the old engine's.
 """
 
 import hashlib
@@ -47,7 +50,7 @@ CASES = {
         Faults(dropout=0.1, crashes=(Crash(3, 0.3, 0.5), Crash(7, 0.0, 0.2))),
         1,
         (
-            "7f905922cbb3e79f",
+            "b03806456841fb02",
             550,
             138600,
             21,
@@ -57,7 +60,7 @@ CASES = {
             18,
             2,
             "0x1.6666666666666p+0",
-            "75963c05e8d1fa8a",
+            "5d5f53c21e39b0e6",
         ),
     ),
     # nodes fall past each other's windows and rejoin: the callback engine's own numbers
@@ -71,7 +74,7 @@ CASES = {
         Faults(dropout=0.1, dropout_rule="reuse-last", crashes=(Crash(4, 0.02, 0.03),)),
         2,
         (
-            "1918f0e21e004a8f",
+            "d880748a7f9e1a01",
             571,
             143892,
             47,
@@ -81,7 +84,7 @@ CASES = {
             10,
             1,
             "0x1.5f61672324c87p+2",
-            "d17c3dced28116d3",
+            "4ed802b0a0b4f9ad",
         ),
     ),
     "constant-latency-crash": Case(
@@ -92,7 +95,7 @@ CASES = {
         Faults(crashes=(Crash(2, 0.5, 0.7), Crash(6, 0.2))),
         0,
         (
-            "304d9d06ef8915a1",
+            "3954b20e9b6e1104",
             586,
             147672,
             0,
@@ -102,7 +105,7 @@ CASES = {
             0,
             2,
             "0x1.028f5c28f5c29p+1",
-            "a08e49001cc313ab",
+            "146cb6ae4cf82133",
         ),
     ),
     # node 2 down for 12 s: it falls past the window and skips ahead. Its neighbours' rounds
@@ -119,7 +122,7 @@ CASES = {
         Faults(crashes=(Crash(2, 0.1, 12.0),)),
         0,
         (
-            "0ab48d06c371e861",
+            "300a6b25bb9d2d65",
             914,
             230328,
             0,
@@ -129,7 +132,7 @@ CASES = {
             24,
             1,
             "0x1.95c28f5c28f63p+3",
-            "6fccde0e6ef1cc3c",
+            "9b9cd503518ef2e4",
         ),
     ),
     "deadline-equals-delivery": Case(  # latency = deadline: messages land on the deadline
@@ -140,7 +143,7 @@ CASES = {
         Faults(dropout=0.1),
         3,
         (
-            "944f6cfd758c5006",
+            "2600dbbf3a621be9",
             594,
             149688,
             0,
@@ -150,7 +153,7 @@ CASES = {
             24,
             0,
             "0x1.2000000000000p+2",
-            "7b4cf6f5127715bc",
+            "f7475cb57785f0d1",
         ),
     ),
     "constant-latency-bandwidth-compute": Case(
@@ -167,7 +170,7 @@ CASES = {
         Faults(dropout=0.1, crashes=(Crash(5, 0.25, 0.3), Crash(1, 0.33))),
         4,
         (
-            "e0d876b4bfdc7d37",
+            "498bf7d23bd605f7",
             637,
             160524,
             20,
@@ -177,7 +180,7 @@ CASES = {
             22,
             2,
             "0x1.0b851eb851ebap+1",
-            "a5ceffc64b0a98e2",
+            "17f663c47c0c8578",
         ),
     ),
 }

@@ -15,51 +15,51 @@ from edgedp import api
 
 DELTA = {"delta": 1e-6}
 CASES = {
-    "dsgd": ({}, "9a43b7ddbee6c5b0", "911f0752b4f92528"),
-    "dp-dsgd": ({"target_epsilon": 4.0, **DELTA}, "9714c4adb5ab7fea", "bc17a97221a6747d"),
-    "antipgd": ({"target_epsilon": 4.0, **DELTA}, "06658330e1b810f3", "e593b9e53d6fc5f9"),
-    "dmf": ({"target_epsilon": 4.0, **DELTA}, "18658c370030ee5c", "a48a6eb9c13e1b85"),
-    "mafalda": ({"target_epsilon": 4.0, **DELTA}, "330fdab1822a14b1", "08c2561681781786"),
+    "dsgd": ({}, "24e2014df308b5de", "1fc37bb03003bae5"),
+    "dp-dsgd": ({"target_epsilon": 4.0, **DELTA}, "89176cbf436514da", "f1261532b78bf24d"),
+    "antipgd": ({"target_epsilon": 4.0, **DELTA}, "651812ef3b310fbe", "7c74abef6e9d228c"),
+    "dmf": ({"target_epsilon": 4.0, **DELTA}, "695aa9fc29cfb580", "ed1194a5016138f5"),
+    "mafalda": ({"target_epsilon": 4.0, **DELTA}, "b182624fd763ce7f", "5f2ea262d3150003"),
     "banded": (
         {"target_epsilon": 4.0, "bandwidth": 2, **DELTA},
-        "51e40c2308e6107f",
-        "0a480b4e46ebb6df",
+        "013a946e499138bd",
+        "5fb4ed7863ba6b63",
     ),
-    "blt": ({"target_epsilon": 4.0, "buffers": 2, **DELTA}, "6691b59338964490", "ddd9521aeec99864"),
+    "blt": ({"target_epsilon": 4.0, "buffers": 2, **DELTA}, "60a0859952210c55", "0272d5007130491f"),
     "sr-gt": (
         {"target_epsilon": 1.0, "gamma": 0.001, "beta": 1000, "q1": 0.97, "q2": 0.98},
-        "3f61b6e4631c7870",
-        "9a5e8d33b06239df",
+        "c8c0000c291f8b3f",
+        "bc32bfad5d70fb8a",
     ),
     "dpop": (
         {"target_epsilon": 1.0, "gamma": 0.001, "q1": 0.97, "q2": 0.98},
-        "4c63a4342c625ef5",
-        "52c7bd86f54370a9",
+        "c3f1c8fd5f31cdf7",
+        "103ccce1eb0d98ce",
     ),
     "whisper": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "da3f80f13215aad7",
-        "ba01ca2cc688b7f9",
+        "0ab3aaa2512f5e9a",
+        "0470fc3d56772d28",
     ),
     "decor": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "5725bb1afaa8ae65",
-        "daf60ccbd4e5dc56",
+        "68901badd1d8b2e4",
+        "cad9fdc7cee97f82",
     ),
     "zipdl": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "e0fbdaec83b81ef2",
-        "cf1c561488a47915",
+        "c2fb858048b52eed",
+        "8f4f0e096113cb85",
     ),
     "muffliato": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "2e0c8752b2755b46",
-        "90ad0823cebc0153",
+        "ff1dcbd0041412aa",
+        "644d0102ec9dc94e",
     ),
     "dome": (
         {"target_epsilon": 4.0, "sketch_dim": 8, **DELTA},
-        "2e84d01f720fad2e",
-        "9942def05924d4db",
+        "d2f32c28d91b3b5d",
+        "54e15ac73b72f58d",
     ),
 }
 

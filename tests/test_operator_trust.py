@@ -95,15 +95,15 @@ def _device_folders(tmp_path, plan, *, signed=True, with_shards=True, ceiling=No
     return out, secret
 
 
-def _agent(tmp_path, u, *args):
-    return [sys.executable, "-m", "firmware_py.daemon", "--config", "node.toml",
+def _agent(tmp_path, u, *args, python=None):
+    return [*(python or [sys.executable]), "-m", "firmware_py.daemon", "--config", "node.toml",
             "--anchors", str(tmp_path / "anchors.toml"), *args]  # fmt: skip
 
 
 def _run_devices(tmp_path, n, *args, user=None):
     procs = [
         subprocess.Popen(
-            [*(user or []), *_agent(tmp_path, u, *args)],
+            _agent(tmp_path, u, *args, python=user),
             cwd=tmp_path / f"dev{u}",
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -221,9 +221,27 @@ def test_an_agent_without_anchors_refuses_a_private_plan_unless_lab(tmp_path):
 
 
 def _as_nobody():
+    """The command prefix that runs a Python of this environment as user nobody: setpriv,
+    and an interpreter nobody may execute (this one; else the system's of the same version,
+    with this environment's packages on its path, as on a board with a shared install)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run the agent as another, unprivileged user")
-    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    setpriv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    import site
+    import sysconfig
+
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(root), sysconfig.get_paths()["purelib"], *site.getsitepackages()])
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    probe = (
+        "import subprocess, sys, zmq, numpy, nacl; "
+        "subprocess.run([sys.executable, '-V'], check=True)"
+    )
+    for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        cmd = [*setpriv, "env", f"PYTHONPATH={path}", python]
+        if subprocess.run([*cmd, "-c", probe], capture_output=True).returncode == 0:
+            return cmd
+    pytest.skip(f"no {version} here that user nobody may run with these packages")
 
 
 @pytest.fixture
@@ -256,7 +274,7 @@ def test_an_unprivileged_agent_runs_but_cannot_change_its_anchors(shared_tmp):
     assert all("[lab]" not in log for log in logs)
     line = f'planner_public_key = "{"0" * 64}"'
     changed = subprocess.run(
-        [*nobody, "sh", "-c", f"echo '{line}' >> {shared_tmp}/anchors.toml"],
+        [*nobody[:4], "sh", "-c", f"echo '{line}' >> {shared_tmp}/anchors.toml"],
         capture_output=True,
     )
     assert changed.returncode != 0 and b"Permission denied" in changed.stderr
@@ -264,7 +282,10 @@ def test_an_unprivileged_agent_runs_but_cannot_change_its_anchors(shared_tmp):
     os.chown(shared_tmp / "anchors.toml", 65534, 65534)
     shutil.rmtree(shared_tmp / "dev0" / "state" / out["run_id"])
     refused = subprocess.run(
-        [*nobody, *_agent(shared_tmp, 0)], cwd=shared_tmp / "dev0", capture_output=True, text=True
+        _agent(shared_tmp, 0, python=nobody),
+        cwd=shared_tmp / "dev0",
+        capture_output=True,
+        text=True,
     )
     assert refused.returncode == daemon.EXIT_PLAN
     assert "can be changed by this agent's user" in refused.stderr

@@ -11,7 +11,8 @@ A device's ``run.max_epsilon`` must bind the strongest adversary it faces (DESIG
 * sr-gt / DPOP: pure ε against every adversary, counting the noised final release the
   device publishes (:func:`edgedp.accounting.laplace.epsilon_spent`).
 
-All numbers are under the plan's own adjacency (``plan.adjacency``). Numpy only: devices
+All numbers are under the plan's own adjacency (``plan.adjacency``) and, unless the device
+names another δ (``run.delta``), at the plan's own δ (``plan.delta``). Numpy only: devices
 run it.
 """
 
@@ -29,14 +30,20 @@ __all__ = ["ADVERSARIES", "device_epsilon"]
 ADVERSARIES = ("worst", "eavesdropper", "insider", "neighbourhood")
 
 
-def device_epsilon(plan, *, delta: float, adversary: str = "worst") -> tuple[float, str]:
-    """(ε, description) of the whole plan against ``adversary`` at ``delta``.
+def device_epsilon(
+    plan, *, delta: float | None = None, adversary: str = "worst"
+) -> tuple[float, str]:
+    """(ε, description) of the whole plan against ``adversary`` at ``delta`` (default the
+    plan's δ; ValueError outside (0, 1)).
 
     Returns ``inf`` for a plan without noise. The description names the adversary the number
     binds, the adjacency and δ, for the device's log.
     """
     if adversary not in ADVERSARIES:
         raise ValueError(f"Expected adversary={adversary!r} in {ADVERSARIES}.")
+    delta = plan.delta if delta is None else delta
+    if not 0 < delta < 1:
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
     adj = plan.adjacency
     if plan.laplace is not None:
         eps = laplace.epsilon_spent(plan.laplace, plan.steps, final_release=True)

@@ -55,6 +55,8 @@ def build(
     when the planner stops unconverged (the plan stays valid; its error may be above the
     optimum's).
     """
+    if request.delta is not None and not 0 < float(request.delta) < 1:
+        raise ValueError(f"--delta must be in (0, 1), got {request.delta!r}")
     if request.family == "laplace":
         return _laplace(request, report)
     participation = default_participation(request)
@@ -70,9 +72,8 @@ def build(
     task = task_of(request)
     model_dim = task_model(task, graph.n)[0].dim
     _check_participation(request, task, graph.n, participation)
-    delta = request.delta if request.delta is not None else 1e-6
     if request.family == "cross":
-        return _cross(request, graph, task, participation, model_dim, report, delta)
+        return _cross(request, graph, task, participation, model_dim, report)
     from edgedp import plan as plan_mod
 
     factor, planned, gram = None, None, None
@@ -99,7 +100,7 @@ def build(
     )
     if not report:
         return Built(plan, None)
-    payload = report_mod.plan_report(plan, delta)
+    payload = report_mod.plan_report(plan)
     if plan.noise_multiplier > 0:
         payload["loss_ratio_to_dp_dsgd"] = report_mod.loss_ratio(plan, gram)
     if sketch is not None:
@@ -284,7 +285,7 @@ def _dome_factor(request: PlanRequest):
 
 
 # ------------------------------------------------------------------ cross and laplace
-def _cross(request, graph, task, participation, model_dim, report, delta) -> Built:
+def _cross(request, graph, task, participation, model_dim, report) -> Built:
     import numpy as np
 
     from edgedp.planning import cross_agent as planner
@@ -314,7 +315,7 @@ def _cross(request, graph, task, participation, model_dim, report, delta) -> Bui
     plan = planned.plan
     if not report:
         return Built(plan, None)
-    payload = planner.report(plan, delta=delta)
+    payload = planner.report(plan)
     payload["planner_seconds"] = planned.info["planner_seconds"]
     if sketch is not None:
         payload.update(report_mod.dome_report(plan, model_dim))
@@ -332,8 +333,6 @@ def _laplace(request: PlanRequest, report: bool) -> Built:
     from edgedp.accounting import laplace
 
     m = request.mechanism
-    if request.delta is not None and not 0 < request.delta < 1:
-        raise ValueError(f"--delta must be in (0, 1), got {request.delta!r}")
     if request.target_eps is None:
         raise ValueError(f"--mechanism {m} needs --target-eps E")
     missing = [f"--{k}" for k in ("gamma", "q1", "q2") if getattr(request, k) is None]
@@ -379,11 +378,11 @@ def _laplace(request: PlanRequest, report: bool) -> Built:
         task=task,
         seed=request.seed,
         topology_name=request.topology,
+        delta=request.delta,
     )
     if not report:
         return Built(plan, None)
-    delta = request.delta if request.delta is not None else 1e-6
-    return Built(plan, report_mod.laplace_report(plan, delta=delta))
+    return Built(plan, report_mod.laplace_report(plan))
 
 
 def _example_delta(task, nodes: int, clip: float, adjacency: str) -> tuple[float, int, int]:

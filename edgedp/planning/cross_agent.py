@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from edgedp import _validate, factors, mechanisms, topology
 from edgedp import cross_agent as cross_mod
-from edgedp import factors, mechanisms, topology
 from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
-from edgedp.plan import NoisePlan, TaskSpec
+from edgedp.plan import DEFAULT_DELTA, NoisePlan, TaskSpec
 from edgedp.planning import compact_covariance, whisper
 
 __all__ = [
@@ -168,6 +168,8 @@ def plan_cross_agent(
         )
     if (noise_multiplier is None) == (target_epsilon is None):
         raise ValueError("Give exactly one of noise_multiplier or target_epsilon (with delta).")
+    if delta is not None:
+        _validate.open_unit(delta=delta)
     if target_epsilon is not None:
         if delta is None:
             raise ValueError("target_epsilon needs delta.")
@@ -218,6 +220,8 @@ def plan_cross_agent(
         seed=seed,
         cross_agent=spec,
         sketch=sketch,
+        delta=DEFAULT_DELTA if delta is None else float(delta),
+        target_epsilon=None if target_epsilon is None else float(target_epsilon),
     )
     plan = dataclasses.replace(plan, sensitivity=cross_acc.guarantee(plan).sensitivity)
     plan = NoisePlan.from_bytes(plan.to_bytes())  # certifies (hash, factors, sensitivity)
@@ -254,8 +258,10 @@ def post_mixing_variance(plan) -> float:
     return nu2 * float(np.trace(A @ R @ A.T)) / plan.n
 
 
-def report(plan, *, delta: float) -> dict[str, Any]:
-    """The facts ``edgedp plan`` prints for a cross-agent plan (absolute variances)."""
+def report(plan, *, delta: float | None = None) -> dict[str, Any]:
+    """The facts ``edgedp plan`` prints for a cross-agent plan (absolute variances), ε at
+    ``delta`` (default the plan's)."""
+    delta = plan.delta if delta is None else delta
     spec = plan.cross_agent
     nu2 = plan.noise_std**2
     g = plan.guarantee()
@@ -295,6 +301,7 @@ def report(plan, *, delta: float) -> dict[str, Any]:
         "epsilon_insider": trust["insider"],
         "epsilon_neighbourhood": trust["neighbourhood"],
         "delta": delta,
+        "attacker": mechanisms.get(plan.mechanism).attacker,
         "trust_model": mechanisms.get(plan.mechanism).trust_model,
         "plan_hash": plan.plan_hash,
     }

@@ -14,8 +14,10 @@ from typing import Any
 __all__ = ["dome_report", "laplace_report", "loss_ratio", "plan_report"]
 
 
-def plan_report(p, delta: float, steps_done: int | None = None) -> dict[str, Any]:
-    """The certified guarantee of plan ``p`` after ``steps_done`` steps (default all)."""
+def plan_report(p, delta: float | None = None, steps_done: int | None = None) -> dict[str, Any]:
+    """The certified guarantee of plan ``p`` after ``steps_done`` steps (default all), ε at
+    ``delta`` (default the plan's own δ), with the attacker it holds against."""
+    delta = p.delta if delta is None else delta
     if p.laplace is not None:
         return laplace_report(p, steps_done, delta=delta)
     if p.noise_multiplier > 0:
@@ -42,7 +44,9 @@ def plan_report(p, delta: float, steps_done: int | None = None) -> dict[str, Any
         "epsilon": eps,
         "delta": delta,
         "epsilon_replace_one": eps_replace,
+        "attacker": _attacker(p),
         "trust_model": _trust(p),
+        **({"target_epsilon": p.target_epsilon} if p.target_epsilon is not None else {}),
         "plan_hash": p.plan_hash,
     }
     if p.cross_agent is not None and p.noise_multiplier > 0:
@@ -57,6 +61,12 @@ def _trust(p) -> str:
     from edgedp import mechanisms
 
     return mechanisms.get(p.mechanism).trust_model
+
+
+def _attacker(p) -> str:
+    from edgedp import mechanisms
+
+    return mechanisms.get(p.mechanism).attacker
 
 
 def loss_ratio(p, gram=None) -> float:
@@ -100,11 +110,15 @@ def dome_report(p, model_dim: int) -> dict[str, Any]:
     }
 
 
-def laplace_report(p, steps_done: int | None = None, *, delta: float = 1e-6) -> dict[str, Any]:
+def laplace_report(
+    p, steps_done: int | None = None, *, delta: float | None = None
+) -> dict[str, Any]:
     """An sr-gt/dpop plan's pure ε spent by the messages of ``steps_done`` rounds, with the
-    final release, over the infinite horizon, under replace-one, and (ε, δ) from a PLD."""
+    final release, over the infinite horizon, under replace-one, and (ε, δ) from a PLD at
+    ``delta`` (default the plan's δ)."""
     from edgedp.accounting import laplace
 
+    delta = p.delta if delta is None else delta
     s = p.laplace
     done = p.steps if steps_done is None else steps_done
     spent = laplace.epsilon_spent(s, done)
@@ -129,6 +143,7 @@ def laplace_report(p, steps_done: int | None = None, *, delta: float = 1e-6) -> 
         "epsilon": laplace.epsilon(s),
         "epsilon_replace_one": laplace.replace_one_epsilon(s, laplace.epsilon(s)),
         "delta": 0.0,
+        "attacker": _attacker(p),
         **_pld_fields(s, done, delta),
         "final_model": (
             "the state x(K) carries one un-noised gradient step and is not covered; "

@@ -21,7 +21,7 @@ batch_size = 0           # 0 = whole local dataset per step
 [privacy]
 mechanism = "dp-dsgd"    # dsgd | dp-dsgd | antipgd
 target_epsilon = 8.0     # or noise_multiplier = 1.2
-delta = 1e-6
+delta = 1e-6             # the plan's δ: its ε is calibrated and reported at it
 clip_norm = 1.0
 learning_rate = 0.5
 
@@ -264,6 +264,8 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
     for key, value in priv.items():
         if key in _NUMBERS:
             value = _number(priv, "privacy", key, 0)
+        if key == "delta" and not 0 < value < 1:
+            raise ScenarioError(f"privacy.delta = {value!r} must be in (0, 1)")
         if key not in ("mechanism", "seed"):
             values[_REQUEST_NAME.get(key, key)] = value
     if laplace:  # paper 004's setting: Definition 1 adjacency, no clipping
@@ -282,7 +284,7 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
             )
         noisy = mechanisms.get(mech).noisy
         if noisy and "target_epsilon" in priv:
-            values.setdefault("delta", 1e-6)
+            values.setdefault("delta", plan_mod.DEFAULT_DELTA)
         elif noisy and "noise_multiplier" not in priv:
             raise ScenarioError("privacy needs target_epsilon (with delta) or noise_multiplier")
         values["participation"] = _participation(priv, mech, values, steps)
