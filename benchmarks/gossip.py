@@ -27,10 +27,13 @@ time does; agents of a checkout whose metrics lines carry no ``cpu`` have none.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -148,22 +151,42 @@ def one_agent_compute(plan, task, n: int, d: int) -> float:
     return statistics.median(times)
 
 
-def edgedp_round(
-    plan_file: Path, directory: Path, n: int, tree: str | None
-) -> tuple[list[float], list[float]]:
-    """Round-end intervals of ``n`` real agent processes (from ``tree`` if given), and
-    their CPU seconds per round (empty if the agents' metrics lines have no ``cpu``)."""
-    saved = os.environ.get("PYTHONPATH")
-    if tree is not None:  # the agents import firmware_py and edgedp from that checkout
-        os.environ["PYTHONPATH"] = str(Path(tree).resolve())
-    try:
-        run = deploy.local_run(plan_file, directory, round_timeout=30, startup_timeout=120)
-    finally:
-        if tree is not None:
-            if saved is None:
-                os.environ.pop("PYTHONPATH")
-            else:
-                os.environ["PYTHONPATH"] = saved
+#: Run in another checkout (``--compare-tree``): the same plan and run, made by its own
+#: code (its plan format may differ), its round intervals and CPU printed as JSON.
+_TREE_RUN = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {bench!r})
+import gossip
+print(json.dumps(gossip.edgedp_round(gossip.the_plan({n}, {d}, {steps}), Path({directory!r}), {n})))
+"""
+
+
+def the_plan(n: int, d: int, steps: int):
+    """The benchmark's DP-D-SGD plan."""
+    graph = edgedp_topologies.parse(f"er:{n}:0.3:1")
+    task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
+    plan = make_plan(
+        "dp-dsgd",
+        graph,
+        steps=steps,
+        participation=Participation(steps, 1),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=1.0,
+        task=task,
+    )
+    return plan
+
+
+def edgedp_round(plan, directory: Path, n: int) -> tuple[list[float], list[float]]:
+    """Round-end intervals of ``n`` real agent processes of ``plan``, and their CPU seconds
+    per round (empty if the agents' metrics lines have no ``cpu``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "run.plan").write_bytes(plan.to_bytes())
+    run = deploy.local_run(
+        directory / "run.plan", directory / "run", round_timeout=30, startup_timeout=120
+    )
     codes = run.wait(timeout=600)
     if any(codes):
         raise SystemExit(f"agents failed: {codes} (logs in {directory})")
@@ -173,6 +196,19 @@ def edgedp_round(
         intervals += list(np.diff([m["time"] for m in lines][SKIP:]))
         if all("cpu" in m for m in lines):
             cpu += list(np.diff([m["cpu"] for m in lines][SKIP:]))
+    return intervals, cpu
+
+
+def tree_round(tree: str, directory: Path, n: int, d: int, steps: int):
+    """:func:`edgedp_round` of the same plan, run by the code of checkout ``tree``."""
+    script = _TREE_RUN.format(
+        bench=str(Path(__file__).resolve().parent), n=n, d=d, steps=steps, directory=str(directory)
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    intervals, cpu = json.loads(out.stdout.strip().splitlines()[-1])
     return intervals, cpu
 
 
@@ -195,18 +231,8 @@ def main() -> None:
     if args.compare_tree and not (Path(args.compare_tree) / "firmware_py").is_dir():
         raise SystemExit(f"--compare-tree {args.compare_tree}: no firmware_py folder there")
     print(f"load average at start: {os.getloadavg()[0]:.2f} (2-core machine shared)")
-    graph = edgedp_topologies.parse(f"er:{n}:0.3:1")
-    task = TaskSpec(dataset=f"synthetic-logistic:{d - 1}:{n * 5}")
-    plan = make_plan(
-        "dp-dsgd",
-        graph,
-        steps=steps,
-        participation=Participation(steps, 1),
-        clip_norm=1.0,
-        learning_rate=0.1,
-        noise_multiplier=1.0,
-        task=task,
-    )
+    plan = the_plan(n, d, steps)
+    graph, task = edgedp_topologies.parse(f"er:{n}:0.3:1"), plan.task
     compute = one_agent_compute(plan, task, n, d)
     trees = {"edgedp": None}
     if args.compare_tree:
@@ -216,7 +242,6 @@ def main() -> None:
     cpu: dict[str, list[float]] = {name: [] for name in pooled}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        (tmp / "run.plan").write_bytes(plan.to_bytes())
         for i in range(args.repeats):
             samples, times = {}, {}
             samples["raw CURVE"], times["raw CURVE"] = raw_gossip_intervals(
@@ -224,9 +249,11 @@ def main() -> None:
             )
             order = list(trees.items())
             for name, tree in order[i % len(order) :] + order[: i % len(order)]:
-                samples[name], times[name] = edgedp_round(
-                    tmp / "run.plan", tmp / f"run-{i}-{len(samples)}", n, tree
-                )
+                folder = tmp / f"run-{i}-{len(samples)}"
+                if tree is None:
+                    samples[name], times[name] = edgedp_round(plan, folder, n)
+                else:  # that checkout's own plan and agents
+                    samples[name], times[name] = tree_round(tree, folder, n, d, steps)
             samples["raw plain"], times["raw plain"] = raw_gossip_intervals(
                 graph, 8 * d, steps, curve=False
             )

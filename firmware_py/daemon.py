@@ -270,7 +270,8 @@ class Device:
                 "update_norm": report.update_norm,
                 "noise": self.out.noise_digest if self.out is not None else "",
                 "seconds": round(time.monotonic() - self.started_at, 4),
-                "cpu": round(time.process_time(), 4),  # the process's CPU seconds so far
+                # the CPU seconds of the agent and its listener process so far
+                "cpu": round(time.process_time() + transport.listener_cpu(), 4),
                 "rejected": dict(agent.metrics.rejected),
                 "refused": dict(transport.refused),
                 "refused_handshakes": transport.refused_handshakes,

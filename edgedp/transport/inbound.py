@@ -211,6 +211,7 @@ class Isolated:
         self.settings = dict(settings, memory=int(memory))
         self.refused: Counter = Counter()
         self.restarts = 0
+        self._cpu_done = 0.0  # CPU seconds of ended listener processes
         self._done: Counter = Counter()  # what ended listener processes counted
         self._handshakes_done = 0
         self._stats: dict[str, Any] = {"refused": {}, "handshakes": 0, "unknown": []}
@@ -254,12 +255,19 @@ class Isolated:
                 self.proc.wait()
                 raise OSError(f"the listener process did not start (exit {self.proc.returncode})")
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the listener processes used so far (Linux; 0
+        elsewhere)."""
+        assert self.proc is not None
+        return self._cpu_done + _cpu_of(self.proc.pid)
+
     def _restart(self) -> None:
         """The listener process ended (its memory cap): count it and start another."""
         self._done.update(self._stats["refused"])
         self._handshakes_done += self._stats["handshakes"]
         self._stats = {"refused": {}, "handshakes": 0, "unknown": self._stats["unknown"]}
         self.restarts += 1
+        self._cpu_done += _cpu_of(self.proc.pid) if self.proc is not None else 0.0
         self._done["MemoryLimit"] += 1
         self.refused = self._done.copy()
         self._start()
@@ -307,6 +315,16 @@ class Isolated:
                 self.proc.wait()
         self.pair.close(linger=0)
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far (its threads; 0 if /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _cap_memory(extra: int) -> None:

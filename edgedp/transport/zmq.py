@@ -216,6 +216,11 @@ class ZmqTransport:
                 self.dropped += 1
         return queued
 
+    def listener_cpu(self) -> float:
+        """CPU seconds of the listener process so far (0 when it runs in this one)."""
+        inbox = self._inbox
+        return inbox.cpu_seconds() if isinstance(inbox, inbound.Isolated) else 0.0
+
     def recv(self, timeout_ms: int) -> tuple[list[memoryview], int | None] | None:
         """Wait up to ``timeout_ms`` for a message: ``(frames, authenticated_sender)``, or
         None if none came or the one that came was discarded (then counted in
