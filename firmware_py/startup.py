@@ -27,29 +27,9 @@ from edgedp.agent import Agent
 from edgedp.errors import PlanError
 from edgedp.plan import NodeShare, NoisePlan
 from firmware_py import claim, config, device_keys, ledger, logs, recovery, resources, trust
-from firmware_py.exits import (
-    EXIT_CONFIG,
-    EXIT_DEGRADED,
-    EXIT_DIVERGED,
-    EXIT_IO,
-    EXIT_OK,
-    EXIT_PLAN,
-    EXIT_UNSAFE,
-    RefusedError,
-)
+from firmware_py.exits import EXIT_PLAN, RefusedError
 
-__all__ = [
-    "EXIT_CONFIG",
-    "EXIT_DEGRADED",
-    "EXIT_DIVERGED",
-    "EXIT_IO",
-    "EXIT_OK",
-    "EXIT_PLAN",
-    "EXIT_UNSAFE",
-    "RefusedError",
-    "Started",
-    "start",
-]
+__all__ = ["Inputs", "Started", "load_inputs", "start"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,7 @@ def test_kill_nine_while_the_checkpoint_is_written_beside_the_next_round(tmp_pat
     kills += 1
     lr.start(0)
     assert lr.wait(timeout=300) == [0, 0, 0]
-    lines = kill._lines(cfg.metrics)
+    lines = harness.lines(cfg.metrics)
     expected = kill.expected_noise(cfg, plan)
     by_round = {}
     for m in lines:

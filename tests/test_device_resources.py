@@ -151,44 +151,57 @@ def test_idle_connections_without_a_key_cannot_exhaust_an_agent(tmp_path):
     assert run.metrics(0)[-1]["event"] == "done"
 
 
-def test_oversized_and_many_part_messages_are_refused_without_buffering(tmp_path):
+def _attacked(tmp_path):
+    """A ring of three whose node 0 waits in round 0 (its neighbours stopped) for node 1's
+    key to attack it: (plan, run, agent pid, a PUSH socket with node 1's CURVE keys)."""
     p = _plan(tmp_path / "run.plan", steps=6)
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", startup_timeout=120)
-    for u in (1, 2):  # node 0 waits in round 0 while node 1's key attacks it
+    for u in (1, 2):
         run.processes[u].kill()
         run.processes[u].wait()
     pid = run.processes[0].pid
-    _wait(lambda: "inbound frames" in (run.directory / "node-0.log").read_text())
-    log = (run.directory / "node-0.log").read_text()
-    cap = int(log.split("inbound frames <= ")[1].split()[0])
+    _wait(lambda: _listener(pid) is not None)
     keys = run.directory / "keys"
     server_pub, _ = zmq.auth.load_certificate(str(keys / "node-0.key"))
     pub, sec = zmq.auth.load_certificate(str(keys / "node-1.key_secret"))
-    ctx = zmq.Context()
-    evil = ctx.socket(zmq.PUSH)
+    evil = zmq.Context.instance().socket(zmq.PUSH)
     evil.curve_serverkey, evil.curve_publickey, evil.curve_secretkey = server_pub, pub, sec
     evil.setsockopt(zmq.LINGER, 0)
     evil.connect(_endpoint(run, 0))
     time.sleep(1.0)
-    before = _status(pid)["VmRSS"]
+    return p, run, pid, evil
+
+
+def _finishes_clean(p, run):
+    """Node 0's neighbours come back; the run ends with the clean run's model."""
+    for u in (1, 2):
+        run.start(u)
+    assert run.wait(timeout=120) == [0, 0, 0]
+    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
+    assert model_digest(run.final_models()) == batch.run(p, data).digests[0]  # untouched
+    done = run.metrics(0)[-1]
+    assert not done["rejected"]
+    return done
+
+
+def test_oversized_and_many_part_messages_are_refused_without_buffering(tmp_path):
+    p, run, pid, evil = _attacked(tmp_path)
+    log = (run.directory / "node-0.log").read_text()
+    cap = int(log.split("inbound frames <= ")[1].split()[0])
+    before = _tree_rss(pid)
     # 40 parts of 1 MiB (the 40 x 60 MiB attack, scaled): the first part is over the cap,
     # libzmq drops the connection at its size field and buffers none of it
     big = memoryview(bytes(1 << 20))
     evil.send_multipart([big] * 40, copy=False)
     # 40 parts under the cap: drained part by part and counted, never decoded
     evil.send_multipart([bytes(cap)] * 40)
-    time.sleep(2.0)
-    grown = _status(pid)["VmHWM"] - before
+    peak, until = before, time.monotonic() + 2.0
+    while time.monotonic() < until:
+        peak = max(peak, _tree_rss(pid))
+        time.sleep(0.005)
     evil.close()
-    ctx.term()
-    assert grown < 8 << 20  # before the caps: > 40 MiB (the whole message was buffered)
-    for u in (1, 2):
-        run.start(u)
-    assert run.wait(timeout=120) == [0, 0, 0]
-    done = run.metrics(0)[-1]
-    assert done["refused"] == {"TooManyParts": 1} and not done["rejected"]
-    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
-    assert model_digest(run.final_models()) == batch.run(p, data).digests[0]  # untouched
+    assert peak - before < 8 << 20  # before the caps: > 40 MiB (the whole message was buffered)
+    assert _finishes_clean(p, run)["refused"] == {"TooManyParts": 1}
 
 
 def _tree_rss(pid):
@@ -204,23 +217,8 @@ def _tree_rss(pid):
 def test_a_multipart_flood_ends_the_listener_not_the_agent(tmp_path):
     # before: one message of 150,000 parts of 4,032 bytes from a neighbour's key took an
     # agent from 53 to 1,231 MiB (libzmq gathers every part before it hands any over)
-    p = _plan(tmp_path / "run.plan", steps=6)
-    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", startup_timeout=120)
-    for u in (1, 2):  # node 0 waits in round 0 while node 1's key attacks it
-        run.processes[u].kill()
-        run.processes[u].wait()
-    pid = run.processes[0].pid
-    _wait(lambda: _listener(pid) is not None)
+    p, run, pid, evil = _attacked(tmp_path)
     first = _listener(pid)
-    keys = run.directory / "keys"
-    server_pub, _ = zmq.auth.load_certificate(str(keys / "node-0.key"))
-    pub, sec = zmq.auth.load_certificate(str(keys / "node-1.key_secret"))
-    ctx = zmq.Context()
-    evil = ctx.socket(zmq.PUSH)
-    evil.curve_serverkey, evil.curve_publickey, evil.curve_secretkey = server_pub, pub, sec
-    evil.setsockopt(zmq.LINGER, 0)
-    evil.connect(_endpoint(run, 0))
-    time.sleep(1.0)
     before, agent_before = _tree_rss(pid), _status(pid)["VmHWM"]
     part = memoryview(bytes(4032))
     evil.send_multipart([part] * 150_000, copy=False)  # ~605 MB
@@ -231,17 +229,10 @@ def test_a_multipart_flood_ends_the_listener_not_the_agent(tmp_path):
         peak = max(peak, _tree_rss(pid))
         time.sleep(0.002)
     evil.close()
-    ctx.term()
     assert _listener(pid) is not None
     assert peak - before <= 64 << 20, (peak - before) >> 20
     assert _status(pid)["VmHWM"] - agent_before < 8 << 20  # the agent held none of it
-    for u in (1, 2):
-        run.start(u)
-    assert run.wait(timeout=120) == [0, 0, 0]
-    done = run.metrics(0)[-1]
-    assert set(done["refused"]) <= {"MemoryLimit"} and not done["rejected"]
-    data = datasets.partition(datasets.load(p.task.dataset, seed=p.seed), p.n, seed=p.seed)
-    assert model_digest(run.final_models()) == batch.run(p, data).digests[0]
+    assert set(_finishes_clean(p, run)["refused"]) <= {"MemoryLimit"}
 
 
 def _block(path):

@@ -227,7 +227,7 @@ def test_an_agent_refuses_to_send_a_recorded_round_with_another_message(tmp_path
     stream = ledger.stream_id(p.plan_hash, cfg.run_id, 0)
     secret = rng.seed_secret(p.seed)  # plan-seed runs keep their ledger in the state folder
     deadline = time.monotonic() + 60
-    while not any(m["event"] == "sent" for m in _lines(cfg.metrics)):  # node 0 alone: round
+    while not any(m["event"] == "sent" for m in harness.lines(cfg.metrics)):  # node 0 alone: round
         assert lr.processes[0].poll() is None, "node 0 stopped before sending round 0"
         assert time.monotonic() < deadline
         time.sleep(0.02)  # 0 is recorded and sent, then it waits for its neighbours
@@ -245,7 +245,7 @@ def test_an_agent_refuses_to_send_a_recorded_round_with_another_message(tmp_path
     lr.start(0)
     assert lr.processes[0].wait(timeout=60) == 4
     assert "round 0 was already sent as message" in (lr.directory / "node-0.log").read_text()
-    assert [m["round"] for m in _lines(cfg.metrics) if m["event"] == "sent"] == [0]
+    assert [m["round"] for m in harness.lines(cfg.metrics) if m["event"] == "sent"] == [0]
     # the folder as it was (the true digest recorded): round 0 re-sent bit for bit, the run
     # completes
     for f, data in kept.items():
@@ -253,7 +253,7 @@ def test_an_agent_refuses_to_send_a_recorded_round_with_another_message(tmp_path
     for u in range(3):
         lr.start(u)
     assert lr.wait(timeout=120) == [0, 0, 0]
-    sent = [(m["round"], m["message"]) for m in _lines(cfg.metrics) if m["event"] == "sent"]
+    sent = [(m["round"], m["message"]) for m in harness.lines(cfg.metrics) if m["event"] == "sent"]
     assert sent[:2] == [(0, good.message.hex()[:16])] * 2
     assert [r for r, _ in sent] == [0, 0, 1, 2, 3]
 
@@ -266,15 +266,3 @@ def _rewrite(path, secret, stream, message):
     book.claim(stream)
     book.advance(stream, 0, message)
     book.close()
-
-
-def _lines(path):
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out

@@ -7,7 +7,6 @@ agents' own ``sent`` metrics lines (the round's noise digest and message digest,
 before the send) that no round was released twice with two different messages.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile import harness
 
 import edgedp_topologies
 from edgedp.accounting.participation import Participation
@@ -86,18 +86,6 @@ def _wait_round(run: deploy.LocalRun, u: int, r: int, timeout: float = 60.0) -> 
     raise AssertionError(f"node {u} did not reach round {r}")
 
 
-def _lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def _log(run: deploy.LocalRun, u: int) -> str:
     return (run.directory / f"node-{u}.log").read_text()
 
@@ -115,7 +103,9 @@ def test_an_older_copy_of_the_state_folder_put_back_is_refused(tmp_path):
     os.kill(run.processes[0].pid, signal.SIGCONT)
     assert set(run.wait(timeout=120)) <= {0, 7}
     first = run.metrics(0)
-    backed_up = max(m["round"] for m in _lines(backup / "metrics.jsonl") if m["event"] == "sent")
+    backed_up = max(
+        m["round"] for m in harness.lines(backup / "metrics.jsonl") if m["event"] == "sent"
+    )
     assert max(_sent(first)) > backed_up  # rounds were released after the copy was taken
     shutil.rmtree(_state(run, 0))
     shutil.copytree(backup, _state(run, 0))  # the backup restored
@@ -142,7 +132,7 @@ def test_a_lost_or_cut_ledger_with_a_wiped_state_folder_is_refused(tmp_path, dam
         ledger.write_bytes(data[:-2])  # a JSON-lines ledger: its last line loses its "}"
     code = run.start(0).wait(timeout=60)
     assert code == 4, _log(run, 0)
-    after = _lines(_state(run, 0) / "metrics.jsonl")
+    after = harness.lines(_state(run, 0) / "metrics.jsonl")
     assert _reused(first, after) == [] and not _sent(after)
     assert "ledger" in _log(run, 0).strip().splitlines()[-1]
 
@@ -162,8 +152,8 @@ def test_a_twin_of_a_node_is_refused(tmp_path):
     for u in range(4):
         run.start(u)
     codes = run.wait(timeout=120)
-    twin_lines = _lines(run.directory / "configs" / "state" / "twin" / "metrics.jsonl")
-    assert _reused(_lines(_state(run, 0) / "metrics.jsonl"), twin_lines) == []
+    twin_lines = harness.lines(run.directory / "configs" / "state" / "twin" / "metrics.jsonl")
+    assert _reused(harness.lines(_state(run, 0) / "metrics.jsonl"), twin_lines) == []
     assert sorted([codes[0], codes[3]]) in ([0, 4], [4, 7]), codes
     refused = 0 if codes[0] == 4 else 3
     assert "another edgedp-agent" in _log(run, refused).strip().splitlines()[-1]

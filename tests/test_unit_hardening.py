@@ -10,7 +10,6 @@ agent leaves no core file: its memory holds the noise secret and the CURVE key.
 import ctypes
 import ctypes.util
 import errno
-import json
 import os
 import re
 import resource
@@ -140,7 +139,10 @@ def test_a_forced_abort_leaves_no_core_and_no_secret_on_disk(tmp_path):
     )
     proc = run.start(0, preexec_fn=cores_allowed)  # its parent allows core files
     deadline = time.monotonic() + 60
-    while not any(m.get("event") == "round" for m in _metrics(run)):
+    while not any(
+        m.get("event") == "round"
+        for m in harness.lines(run.directory / "configs" / "state" / "node-0" / "metrics.jsonl")
+    ):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGABRT)
@@ -160,16 +162,3 @@ def test_a_forced_abort_leaves_no_core_and_no_secret_on_disk(tmp_path):
             continue
         data = f.read_bytes()
         assert not any(s in data for s in secrets), f
-
-
-def _metrics(run):
-    path = run.directory / "configs" / "state" / "node-0" / "metrics.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out

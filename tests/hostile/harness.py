@@ -82,6 +82,21 @@ def plan_seed_digests(plan: NoisePlan, u: int) -> list[str]:
     return stream_digests(plan.factor, key, dim, plan.noise_std, plan.steps)
 
 
+def lines(path: Path) -> list[dict]:
+    """The JSON lines of a metrics file (none if it does not exist; a line torn by a kill
+    is skipped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of a process, from /proc (KiB)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -23,7 +23,6 @@ refuses (any exit status but 0) is recorded with its message.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -37,18 +36,6 @@ from edgedp.noise import NoiseSource
 from edgedp.plan import NoisePlan
 from firmware_py import checkpoint, config, deploy, ledger
 from hostile import harness
-
-
-def _lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:  # a line torn by the kill
-            pass
-    return out
 
 
 def _in_place_interrupted(folder: Path) -> bool:
@@ -68,7 +55,7 @@ def _phase(cfg: config.NodeConfig, pid: int) -> tuple[str, list[str]]:
     leftovers = sorted(p.name for p in cfg.checkpoint_dir.glob(f".*.tmp.{pid}"))
     if _in_place_interrupted(cfg.checkpoint_dir):
         leftovers.append("checkpoint.prev.in-place")
-    lines = _lines(cfg.metrics)
+    lines = harness.lines(cfg.metrics)
     last = lines[-1]["event"] if lines else "none"
     phase = {
         "none": "start-up (before any line)",
@@ -153,7 +140,7 @@ def run(
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         phase, leftovers = _phase(cfgs[u], proc.pid)
-        lines = _lines(cfgs[u].metrics)
+        lines = harness.lines(cfgs[u].metrics)
         if sum(m["event"] == "start" for m in lines) < starts[u]:
             phase = "start-up (before its start line)"
         last_round = max((m["round"] for m in lines if "round" in m), default=-1)
@@ -171,7 +158,7 @@ def run(
     resent, mismatched, wrong_stream, incarnations, waited = 0, [], [], {}, 0
     leaked = []
     for u, cfg in enumerate(cfgs):
-        lines = _lines(cfg.metrics)
+        lines = harness.lines(cfg.metrics)
         incarnations[u] = sum(m["event"] == "start" for m in lines)
         waited += sum(m["event"] == "round" and bool(m["missing"]) for m in lines)
         expected = expected_noise(cfg, plan)
@@ -230,7 +217,7 @@ def _wait_for(
     ``event`` line (or stopped)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        lines = _lines(cfg.metrics)
+        lines = harness.lines(cfg.metrics)
         starts = [i for i, m in enumerate(lines) if m["event"] == "start"]
         if len(starts) >= incarnation and any(m["event"] == event for m in lines[starts[-1] :]):
             return
