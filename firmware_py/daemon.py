@@ -391,6 +391,7 @@ def run(
     (:mod:`firmware_py.trust`)."""
     logger = logger or logs.setup(cfg.id)
     resources.no_core_dumps()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit: EFBIG, handled
     started = start(cfg, rollback=rollback, logger=logger, anchors=anchors, lab=lab)
     agent = started.agent
     stop = {"signal": 0}
@@ -400,7 +401,6 @@ def run(
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_signal)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file-size limit: EFBIG, retried
     soft, hard = resources.reserve_descriptors()
     max_frame, max_parts = agent.wire_limits()
     logs.event(

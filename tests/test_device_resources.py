@@ -244,6 +244,26 @@ def _block(path):
             time.sleep(0.001)
 
 
+def test_a_start_that_cannot_write_its_state_ends_with_exit_6(tmp_path):
+    # before: a fresh start on a full disk retried its first durable write silently for ever
+    _plan(tmp_path / "run.plan", steps=6)
+    run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", private_noise=True, start=[])
+
+    def no_room():  # every write past the first byte fails (EFBIG), as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1, 1))
+
+    agent = subprocess.run(  # the log on a pipe: a file limit does not apply to it
+        [sys.executable, "-m", "firmware_py.daemon", "--config", str(run.configs[0]),
+         "--anchors", str(run.anchors), "--lab"],
+        cwd=run.directory, preexec_fn=no_room, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert agent.returncode == 6, agent.stderr
+    log = agent.stderr
+    assert "[io-retry] release ledger failed (EFBIG" in log
+    last = log.strip().splitlines()[-1]
+    assert "[io] I/O error at start" in last and "File too large" in last
+
+
 def test_failing_writes_are_retried_and_no_round_is_sent_before_its_record(tmp_path):
     p = _plan(tmp_path / "run.plan", steps=80)
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=0.3)
