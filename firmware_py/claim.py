@@ -83,9 +83,9 @@ def _check_marks(cfg, resumed: recovery.Resumed, mark, book: ledger.ReleaseLedge
     if mark is None or not isinstance(released, dict):
         return
     rnd, message = released.get("round"), released.get("message")
-    if not isinstance(rnd, int) or (
-        rnd > mark.round or rnd == mark.round >= 0 and message != mark.message.hex()
-    ):
+    behind = isinstance(rnd, int) and rnd > mark.round  # the ledger is older than the state
+    other = isinstance(rnd, int) and rnd == mark.round >= 0 and message != mark.message.hex()
+    if not isinstance(rnd, int) or behind or other:
         raise RefusedError(
             EXIT_UNSAFE,
             f"the checkpoint was saved after round {rnd} was released but the release ledger "
@@ -140,7 +140,12 @@ def claim_and_resume(cfg: config.NodeConfig, inputs, agent: Agent, rollback: boo
     checkpoint.sync_folder(cfg.checkpoint_dir)
     log = logs.TextAdapter(logger)
     if mark is None:  # durable before any noise of the stream leaves the device
-        resources.retry("release ledger", lambda: book.claim(stream), log=log, attempts=START_TRIES)
+        try:
+            resources.retry(
+                "release ledger", lambda: book.claim(stream), log=log, attempts=START_TRIES
+            )
+        except ledger.LedgerError as exc:  # full: the secret's runs are used up
+            raise RefusedError(EXIT_UNSAFE, str(exc)) from None
     # the state the first round starts from, durable before it is sent: a state folder
     # that cannot be written (a full disk) is an exit 6 here, not a run that stalls later
     body = checkpoint_body(agent, cfg.run_id, book.mark(stream))

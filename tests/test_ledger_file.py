@@ -266,3 +266,17 @@ def _rewrite(path, secret, stream, message):
     book.claim(stream)
     book.advance(stream, 0, message)
     book.close()
+
+
+def test_a_full_ledger_refuses_a_new_run_and_keeps_the_old_ones(tmp_path):
+    path = tmp_path / "ledger"
+    ledger.create(path, SECRET, slot=512)  # room for capacity(512) streams
+    book = ledger.ReleaseLedger(path, SECRET)
+    streams = [ledger.stream_id("ab" * 32, f"run-{i}", 0) for i in range(ledger.capacity(512))]
+    for s in streams:
+        book.claim(s)
+    with pytest.raises(ledger.LedgerError, match="full"):
+        book.claim(ledger.stream_id("ab" * 32, "one-more", 0))
+    book.advance(streams[0], 0, _digest(0))  # the streams it holds still advance
+    book.close()
+    assert _read(path, streams[0]) == ledger.Mark(0, _digest(0))
