@@ -55,22 +55,25 @@ _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
 
 
 def install_extra(exc: ImportError) -> tuple[str, str] | None:
-    """(missing package, extras to install) for an optional package that is missing, else None.
+    """(missing package, the smallest extra that installs it) for an optional package that
+    is missing, else None. The ``sim`` extra includes ``plan`` (the simulator plans).
 
     >>> install_extra(ModuleNotFoundError("No module named 'simpy'", name="simpy"))
-    ('simpy', 'sim,plan')
+    ('simpy', 'sim')
+    >>> install_extra(ModuleNotFoundError("No module named 'scipy'", name="scipy"))
+    ('scipy', 'plan')
     """
     name = (getattr(exc, "name", None) or "").split(".")[0]
     if name not in EXTRAS:
         return None
-    return name, "sim,plan" if EXTRAS[name] in ("sim", "plan") else EXTRAS[name]
+    return name, EXTRAS[name]
 
 
 def install_hint(exc: ImportError) -> str | None:
     """``pip install 'edgedp[EXTRA]'`` for an optional package that is missing, else None.
 
     >>> print(install_hint(ModuleNotFoundError("No module named 'simpy'", name="simpy")))
-    simpy is not installed (not in the device install): pip install 'edgedp[sim,plan]'
+    simpy is not installed (not in the device install): pip install 'edgedp[sim]'
     """
     missing = install_extra(exc)
     if missing is None:
@@ -79,20 +82,53 @@ def install_hint(exc: ImportError) -> str | None:
     return f"{name} is not installed (not in the device install): pip install 'edgedp[{extra}]'"
 
 
-def _need(module: str):
-    """Import ``module`` or raise an ImportError naming the extra to install."""
+def need_extra(module: str, *, user: str | None = None):
+    """Import ``module``, or raise one ImportError naming the extra that installs it
+    (``user`` is who needs it in the message; default the module)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        hint = install_hint(exc)
-        if hint is None:
+        missing = install_extra(exc)
+        if missing is None:
             raise
-        raise ImportError(f"{module} needs {hint}") from None
+        name, extra = missing
+        raise ImportError(
+            f"{user or module} needs {name}, not in the device install: "
+            f"pip install 'edgedp[{extra}]'",
+            name=name,
+        ) from None
+
+
+_need = need_extra
+
+
+def _extras_named(function: Callable) -> Callable:
+    """``function`` raising one ImportError that names the extra to install when an optional
+    package is missing (not the import chain of a device-only install)."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ImportError as exc:
+            missing = install_extra(exc)
+            if missing is None:
+                raise
+            name, extra = missing
+            raise ImportError(
+                f"edgedp.{function.__name__}() needs {name}, not in the device install: "
+                f"pip install 'edgedp[{extra}]'",
+                name=name,
+            ) from None
+
+    return wrapper
 
 
 # ------------------------------------------------------------------ planning
+@_extras_named
 def make_plan(
     mechanism: str,
     topology: str,
@@ -171,8 +207,15 @@ def make_plan(
         if key not in known or key in _ARGUMENTS:
             valid = sorted(known - _ARGUMENTS - {"target_eps"})
             raise TypeError(f"make_plan() got an unknown option {key!r}; valid: {valid}")
-    # options of other families stay at their defaults (a request refuses them otherwise)
-    request = PlanRequest.from_mapping({k: v for k, v in given.items() if v is not None})
+    # options of other families stay at their defaults (a request refuses them otherwise);
+    # None is "the default" only where the default is None (clip_norm=None is refused)
+    keep = {"clip_norm", "model", "dataset", "partition", "batch_size", "seed", "steps"}
+    try:
+        request = PlanRequest.from_mapping(
+            {k: v for k, v in given.items() if v is not None or k in keep}
+        )
+    except TypeError as exc:  # the request's names are the CLI's; say the keyword's
+        raise TypeError(str(exc).replace("target_eps=", "target_epsilon=")) from None
     return build.build(request, report=False).plan
 
 
@@ -248,6 +291,7 @@ def _delta(plan, delta: float | None) -> float:
     return float(delta)
 
 
+@_extras_named
 def account(
     plan,
     *,
@@ -371,6 +415,7 @@ def scenario_for(plan, scenario: Any = None):
     return scenarios.parse(raw, base=base, plan=plan)
 
 
+@_extras_named
 def simulate(
     plan,
     scenario: Any = None,
@@ -409,12 +454,7 @@ def simulate(
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"Expected eval_every={every!r} to be an integer >= 1.")
     runner = _need("edgedp_sim.runner")
-    if engine == "auto":
-        engine, _ = runner.choose_engine(sc)
-    elif engine == "batch":
-        auto, why = runner.choose_engine(dataclasses.replace(sc, engine="auto"))
-        if auto == "event":
-            raise ValueError(f"the batch engine cannot run this scenario: {why}; use 'event'")
+    engine, _ = runner.resolve_engine(sc, engine)  # ScenarioError is a ValueError
     data = sc.data()
     if engine == "batch":
         batch = _need("edgedp_sim.batch")
@@ -529,9 +569,10 @@ class LeakResult:
     report: dict[str, Any] = field(repr=False)
 
 
+@_extras_named
 def leak(
     plan,
-    attackers: Sequence[str] = ("hbc:1", "eavesdropper:all"),
+    attackers: str | Sequence[str] = ("hbc:1", "eavesdropper:all"),
     *,
     scenario: Any = None,
     trials: int = 200,
@@ -546,9 +587,9 @@ def leak(
 
     Args:
       plan: a NoisePlan, or a plan file's path or bytes.
-      attackers: ``hbc:NODES`` (curious nodes, comma-separated), ``eavesdropper:all``,
-        ``eavesdropper:node:N`` or ``eavesdropper:U-V[,U-V...]``; eavesdroppers may end in
-        ``:encrypted``.
+      attackers: one attacker or a list: ``hbc:NODES`` (curious nodes, comma-separated),
+        ``eavesdropper:all``, ``eavesdropper:node:N`` or ``eavesdropper:U-V[,U-V...]``;
+        eavesdroppers may end in ``:encrypted``.
       scenario: as in :func:`simulate` (network effects run on the event engine).
       trials: Monte Carlo trials N (the MI is estimated over them).
       victim: the attacked node.
@@ -566,6 +607,8 @@ def leak(
     leak_mod = _need("edgedp_sim.leak")
     plan = _plan_of(plan)
     delta = _delta(plan, delta)
+    if isinstance(attackers, str):  # one attacker, not its letters
+        attackers = [attackers]
     if 0 < audit_trials < 8:
         raise ValueError(f"Expected audit_trials={audit_trials} to be 0 (no audit) or >= 8.")
     parsed = []

@@ -142,21 +142,56 @@ def write_keys(out: Path, name: str = "planner", *, force: bool = False) -> dict
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         os.fchmod(fh.fileno(), 0o600)
-        fh.write(secret + "\n")
-    public_file.write_text(public + "\n")
+        fh.write(f"{_LABELS['secret']}\n{secret}\n")
+    public_file.write_text(f"{_LABELS['public']}\n{public}\n")
     return {"secret_key_file": str(secret_file), "public_key_file": str(public_file),
             "public_key": public}  # fmt: skip
 
 
-def read_key(path: Path) -> str:
-    """A hex key from a key file (first line), checked to be 64 hex digits."""
+#: The first line of each planning key file: which half it holds.
+_LABELS = {
+    "secret": "# edgedp planning SECRET key (Ed25519 seed): signs plans; keep it private",
+    "public": "# edgedp planning public key (Ed25519): devices pin it to verify plans",
+}
+_USE = {"secret": "signing needs the secret half (NAME.key)",
+        "public": "devices pin the public half (NAME.pub)"}  # fmt: skip
+
+
+def read_key(path: Path, *, kind: str) -> str:
+    """The hex key of a planning key file of ``kind`` (``"secret"`` or ``"public"``).
+
+    A file of :func:`write_keys` says on its first line which half it holds; the other half
+    is refused (a signature by the public key would verify against nothing a device pins,
+    and a secret in an anchors file would be published). A bare 64-hex-digit file (older
+    versions wrote those) is taken as a secret only when no one else can read it (secrets
+    are written 0600, public keys 0644). Raises :class:`SignatureError`.
+    """
+    if kind not in _LABELS:
+        raise ValueError(f"kind={kind!r}; expected 'secret' or 'public'")
     try:
-        text = Path(path).read_text().strip()
+        text = Path(path).read_text()
+        mode = os.stat(path).st_mode
     except OSError as exc:
         raise SignatureError(f"{path}: {exc.strerror}") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    labels = [name for name, label in _LABELS.items() if lines and lines[0] == label]
+    if labels:
+        lines = lines[1:]
+    if len(lines) != 1 or len(_hex32(lines[0])) != 32:
+        raise SignatureError(f"{path}: expected one 64-hex-digit key")
+    held, why = (labels[0], "") if labels else (None, "")
+    if held is None and kind == "secret" and mode & 0o077:
+        held, why = "public", "a bare key readable by others, "  # whatever it is: no secret
+    if held is not None and held != kind:
+        fix = Path(path).with_suffix(".key" if kind == "secret" else ".pub").name
+        raise SignatureError(
+            f"{path} holds the {held} planning key ({why}{_USE[kind]}, e.g. {fix})"
+        )
+    return lines[0]
+
+
+def _hex32(text: str) -> bytes:
     try:
-        if len(bytes.fromhex(text)) != 32:
-            raise ValueError
+        return bytes.fromhex(text)
     except ValueError:
-        raise SignatureError(f"{path}: expected one 64-hex-digit key") from None
-    return text
+        return b""

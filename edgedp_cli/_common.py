@@ -150,7 +150,7 @@ def write_plan(args, plan) -> None:
     key = None
     if getattr(args, "sign", None):
         try:
-            key = signing.read_key(Path(args.sign))
+            key = signing.read_key(Path(args.sign), kind="secret")
         except signing.SignatureError as exc:
             raise UsageError(f"--sign: {exc}") from None
     check_out(args)

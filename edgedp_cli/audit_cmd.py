@@ -92,16 +92,14 @@ def text_table(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     """ROC of every attacker's test (log-log) with the certified boundary."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure
     from scipy import stats
 
     from edgedp_sim import audit_stats
 
-    fig, ax = plt.subplots(figsize=(6.5, 5))
+    fig = Figure(figsize=(6.5, 5))
+    ax = fig.subplots()
     grid = np.logspace(-5, 0, 200)
     drawn = set()
     for e in report["attackers"]:
@@ -133,7 +131,6 @@ def plot(report: dict, path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def cmd_audit(args) -> None:

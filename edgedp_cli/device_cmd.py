@@ -29,12 +29,22 @@ def cmd_keys_gen(args) -> None:
         info = deploy.generate_keys(
             Path(args.out), args.name, force=args.force, noise_only=args.noise
         )
-    except (FileExistsError, FileNotFoundError) as exc:
+    except FileExistsError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(_folder_error(args.out, exc)) from None
     wrote = [] if args.noise else [info["public_key_file"], f"{info['secret_key_file']} (secret)"]
     wrote += [f"{info['noise_secret_file']} (secret)", f"{info['ledger_file']} (its ledger)"]
     text = f"public key   {info['public_key']}\nwrote        {', '.join(wrote)}"
     emit(args, info, text)
+
+
+def _folder_error(out: str, exc: OSError) -> str:
+    """One line for a key folder that cannot be made or written."""
+    if exc.strerror is None:  # raised with its own message (e.g. --noise without a keypair)
+        return str(exc)
+    where = exc.filename or out
+    return f"--out {out}: cannot write keys there ({where}: {exc.strerror or exc})"
 
 
 def cmd_keys_anchors(args) -> None:
@@ -42,7 +52,7 @@ def cmd_keys_anchors(args) -> None:
     from firmware_py import trust
 
     try:
-        key = signing.read_key(Path(args.planner_key))
+        key = signing.read_key(Path(args.planner_key), kind="public")
         text = trust.anchors_text(key, max_epsilon=args.max_epsilon)
     except (signing.SignatureError, trust.TrustError) as exc:
         raise UsageError(str(exc)) from None
@@ -66,6 +76,8 @@ def cmd_keys_planner(args) -> None:
         info = signing.write_keys(Path(args.out), args.name, force=args.force)
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(_folder_error(args.out, exc)) from None
     text = (
         f"planning public key  {info['public_key']}\n"
         f"wrote                {info['public_key_file']}, {info['secret_key_file']} (secret)"
@@ -79,7 +91,7 @@ def cmd_sign(args) -> None:
     from edgedp.plan import NoisePlan
 
     try:
-        key = signing.read_key(Path(args.key))
+        key = signing.read_key(Path(args.key), kind="secret")
         plan = NoisePlan.from_bytes(Path(args.plan).read_bytes(), gram=True)
     except OSError as exc:
         raise UsageError(f"{args.plan}: {exc.strerror}") from None
@@ -127,8 +139,10 @@ def cmd_deploy(args) -> None:
     try:
         endpoints = deploy.read_endpoints(Path(args.endpoints), p.n)
         run_id = streams.validate_run_id(args.run_id or streams.new_run_id())
-        planner = signing.read_key(Path(args.planner_key)) if args.planner_key else None
-        secret = signing.read_key(Path(args.sign)) if args.sign else None
+        planner = (
+            signing.read_key(Path(args.planner_key), kind="public") if args.planner_key else None
+        )
+        secret = signing.read_key(Path(args.sign), kind="secret") if args.sign else None
         plan_bytes = Path(args.plan).read_bytes()
         if planner is not None and secret is None:  # devices refuse it otherwise: say so now
             p = type(p).from_bytes(plan_bytes, trusted_key=planner)

@@ -163,12 +163,10 @@ def text_table(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     styles = ("-", "--", ":", "-.")
     markers = ("o", "s", "^", "D", "v", "x")
     count = len(report["attackers"])
@@ -200,7 +198,6 @@ def plot(report: dict, path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def cmd_leak(args) -> None:

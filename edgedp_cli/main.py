@@ -19,6 +19,7 @@ import numpy as np
 from edgedp import mechanisms
 from edgedp.planning.report import plan_report
 from edgedp_cli._common import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_REFUSED,
     CommandError,
@@ -145,6 +146,7 @@ def build_plan(args):
     from edgedp.planning.request import PlanRequest
 
     laplace = mechanisms.get(args.mechanism).family == "laplace"
+    parse_graph(args.topology)  # a typo there first: the participation hint needs the graph
     if not laplace and args.participation is None:
         # the command line wants the participation said: the ε is for it
         raise UsageError(
@@ -281,10 +283,73 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command words, parser) of ``parser`` and every subcommand under it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subcommands(sub, (*path, name))
+
+
+def _owners(parser: argparse.ArgumentParser, option: str) -> list[str]:
+    """The commands (``edgedp plan dome`` ...) that take ``option``."""
+    return [
+        " ".join(("edgedp", *path))
+        for path, sub in _subcommands(parser)
+        if any(option in a.option_strings for a in sub._actions)
+    ]
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, with the errors argparse words badly said by the command
+    meant: an option it does not take (and the commands that do take it), and the old
+    ``edgedp plan --topology ...`` (the family now comes first). Bad usage exits 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    words = [a for a in argv if a not in ("--json", "-q", "--quiet")]
+    if (
+        words[:1] == ["plan"]
+        and len(words) > 1
+        and words[1].startswith("-")
+        and words[1]
+        not in (
+            "-h",
+            "--help",
+        )
+    ):
+        from edgedp_cli import plan_cmd
+
+        group = dict(_subcommands(parser))[("plan",)]
+        family = "FAMILY"
+        if "--mechanism" in words[:-1]:
+            try:
+                family = plan_cmd.family_of(words[words.index("--mechanism") + 1])
+            except ValueError:
+                pass
+        group.error(
+            f"the mechanism family comes first: edgedp plan {family} {' '.join(words[1:])} "
+            f"OUT (families: {', '.join(plan_cmd.FAMILIES)}; edgedp plan FAMILY --help)"
+        )
+    leaves = dict(_subcommands(parser))
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        path = tuple(w for w in words if not w.startswith("-"))
+        while path and path not in leaves:  # the command words, without the values after
+            path = path[:-1]
+        options = [e.split("=", 1)[0] for e in extra if e.startswith("--")]
+        where = [f"{o} is an option of {', '.join(_owners(parser, o))}" for o in options
+                 if _owners(parser, o)]  # fmt: skip
+        leaves.get(path, parser).error(
+            f"unrecognized arguments: {' '.join(extra)}"
+            + (f" ({'; '.join(where)})" if where else "")
+        )
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``edgedp ARGV``; returns the exit status (0, 1, 2 or 3; module docstring)."""
     parser = build_parser()
-    args = parser.parse_args(argv)  # bad usage: argparse prints it and exits 2
+    args = parse(parser, argv)  # bad usage: argparse prints it and exits 2
     args.json = bool(getattr(args, "json", False) or args.top_json)
     args.quiet = bool(getattr(args, "quiet", False) or args.top_quiet)
     try:
@@ -304,6 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"pip install 'edgedp[{extra}]'\n"
         )
         return EXIT_REFUSED
+    except OSError as exc:  # a file or folder a command could not read or write
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"edgedp {args.command}: error: {where}{exc.strerror or exc}\n")
+        return EXIT_FAILED
     return EXIT_OK
 
 

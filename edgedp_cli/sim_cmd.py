@@ -57,19 +57,30 @@ def cmd_sim_sweep(args) -> None:
     except scenarios.ScenarioError as exc:
         raise UsageError(str(exc)) from None
     lines = [sweep_table(rows), f"wrote {args.out}/sweep.json, {args.out}/sweep.png"]
-    emit(args, {"runs": rows, "out": args.out}, "\n".join(lines))
+    payload = {"runs": rows, "points": runner.sweep_summary(rows), "out": args.out}
+    emit(args, payload, "\n".join(lines))
 
 
 def sweep_table(rows: list[dict]) -> str:
-    """One line per grid point, its full name first (names are never cut)."""
-    width = max([len("scenario"), *(len(r["scenario"]) for r in rows)]) + 2
-    head = f"{'scenario':<{width}}{'final test loss':>16}{'dropped':>9}{'sim s':>9}"
+    """One line per grid point over its seeds: mean final test loss ± the half-width of its
+    95% confidence interval (Student t), its full name first (names are never cut)."""
+    from edgedp_sim import runner
+
+    points = runner.sweep_summary(rows)
+    width = max([len("grid point"), *(len(p["point"]) for p in points)]) + 2
+    head = f"{'grid point':<{width}}{'seeds':>6}{'final test loss (95% CI)':>27}{'dropped':>9}"
+    head += f"{'sim s':>9}"
     lines = [head, "-" * len(head)]
-    for r in rows:
-        sim_s = r.get("simulated_seconds")
+    for p in points:
+        ci = p["final_test_loss_ci"]
+        loss = (
+            f"{p['final_test_loss_mean']:.4f} ± {ci:.4f}"
+            if ci is not None
+            else (f"{p['final_test_loss_mean']:.4f} (1 seed)")
+        )
         lines.append(
-            f"{r['scenario']:<{width}}{r['final_test_loss']:>16.4f}"
-            f"{r['dropped_messages']:>9}{(sim_s or 0):>9.2f}"
+            f"{p['point']:<{width}}{p['seeds']:>6}{loss:>27}{p['dropped_messages_mean']:>9.1f}"
+            f"{(p['simulated_seconds_mean'] or 0):>9.2f}"
         )
     return "\n".join(lines)
 

@@ -140,9 +140,10 @@ def _labels(summary: dict) -> dict[str, str]:
 
 
 def _plot_loss(summary: dict, path: Path) -> None:
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.subplots()
     for mech, label in _labels(summary).items():
         cv = summary["curves"][mech]
         m, s = np.array(cv["test_loss_mean"]), np.array(cv["test_loss_std"])
@@ -159,14 +160,14 @@ def _plot_loss(summary: dict, path: Path) -> None:
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _plot_bytes(summary: dict, path: Path) -> None:
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     rows = summary["results"]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig = Figure(figsize=(7, 3.4))
+    ax = fig.subplots()
     vals = [r["bytes_per_round"] / 1e3 for r in rows]
     bars = ax.bar([r["algorithm"] for r in rows], vals, color="#4c72b0")
     ax.bar_label(bars, fmt="%.0f kB")
@@ -175,7 +176,6 @@ def _plot_bytes(summary: dict, path: Path) -> None:
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ------------------------------------------------------------------ HTML
@@ -363,9 +363,6 @@ are {verdict}.</p>
 
 def write(out: Path, summary: dict) -> list[str]:
     """Write results.json, test_loss.png, bytes_per_round.png and report.html into ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     out = Path(out)
     summary.pop("environment", None)
     summary["environment"] = write_json(out / "results.json", summary)["environment"]

@@ -18,7 +18,15 @@ from edgedp.accounting import laplace
 from edgedp_sim import batch, engine, provenance
 from edgedp_sim.scenarios import Scenario, ScenarioError, parse
 
-__all__ = ["choose_engine", "guarantee", "run_scenario", "run_sweep", "sweep_points"]
+__all__ = [
+    "choose_engine",
+    "guarantee",
+    "resolve_engine",
+    "run_scenario",
+    "run_sweep",
+    "sweep_points",
+    "sweep_summary",
+]
 
 #: The keys a sweep file may hold (each ``[grid]`` key is a dotted scenario key, checked by
 #: parsing every grid point).
@@ -64,6 +72,30 @@ def choose_engine(sc: Scenario) -> tuple[str, str]:
     )
 
 
+def resolve_engine(sc: Scenario, engine_name: str = "auto") -> tuple[str, str]:
+    """(engine, why) that runs ``sc``: ``"auto"`` is :func:`choose_engine`; ``"batch"`` (asked
+    for, or the scenario's ``engine`` key) is refused where timing matters, since the batch
+    engine has no clock: it would drop the latency or bandwidth without a word.
+
+    Raises:
+      ScenarioError: an unknown engine, or the batch engine on a scenario it cannot run.
+    """
+    if engine_name == "auto":
+        engine_name, why = choose_engine(sc)
+    elif engine_name in ENGINES:
+        why = "chosen by the caller"
+    else:
+        raise ScenarioError(f"unknown engine {engine_name!r}; use auto, event or batch")
+    if engine_name == "batch":
+        auto, reason = choose_engine(replace(sc, engine="auto"))
+        if auto == "event":
+            raise ScenarioError(
+                f"the batch engine cannot run this scenario: {reason} (it has no clock); "
+                'use --engine event (engine = "event")'
+            )
+    return engine_name, why
+
+
 def run_scenario(
     sc: Scenario,
     *,
@@ -83,17 +115,8 @@ def run_scenario(
     delta = sc.plan.delta if delta is None else delta
     if not 0 < delta < 1:
         raise ValueError(f"Expected delta={delta!r} in (0, 1).")
-    if engine_name == "auto":
-        engine_name, why = choose_engine(sc)
-    elif engine_name in ENGINES:
-        why = "chosen by the caller"
-    else:
-        raise ScenarioError(f"unknown engine {engine_name!r}; use auto, event or batch")
-    net, f = sc.network, sc.faults
-    if engine_name == "batch" and (net.loss or f.dropout or f.crashes or f.churn_rate_per_s):
-        auto, reason = choose_engine(replace(sc, engine="auto"))
-        if auto == "event":  # faults in round terms need zero latency and a round clock
-            raise ScenarioError(f"the batch engine cannot run these faults: {reason}; use event")
+    engine_name, why = resolve_engine(sc, engine_name)
+    net = sc.network
     data = sc.data()
     update, close = _progress(sc.name, sc.plan.steps, show_progress)
     started = time.perf_counter()
@@ -206,10 +229,7 @@ def guarantee(plan, delta: float) -> dict[str, Any]:
 
 
 def _plot(metrics: dict, out: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     panels = [
         ("test_loss", "test loss (mean over nodes)", True),
@@ -217,7 +237,8 @@ def _plot(metrics: dict, out: Path, title: str) -> None:
     ]
     if metrics.get("round_seconds"):
         panels.append(("round_seconds", "simulated seconds per round", False))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
+    fig = Figure(figsize=(5 * len(panels), 3.8))
+    axes = fig.subplots(1, len(panels))
     for ax, (key, label, log) in zip(np.atleast_1d(axes), panels, strict=True):
         xs = metrics["rounds"] if key != "round_seconds" else range(1, len(metrics[key]) + 1)
         ax.plot(list(xs), metrics[key])
@@ -229,7 +250,6 @@ def _plot(metrics: dict, out: Path, title: str) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out / "loss.png", dpi=110)
-    plt.close(fig)
 
 
 # ------------------------------------------------------------------ sweeps
@@ -274,7 +294,7 @@ def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str,
             points.append((point["name"], point))
     for name, point in points:  # validate everything before any work is shipped
         try:
-            parse(point, base=path.parent)
+            resolve_engine(parse(point, base=path.parent), sweep.get("engine", "auto"))
         except ScenarioError as exc:
             raise ScenarioError(f"grid point {name}: {exc}") from None
     return [(name, {"raw": point, "base": str(path.parent)}) for name, point in points]
@@ -335,23 +355,73 @@ def run_sweep(
     rows.sort(key=lambda r: r["scenario"])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    provenance.write_json(out / "sweep.json", {"rows": rows})
+    provenance.write_json(out / "sweep.json", {"rows": rows, "points": sweep_summary(rows)})
     _plot_sweep(rows, out / "sweep.png")
     return rows
 
 
+def _point_name(scenario: str) -> str:
+    """A sweep row's grid point: its name without the trailing ``seed=S``."""
+    head, _, last = scenario.rpartition(",")
+    if last.startswith("seed="):
+        return head
+    return "" if scenario.startswith("seed=") else scenario
+
+
+def sweep_summary(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> list[dict[str, Any]]:
+    """One entry per grid point over its seeds: the mean final test loss (and accuracy) and
+    the half-width of its Student-t confidence interval (None with one seed), the seeds'
+    standard deviation, and the mean dropped messages and simulated seconds.
+
+    >>> rows = [{"scenario": f"a=1,seed={s}", "final_test_loss": v, "dropped_messages": 0,
+    ...          "simulated_seconds": None} for s, v in ((1, 0.4), (2, 0.6))]
+    >>> p = sweep_summary(rows)[0]
+    >>> p["point"], p["seeds"], p["final_test_loss_mean"], round(p["final_test_loss_ci"], 3)
+    ('a=1', 2, 0.5, 1.271)
+    """
+    from scipy import stats
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(_point_name(r["scenario"]), []).append(r)
+    out = []
+    for point, runs in groups.items():
+        entry: dict[str, Any] = {"point": point or "(base)", "seeds": len(runs)}
+        for key in ("final_test_loss", "final_test_accuracy"):
+            values = np.array([r[key] for r in runs if r.get(key) is not None], dtype=float)
+            if not len(values):
+                continue
+            n = len(values)
+            std = float(values.std(ddof=1)) if n > 1 else 0.0
+            half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n) if n > 1 else None
+            entry.update({f"{key}_mean": float(values.mean()), f"{key}_ci": half,
+                          f"{key}_std": std, f"{key}_values": values.tolist()})  # fmt: skip
+        entry["dropped_messages_mean"] = float(np.mean([r["dropped_messages"] for r in runs]))
+        sim_s = [r["simulated_seconds"] for r in runs if r.get("simulated_seconds") is not None]
+        entry["simulated_seconds_mean"] = float(np.mean(sim_s)) if sim_s else None
+        entry["confidence"] = confidence
+        out.append(entry)
+    return out
+
+
 def _plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    """Bars of the mean final test loss per grid point, error bars the 95% CI over seeds
+    (each seed's value a dot)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(rows) + 2), 4))
-    ax.bar(range(len(rows)), [r["final_test_loss"] for r in rows])
-    ax.set_xticks(
-        range(len(rows)), [r["scenario"] for r in rows], rotation=60, ha="right", fontsize=7
-    )
+    points = sweep_summary(rows)
+    fig = Figure(figsize=(max(5, 0.6 * len(points) + 2), 4.2))
+    ax = fig.subplots()
+    xs = np.arange(len(points))
+    means = [p["final_test_loss_mean"] for p in points]
+    errors = [p["final_test_loss_ci"] or 0.0 for p in points]
+    ax.bar(xs, means, yerr=errors, capsize=4, color="#4c72b0", alpha=0.8, label="mean, 95% CI")
+    for x, p in zip(xs, points, strict=True):
+        seeds = p["final_test_loss_values"]
+        ax.plot([x] * len(seeds), seeds, "k.", ms=4)
+    ax.set_xticks(xs, [p["point"] for p in points], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("final test loss")
+    ax.set_title(f"{points[0]['seeds'] if points else 0} seeds per point: mean and 95% CI")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

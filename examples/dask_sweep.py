@@ -1,11 +1,12 @@
-"""A sweep on Dask: dropout rate x seed, each point simulated on a worker process."""
-
-import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
-
-# isort: split
-from dask.distributed import Client, LocalCluster
+"""A sweep on Dask: dropout rate x seed, each point simulated on a worker process.
+Needs Dask, which `make demo` does not install: pip install 'edgedp[sim]'."""
 
 import edgedp
+
+try:
+    from dask.distributed import Client, LocalCluster
+except ModuleNotFoundError:
+    raise SystemExit("this example needs Dask: pip install 'edgedp[sim]'") from None
 
 # --- constants (seeded: the output is reproducible) ---
 DROPOUTS, SEEDS = (0.0, 0.1, 0.3), (1, 2)

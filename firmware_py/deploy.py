@@ -625,7 +625,7 @@ def local_run(
     anchors = directory / "anchors.toml"
     if private_noise:  # a laboratory trust chain: a planning key, the anchors, a signed run
         ops = signing.write_keys(directory / "ops", force=True)
-        secret = signing.read_key(Path(ops["secret_key_file"]))
+        secret = signing.read_key(Path(ops["secret_key_file"]), kind="secret")
         anchors.write_text(trust.anchors_text(ops["public_key"]))
         ceiling, _ = budget.device_epsilon(plan)
         plan_bytes, manifest = signed_run(

@@ -192,7 +192,7 @@ def test_plan_sign_writes_a_plan_signed_by_the_planning_key(tmp_path, capsys):
     plan = tmp_path / "p.plan"
     key = str(tmp_path / "ops" / "planner.key")
     assert cli.main(["-q", "plan", "sgd", str(plan), *COMMON, *DSGD, "--sign", key]) == 0
-    trusted = signing.read_key(tmp_path / "ops" / "planner.pub")
+    trusted = signing.read_key(tmp_path / "ops" / "planner.pub", kind="public")
     p = NoisePlan.from_bytes(plan.read_bytes(), trusted_key=trusted)
     unsigned = tmp_path / "u.plan"
     assert cli.main(["-q", "plan", "sgd", str(unsigned), *COMMON, *DSGD]) == 0
@@ -245,7 +245,7 @@ def test_missing_extra_is_one_install_line_and_exit_3(tmp_path):
     status, out, err = _run("sim", "run", str(plan), code=device)
     assert status == 3 and out == ""
     assert err.splitlines() == [
-        "edgedp sim: simpy is not installed; install it with: pip install 'edgedp[sim,plan]'"
+        "edgedp sim: simpy is not installed; install it with: pip install 'edgedp[sim]'"
     ]
 
 

@@ -76,22 +76,24 @@ def test_simulator_command_on_a_device_install_prints_the_install_line(tmp_path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 3
     assert out.stderr.strip().splitlines() == [
-        "edgedp sim: simpy is not installed; install it with: pip install 'edgedp[sim,plan]'"
+        "edgedp sim: simpy is not installed; install it with: pip install 'edgedp[sim]'"
     ]
 
 
-def test_sweep_table_keeps_whole_names():
+def test_sweep_table_keeps_whole_names_and_gives_the_mean_and_ci_over_seeds():
     rows = [
         {
             "scenario": f"faults.dropout=0.1,network.loss=0.05,steps=20,seed={s}",
-            "final_test_loss": 0.5,
+            "final_test_loss": loss,
             "dropped_messages": 3,
             "simulated_seconds": 1.0,
         }
-        for s in (1, 2)
+        for s, loss in ((1, 0.4), (2, 0.6))
     ]
     text = sim_cmd.sweep_table(rows)
-    assert "steps=20,seed=1 " in text and "steps=20,seed=2 " in text
+    assert "faults.dropout=0.1,network.loss=0.05,steps=20 " in text
+    # mean 0.5, sd 0.1414, t(0.975, 1) = 12.706: half-width 12.706 * 0.1414 / sqrt(2) = 1.2706
+    assert "0.5000 ± 1.2706" in text
 
 
 def test_sparse_spectral_gap_matches_the_dense_one():

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from edgedp.api import need_extra
 from edgedp.models.spec import DenseSpec, init_params
 
 __all__ = [
@@ -193,7 +194,7 @@ def training_model(spec: DenseSpec, *, init=None, dtype: str = "float32", source
       dtype: ``"float32"`` or ``"float64"``: the graph's tensor type.
       source: optional JSON-able provenance (the importer records the original names).
     """
-    import onnx
+    onnx = need_extra("onnx", user="building or reading ONNX graphs")
 
     theta = _check(spec, init, dtype)
     g = _Graph(onnx, dtype)
@@ -239,7 +240,7 @@ def training_model(spec: DenseSpec, *, init=None, dtype: str = "float32", source
 
 def forward_model(spec: DenseSpec, *, init=None, dtype: str = "float32"):
     """The ONNX inference graph of ``spec``: ``x`` → ``output``, parameters as initializers."""
-    import onnx
+    onnx = need_extra("onnx", user="building or reading ONNX graphs")
 
     theta = _check(spec, init, dtype)
     g = _Graph(onnx, dtype)
@@ -279,7 +280,7 @@ def write(
     source=None,
 ) -> tuple[Path, Path]:
     """Write the training graph to ``out`` and the forward graph beside it; return both paths."""
-    import onnx
+    onnx = need_extra("onnx", user="building or reading ONNX graphs")
 
     out = Path(out)
     fwd = Path(forward_out) if forward_out is not None else forward_path(out)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgedp.api import need_extra
 from edgedp.models import graph
 from edgedp.models.spec import DenseSpec
 
@@ -79,7 +80,7 @@ def _where(node, index: int) -> str:
 
 
 def _attr(node, name: str, default):
-    import onnx
+    onnx = need_extra("onnx", user="building or reading ONNX graphs")
 
     for a in node.attribute:
         if a.name == name:
@@ -103,8 +104,8 @@ def read_forward(model, *, loss: str) -> tuple[DenseSpec, np.ndarray, dict]:
     Raises:
       ValueError: an unsupported op or structure, naming the op and the node.
     """
-    import onnx
-    from onnx import numpy_helper
+    onnx = need_extra("onnx", user="building or reading ONNX graphs")
+    numpy_helper = onnx.numpy_helper
 
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(str(model))
@@ -227,7 +228,7 @@ def import_model(
       out: where to write the training graph (the forward graph goes beside it).
       dtype: ``float32``/``float64``; default: the input's element type.
     """
-    import onnx
+    onnx = need_extra("onnx", user="building or reading ONNX graphs")
 
     model = src if isinstance(src, onnx.ModelProto) else onnx.load(str(src))
     spec, theta, source = read_forward(model, loss=loss)

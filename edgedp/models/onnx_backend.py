@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from edgedp import _validate
+from edgedp.api import need_extra
 from edgedp.models.dense import _accuracy
 
 __all__ = ["EVAL_CHUNK", "OnnxModel"]
@@ -49,7 +50,7 @@ class OnnxModel:
     """
 
     def __init__(self, path: str | Path, *, threads: int = 1) -> None:
-        import onnxruntime as ort
+        ort = need_extra("onnxruntime", user="an onnx: model")
 
         _validate.integer(minimum=1, threads=threads)
         self.path = Path(path)

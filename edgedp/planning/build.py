@@ -124,9 +124,17 @@ def task_of(request: PlanRequest):
     """The request's :class:`~edgedp.plan.TaskSpec`."""
     from edgedp.plan import TaskSpec
 
+    dataset = request.dataset
+    if dataset.partition("@")[0].lower().endswith((".npz", ".csv")):
+        from edgedp_sim import datasets
+
+        try:
+            dataset = datasets.pin(dataset)  # the plan certifies this file's data
+        except ValueError as exc:
+            raise ValueError(f"task: {exc}") from None
     return TaskSpec(
         model=request.model,
-        dataset=request.dataset,
+        dataset=dataset,
         partition=request.partition,
         batch_size=request.batch_size,
         loss=request.loss or "",
@@ -147,8 +155,8 @@ def task_model(task, nodes: int):
             return models.for_task(task, p), m + p
         from edgedp_sim import datasets
 
-        data = datasets.load(task.dataset, seed=0)
-        return models.for_task(task, data.x_train.shape[1]), len(data.y_train) // nodes
+        examples, features = datasets.shape(task.dataset)
+        return models.for_task(task, features), examples // nodes
     except ValueError as exc:
         raise ValueError(f"task: {exc}") from None
 

@@ -78,6 +78,25 @@ FAMILY_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+_WORDS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "True or False"}
+
+
+def _check_type(name: str, value: Any, annotation: str) -> None:
+    """TypeError naming ``name=value`` unless it is of the field's annotated type (Python
+    values: a bool is not a number, ``"4"`` is not 4)."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    ok = {
+        "None": value is None,
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "str": isinstance(value, str),
+    }
+    if not any(ok.get(k, True) for k in kinds):
+        wanted = " or ".join(_WORDS[k] for k in kinds if k != "None")
+        raise TypeError(f"Expected {name}={value!r} to be {wanted}, got {type(value).__name__}.")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanRequest:
     """Every option of ``edgedp plan`` (``--flag-name`` is ``flag_name``), with its defaults.
@@ -147,9 +166,10 @@ class PlanRequest:
             raise ValueError(
                 f"mechanism={self.mechanism!r}; expected one of {sorted(known)}"
             ) from None
-        steps = self.steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"Expected steps={steps!r} to be an integer >= 1.")
+        for f in dataclasses.fields(self):
+            _check_type(f.name, getattr(self, f.name), str(f.type))
+        if self.steps < 1:
+            raise ValueError(f"Expected steps={self.steps!r} to be an integer >= 1.")
         own = set(SHARED_OPTIONS) | set(FAMILY_OPTIONS[mechanism.family])
         for f in dataclasses.fields(self):
             if f.name in own or f.name in ("mechanism", "topology", "steps"):
