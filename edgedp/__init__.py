@@ -7,8 +7,9 @@ every CPU computes the same bits: import edgedp before numpy.
 Import modules, not names: ``from edgedp import factors``.
 
 The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.make_plan``,
-``edgedp.account``, ``edgedp.simulate`` and ``edgedp.leak``. It imports planning and the
-simulator only when called, so ``import edgedp`` stays a device import.
+``edgedp.account``, ``edgedp.simulate``, ``edgedp.leak``, ``edgedp.save_dataset`` (numpy
+arrays as a dataset file a plan can name) and ``edgedp.export_model``. It imports planning
+and the simulator only when called, so ``import edgedp`` stays a device import.
 """
 
 from edgedp import _numerics  # noqa: F401  (first: fixes numpy's CPU dispatch before numpy loads)
@@ -18,8 +19,10 @@ from edgedp.api import (
     LeakResult,
     SimulationResult,
     account,
+    export_model,
     leak,
     make_plan,
+    save_dataset,
     simulate,
 )
 
@@ -32,7 +35,9 @@ __all__ = [
     "SimulationResult",
     "__version__",
     "account",
+    "export_model",
     "leak",
     "make_plan",
+    "save_dataset",
     "simulate",
 ]

@@ -32,11 +32,13 @@ __all__ = [
     "LeakResult",
     "SimulationResult",
     "account",
+    "export_model",
     "install_extra",
     "install_hint",
     "leak",
     "make_plan",
     "scenario_for",
+    "save_dataset",
     "simulate",
 ]
 
@@ -164,7 +166,10 @@ def make_plan(
       clip_norm: Δ, the per-example L2 clip norm.
       learning_rate: the stepsize (default 0.5; sr-gt/dpop take none: γ is their first
         stepsize).
-      model, dataset, partition, batch_size, seed: the task (``edgedp plan`` options).
+      model, dataset, partition, batch_size, seed: the task (``edgedp plan`` options);
+        ``dataset`` may be a file of your own (``my.npz``, ``my.csv``; :func:`save_dataset`)
+        and ``model`` an ``onnx:PATH`` training graph (``edgedp model import`` of a
+        ``torch.onnx.export`` file).
       **options: any other ``edgedp plan`` option with ``_`` for ``-`` (``bandwidth``,
         ``buffers``, ``form``, ``rank``, ``gossip_rounds``, ``sketch_dim``, ``gamma``,
         ``beta``, ``q1``, ``q2``, ``delta_grad``, ``adjacency``, ``weighting``, ``loss`` ...).
@@ -360,6 +365,7 @@ class SimulationResult:
 
     ``rounds`` the evaluated rounds; ``test_loss``, ``test_accuracy`` and
     ``consensus_distance`` each ``(trials, len(rounds))`` (mean over nodes);
+    ``final_models`` every node's final θ ``(trials, nodes, d)`` (:func:`export_model`);
     ``final_test_loss``/``final_test_accuracy`` the mean over trials of the last
     evaluation and ``final_test_loss_std`` its spread; ``bytes_sent`` and ``messages`` per
     trial (trial 0); ``model_digests`` the SHA-256 of each trial's final models (equal to
@@ -376,6 +382,7 @@ class SimulationResult:
     test_loss: Any = field(repr=False)  # numpy (trials, evaluations)
     test_accuracy: Any = field(repr=False)
     consensus_distance: Any = field(repr=False)
+    final_models: Any = field(repr=False)  # numpy (trials, nodes, d)
     final_test_loss: float
     final_test_loss_std: float
     final_test_accuracy: float | None
@@ -472,7 +479,7 @@ def simulate(
         loss = np.array(res.test_loss).T
         acc = np.array(res.test_accuracy).T
         cons = np.array(res.consensus_distance).T
-        rounds, digests = res.eval_steps, res.digests
+        rounds, digests, final_models = res.eval_steps, res.digests, np.asarray(res.models)
         metrics = {"nonfinite_examples": res.nonfinite, "clipped_fraction": res.clipped_fraction}
         for key in ("lost_messages", "offline_drops", "missing", "skipped_rounds", "crashes"):
             metrics[key] = getattr(res, key)
@@ -499,6 +506,7 @@ def simulate(
         acc = np.array([r.test_accuracy for r in runs])
         cons = np.array([r.consensus_distance for r in runs])
         rounds, digests = first.eval_rounds, [r.model_digest for r in runs]
+        final_models = np.stack([r.models for r in runs])
         keys = ("dropped_messages", "lost_messages", "offline_drops", "rejected", "missing")
         metrics = {k: getattr(first, k) for k in (*keys, "skipped_rounds", "crashes", "events")}
         metrics["nonfinite_examples"] = first.nonfinite
@@ -514,6 +522,7 @@ def simulate(
         test_loss=loss,
         test_accuracy=acc,
         consensus_distance=cons,
+        final_models=final_models,
         final_test_loss=float(final.mean()),
         final_test_loss_std=float(final.std()),
         final_test_accuracy=float(acc[:, -1].mean()) if acc.size else None,
@@ -524,6 +533,52 @@ def simulate(
         plan_hash=plan.plan_hash,
         metrics=metrics,
     )
+
+
+# ------------------------------------------------------------------ your own data and model
+def save_dataset(path, x, y, *, x_test=None, y_test=None, task: str | None = None) -> str:
+    """Write numpy arrays as a dataset file and return the name a plan takes as ``dataset``.
+
+    ``x`` ``(N, F)`` and ``y`` ``(N,)`` (used as given: scale features yourself); without
+    ``x_test``/``y_test`` 20% are held out by a seeded split. ``task``: ``logistic`` (labels
+    0/1), ``softmax`` (0..C-1) or ``linear``; default inferred from the labels. The file is
+    the ``.npz`` layout of :func:`edgedp_sim.datasets.load_file` (a ``.csv`` works too);
+    a plan pins its SHA-256, so the devices' shards and the simulator use these arrays.
+
+    Raises:
+      ValueError: arrays of other shapes, non-finite values, labels that do not fit ``task``.
+    """
+    datasets = _need("edgedp_sim.datasets")
+    return datasets.save(path, x, y, x_test=x_test, y_test=y_test, task=task)
+
+
+# ------------------------------------------------------------------ the trained model
+@_extras_named
+def export_model(plan, params, out, *, node: int | None = None) -> tuple[Path, Path]:
+    """Write a trained model as an ONNX inference graph ``out`` and its flat θ (``.npy``).
+
+    Args:
+      plan: the NoisePlan it was trained with (or its file): the task names the model.
+      params: :attr:`SimulationResult.final_models`, a device's ``final.npy`` loaded, or
+        any ``(d,)`` / ``(nodes, d)`` / ``(trials, nodes, d)`` array (trial 0 is taken).
+      out: the ``.onnx`` path; the θ goes beside it with ``.npy``.
+      node: export node ``node``'s model (default: the average over nodes).
+
+    Returns:
+      ``(onnx_path, npy_path)``. The graph maps ``x`` ``(batch, features)`` to ``output``:
+      class probabilities, P(y = 1) or the regression value
+      (:mod:`edgedp.models.export`; needs ``pip install 'edgedp[onnx-build]'``).
+
+    Raises:
+      ValueError: parameters of the wrong size or not finite, or a model without an
+        inference graph (least-squares).
+    """
+    from edgedp.models import export
+
+    plan = _as_plan(plan)
+    datasets = _need("edgedp_sim.datasets")
+    features = datasets.shape(plan.task.dataset)[1]
+    return export.export(plan.task, features, params, out, node=node)
 
 
 # ------------------------------------------------------------------ leakage

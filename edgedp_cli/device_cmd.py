@@ -227,6 +227,14 @@ def cmd_local_run(args) -> None:
         "missing": sum(d["missing"] for d in done),
         "rejected": sum(sum(d["rejected"].values()) for d in done),
         "seconds": round(elapsed, 3),
+        # the published models on the held-out split in every shard (mean over nodes, as
+        # the simulator's final_test_loss)
+        **{
+            key: sum(d[key] for d in done) / len(done)
+            for key in ("test_loss", "test_accuracy")
+            if all(key in d for d in done)
+        },
+        "final_models": str(run.directory / "configs" / "state" / "node-*" / "final.npy"),
         "private_noise": args.private_noise,
         "directory": str(run.directory),
         "plan_hash": p.plan_hash,

@@ -1,13 +1,15 @@
-"""``edgedp model build | import | info``: write and inspect ONNX training graphs.
+"""``edgedp model build | import | info | export``: ONNX training graphs in, trained models out.
 
 ``build`` writes the training graph of a named architecture (and its forward graph beside
 it, ``NAME.forward.onnx``); ``import`` turns a forward graph exported by another tool into
-one; ``info`` reads a training graph the way a device does (onnxruntime only).
+one; ``info`` reads a training graph the way a device does (onnxruntime only); ``export``
+writes a trained θ (a device's ``final.npy``, a simulation's ``final_models.npy``) as an
+ONNX inference graph (:mod:`edgedp.models.export`).
 """
 
 from __future__ import annotations
 
-from edgedp_cli._common import UsageError, add_output_flags, emit
+from edgedp_cli._common import UsageError, add_output_flags, emit, load_plan
 
 __all__ = ["register"]
 
@@ -104,10 +106,31 @@ def cmd_info(args) -> None:
     _report(args, model, model.path, "")
 
 
+def cmd_export(args) -> None:
+    import numpy as np
+
+    from edgedp import api
+
+    plan = load_plan(args.plan)
+    try:
+        params = np.load(args.params, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"PARAMS {args.params}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        onnx_path, npy_path = api.export_model(plan, params, args.out, node=args.node)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    which = "the average over nodes" if args.node is None and params.ndim > 1 else "its model"
+    if args.node is not None:
+        which = f"node {args.node}'s model"
+    payload = {"onnx": str(onnx_path), "params": str(npy_path), "plan_hash": plan.plan_hash}
+    emit(args, payload, f"wrote {onnx_path} (x -> output) and {npy_path}: {which}")
+
+
 def register(sub, add) -> None:
-    """Add ``model build``, ``model import`` and ``model info`` to the ``edgedp`` parser."""
+    """Add ``model build``, ``import``, ``info`` and ``export`` to the ``edgedp`` parser."""
     del add  # nested commands build their own leaves
-    group = sub.add_parser("model", help="ONNX training graphs: build, import, info")
+    group = sub.add_parser("model", help="ONNX models: build, import, info, export a trained one")
     leaves = group.add_subparsers(dest="model_command", required=True)
 
     def leaf(name, func, help_):
@@ -143,3 +166,14 @@ def register(sub, add) -> None:
 
     p = leaf("info", cmd_info, "describe a training graph as a device reads it")
     p.add_argument("model", help="the training graph .onnx file")
+
+    p = leaf("export", cmd_export, "a trained model as an ONNX inference graph and a .npy")
+    p.add_argument("plan", metavar="PLAN", help="the plan it was trained with")
+    p.add_argument(
+        "params",
+        metavar="PARAMS",
+        help=".npy of the trained parameters: a device's final.npy, or the final_models.npy "
+        "of edgedp sim run --out (one row per node)",
+    )
+    p.add_argument("--out", required=True, help="the .onnx file to write (θ beside it: .npy)")
+    p.add_argument("--node", type=int, help="export this node's model (default: the average)")

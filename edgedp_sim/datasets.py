@@ -363,8 +363,10 @@ def load_file(name: str, *, seed: int = 0) -> Dataset:
     task = task or _infer_task(y)
     if task not in ("logistic", "softmax", "linear"):
         raise ValueError(f"{path}: task {task!r}; expected logistic, softmax or linear")
-    if task in CLASSIFICATION and not (np.all(y == np.round(y)) and y.min() >= 0):
-        raise ValueError(f"{path}: task {task} needs whole labels 0..C-1")
+    whole = bool(np.all(y == np.round(y)) and y.min() >= 0)
+    if task in CLASSIFICATION and not whole or task == "logistic" and y.max() > 1:
+        labels = "0 and 1" if task == "logistic" else "whole labels 0..C-1"
+        raise ValueError(f"{path}: task {task} needs {labels} as labels")
     if split is not None:
         return Dataset(path, *split, task)
     order = np.random.default_rng(seed).permutation(len(y))
@@ -566,7 +568,9 @@ def dirichlet_indices(
 
 
 def write_shards(data: FederatedData, out) -> list:
-    """Write node u's local set to ``out/node-U.npz`` (arrays ``x`` (m, f) and ``y`` (m,)).
+    """Write node u's local set to ``out/node-U.npz`` (arrays ``x`` (m, f) and ``y`` (m,)),
+    with the held-out ``x_test`` and ``y_test`` the simulator evaluates on (the agent
+    reports its published model's loss on them; they never enter training).
 
     The format ``edgedp-agent`` reads (``data.shard`` in node.toml). Returns the paths.
     """
@@ -577,6 +581,9 @@ def write_shards(data: FederatedData, out) -> list:
     paths = []
     for u in range(data.nodes):
         p = out / f"node-{u}.npz"
-        np.savez(p, x=data.x[u], y=data.y[u])
+        held_out = {}
+        if data.x_test is not None and data.y_test is not None:
+            held_out = {"x_test": data.x_test, "y_test": data.y_test}
+        np.savez(p, x=data.x[u], y=data.y[u], **held_out)
         paths.append(p)
     return paths

@@ -204,7 +204,8 @@ def run_scenario(
         out.mkdir(parents=True, exist_ok=True)
         provenance.write_json(out / "metrics.json", {"summary": summary, **metrics})
         _plot(metrics, out, sc.name)
-        summary["files"] = [str(out / "metrics.json"), str(out / "loss.png")]
+        np.save(out / "final_models.npy", np.asarray(res.models).reshape(sc.plan.n, -1))
+        summary["files"] = [str(out / f) for f in ("metrics.json", "loss.png", "final_models.npy")]
     return summary
 
 

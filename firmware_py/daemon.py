@@ -70,7 +70,7 @@ import zmq
 from edgedp import rounds, sketch_adaptive
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError
 from edgedp.transport.zmq import Peer, ZmqTransport
-from firmware_py import checkpoint, config, logs, resources, trust
+from firmware_py import checkpoint, config, logs, observe, resources, trust
 from firmware_py.claim import checkpoint_body
 from firmware_py.exits import (
     EXIT_CONFIG,
@@ -143,6 +143,12 @@ class Device:
             {n.id: n.endpoint for n in cfg.neighbours},
             started.inputs.plan.plan_hash,
             alive=self.alive,
+        )
+        self.textfile = observe.Textfile(  # the metrics for fleet tools, beside the JSON lines
+            cfg.metrics.with_suffix(".prom"),
+            node=cfg.id,
+            plan_hash=started.inputs.plan.plan_hash,
+            steps=self.agent.share.steps,
         )
 
     @property
@@ -259,8 +265,7 @@ class Device:
 
     def ended(self, cmd: rounds.Ended) -> None:
         report, agent, transport = cmd.report, self.agent, self.transport
-        self.line(
-            {
+        fields = {
                 "event": "round",
                 "round": report.round,
                 "missing": list(report.missing),
@@ -277,7 +282,8 @@ class Device:
                 "refused_handshakes": transport.refused_handshakes,
                 "dropped": transport.dropped,
             }
-        )
+        self.line(dict(fields))
+        self.textfile.update(fields)
         self.watch.round_end(report.round, report, agent, transport)
         # metrics first: a crash in between repeats a line instead of losing one; the
         # checkpoint is written while the next round is computed (joined before its send)
@@ -338,23 +344,26 @@ class Device:
         agent, transport, cfg = self.agent, self.transport, self.cfg
         self.checkpointed()
         buf = io.BytesIO()
-        np.save(buf, agent.final_release())  # covered by the plan's guarantee
+        model = agent.final_release()  # covered by the plan's guarantee
+        np.save(buf, model)
         self.durable(
             "final model",
             functools.partial(checkpoint.atomic_write, cfg.final_model, buf.getvalue()),
         )
         degraded = self.watch.degraded(cfg.max_missing)
-        self.line(
-            {
-                "event": "done",
-                **agent.metrics.to_dict(),
-                "refused": dict(transport.refused),
-                "dropped": transport.dropped,
-                "refused_handshakes": transport.refused_handshakes,
-                "metrics_lines_lost": self.metrics.lost,
-                "degraded": degraded,
-            }
-        )
+        held_out = observe.evaluate_held_out(agent.model, model, observe.held_out(cfg.shard))
+        fields = {
+            "event": "done",
+            **agent.metrics.to_dict(),
+            "refused": dict(transport.refused),
+            "dropped": transport.dropped,
+            "refused_handshakes": transport.refused_handshakes,
+            "metrics_lines_lost": self.metrics.lost,
+            "degraded": degraded,
+            **held_out,
+        }
+        self.line(dict(fields))
+        self.textfile.update(fields)
         self.durable("metrics", self.metrics.flush)
         if degraded is not None:
             logs.event(
@@ -370,7 +379,8 @@ class Device:
             logging.INFO,
             "done",
             f"the plan's {agent.share.steps} rounds are done; missing {agent.metrics.missing}, "
-            f"rejected {sum(agent.metrics.rejected.values())}; model {cfg.final_model}",
+            f"rejected {sum(agent.metrics.rejected.values())}; model {cfg.final_model}"
+            + "".join(f"; {k.replace('_', ' ')} {v:.4f}" for k, v in held_out.items()),
         )
         return EXIT_OK
 
