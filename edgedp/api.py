@@ -575,7 +575,7 @@ def export_model(plan, params, out, *, node: int | None = None) -> tuple[Path, P
     """
     from edgedp.models import export
 
-    plan = _as_plan(plan)
+    plan = _plan_of(plan)
     datasets = _need("edgedp_sim.datasets")
     features = datasets.shape(plan.task.dataset)[1]
     return export.export(plan.task, features, params, out, node=node)

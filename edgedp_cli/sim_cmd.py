@@ -57,16 +57,18 @@ def cmd_sim_sweep(args) -> None:
     except scenarios.ScenarioError as exc:
         raise UsageError(str(exc)) from None
     lines = [sweep_table(rows), f"wrote {args.out}/sweep.json, {args.out}/sweep.png"]
-    payload = {"runs": rows, "points": runner.sweep_summary(rows), "out": args.out}
+    from edgedp_sim import sweep_summary
+
+    payload = {"runs": rows, "points": sweep_summary.summarize(rows), "out": args.out}
     emit(args, payload, "\n".join(lines))
 
 
 def sweep_table(rows: list[dict]) -> str:
     """One line per grid point over its seeds: mean final test loss ± the half-width of its
     95% confidence interval (Student t), its full name first (names are never cut)."""
-    from edgedp_sim import runner
+    from edgedp_sim import sweep_summary
 
-    points = runner.sweep_summary(rows)
+    points = sweep_summary.summarize(rows)
     width = max([len("grid point"), *(len(p["point"]) for p in points)]) + 2
     head = f"{'grid point':<{width}}{'seeds':>6}{'final test loss (95% CI)':>27}{'dropped':>9}"
     head += f"{'sim s':>9}"
