@@ -92,15 +92,23 @@ def need_extra(module: str, *, user: str | None = None):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        missing = install_extra(exc)
-        if missing is None:
+        named = _naming_the_extra(exc, user or module)
+        if named is None:
             raise
-        name, extra = missing
-        raise ImportError(
-            f"{user or module} needs {name}, not in the device install: "
-            f"pip install 'edgedp[{extra}]'",
-            name=name,
-        ) from None
+        raise named from None
+
+
+def _naming_the_extra(exc: ImportError, user: str) -> ImportError | None:
+    """One ImportError saying ``user`` needs the missing optional package and the extra
+    that installs it; None when ``exc`` is not about an optional package."""
+    missing = install_extra(exc)
+    if missing is None:
+        return None
+    name, extra = missing
+    return ImportError(
+        f"{user} needs {name}, not in the device install: pip install 'edgedp[{extra}]'",
+        name=name,
+    )
 
 
 _need = need_extra
@@ -116,15 +124,10 @@ def _extras_named(function: Callable) -> Callable:
         try:
             return function(*args, **kwargs)
         except ImportError as exc:
-            missing = install_extra(exc)
-            if missing is None:
+            named = _naming_the_extra(exc, f"edgedp.{function.__name__}()")
+            if named is None:
                 raise
-            name, extra = missing
-            raise ImportError(
-                f"edgedp.{function.__name__}() needs {name}, not in the device install: "
-                f"pip install 'edgedp[{extra}]'",
-                name=name,
-            ) from None
+            raise named from None
 
     return wrapper
 

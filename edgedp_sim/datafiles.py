@@ -28,13 +28,9 @@ def _file_path(name: str) -> tuple[str, str]:
 
 
 def _file_sha256(path: str) -> str:
-    import hashlib
+    from edgedp import models
 
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-    except OSError as exc:
-        raise ValueError(f"Cannot read dataset file {path}: {exc.strerror}") from None
+    return models.file_sha256(path, what="dataset")
 
 
 def pin(name: str) -> str:

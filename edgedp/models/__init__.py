@@ -26,7 +26,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["for_task", "model_digest", "pin_onnx"]
+__all__ = ["file_sha256", "for_task", "model_digest", "pin_onnx"]
 
 
 def model_digest(models: np.ndarray) -> str:
@@ -49,18 +49,19 @@ def pin_onnx(model: str) -> str:
     if not model.startswith("onnx:"):
         return model
     path, _, want = model.removeprefix("onnx:").partition("@")
-    digest = _file_sha256(path)
+    digest = file_sha256(path)
     if want and want != digest:
         raise ValueError(f"{path} has sha256 {digest[:12]}…, the model name pins {want[:12]}…")
     return f"onnx:{path}@{digest}"
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str, *, what: str = "model") -> str:
+    """The SHA-256 (hex) of a file a plan pins; ValueError naming it when it cannot be read."""
     try:
         with open(path, "rb") as fh:
             return hashlib.file_digest(fh, "sha256").hexdigest()
     except OSError as exc:
-        raise ValueError(f"Cannot read model file {path}: {exc.strerror}") from None
+        raise ValueError(f"Cannot read {what} file {path}: {exc.strerror}") from None
 
 
 def for_task(task, features: int, *, model_file: str | None = None):
@@ -98,7 +99,7 @@ def for_task(task, features: int, *, model_file: str | None = None):
         path = model_file or path
         if not path:
             raise ValueError("Expected onnx:PATH with the path of a training graph.")
-        if pinned and _file_sha256(path) != pinned:
+        if pinned and file_sha256(path) != pinned:
             raise ValueError(f"{path} is not the model the plan was made for (sha256 differs).")
         m = OnnxModel(path)
         if loss not in ("", m.loss_name):
