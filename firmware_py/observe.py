@@ -9,10 +9,11 @@ the textfile. The held-out examples are not training data: they enter no gradien
 message, so the plan's guarantee is untouched; the numbers stay on the device with its
 other metrics.
 
-Textfile: ``node-U.prom`` beside ``node-U.jsonl`` (``[run] metrics`` with ``.prom``),
+Textfile: ``metrics.prom`` beside the metrics JSON lines (``[run] metrics`` with ``.prom``),
 rewritten after every round and at the end (a temporary file renamed over it, as the
-node exporter's textfile collector requires: it never reads half a file). Point the
-collector at that folder (``--collector.textfile.directory``). Gauges and counters carry
+node exporter's textfile collector requires: it never reads half a file). Like every file
+of the state folder it is the agent's alone (0600): run the collector as the agent's user
+with ``--collector.textfile.directory`` on that folder. Gauges and counters carry
 the labels ``node`` and ``plan`` (the first 16 hex digits of the plan hash).
 """
 
@@ -137,7 +138,8 @@ class Textfile:
 
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            with open(tmp, "w") as fh:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # as the state
+            with os.fdopen(fd, "w") as fh:
                 fh.write(self.text(time.time()))
             os.replace(tmp, self.path)
         except OSError:

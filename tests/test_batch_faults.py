@@ -258,7 +258,7 @@ def test_scenarios_choose_the_engine_and_say_why():
     summary = runner.run_scenario(_scenario())
     assert summary["engine"] == "batch" and summary["crashes"] == 1
     assert summary["lost_messages"] > 0 and summary["engine_reason"].startswith("zero latency")
-    with pytest.raises(scenarios.ScenarioError, match="batch engine cannot run these faults"):
+    with pytest.raises(scenarios.ScenarioError, match="batch engine cannot run this scenario"):
         runner.run_scenario(clockless, engine_name="batch")
 
 

@@ -192,15 +192,15 @@ def test_cli_run_and_sweep(tmp_path):
     )
     summary = json.loads(out.stdout)
     assert summary["rounds"] == 5 and (tmp_path / "o" / "loss.png").exists()
-    batch_out = json.loads(
-        subprocess.run(
-            [*cmd, "run", str(base), "--engine", "batch", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
+    batch = subprocess.run(
+        [*cmd, "run", str(base), "--engine", "batch", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert batch_out["model_digest"] == summary["model_digest"]  # latency alone changes nothing
+    # the batch engine has no clock: it refuses latency instead of dropping it silently
+    assert batch.returncode == 2 and batch.stdout == ""
+    assert "batch engine cannot run this scenario: latency" in batch.stderr
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(
         'scenario = "base.toml"\nseeds = [1, 2]\n[grid]\n"network.loss" = [0.0, 0.2]\n'
