@@ -167,8 +167,9 @@ def make_plan(
       participation: ``"k,b"``, ``(k, b)`` or a Participation; default: what the task runs
         (Gaussian mechanisms; Laplace ones count every round and take none).
       clip_norm: Δ, the per-example L2 clip norm.
-      learning_rate: the stepsize (default 0.5; sr-gt/dpop take none: γ is their first
-        stepsize).
+      learning_rate: the stepsize; default: the planner's noise-budget rule for private
+        plans (:mod:`edgedp.planning.step_rule`, recorded in ``plan.step_size``), 0.5
+        without noise; sr-gt/dpop take none (γ is their first stepsize).
       model, dataset, partition, batch_size, seed: the task (``edgedp plan`` options);
         ``dataset`` may be a file of your own (``my.npz``, ``my.csv``; :func:`save_dataset`)
         and ``model`` an ``onnx:PATH`` training graph (``edgedp model import`` of a
@@ -374,7 +375,9 @@ class SimulationResult:
     trial (trial 0); ``model_digests`` the SHA-256 of each trial's final models (equal to
     real agents' for the same plan on an ideal network); ``simulated_seconds`` of the
     event engine's clock (None for the batch engine); ``metrics`` the engine's counters
-    (dropped, lost, missing messages ...).
+    (dropped, lost, missing messages ...); ``step_size`` where the plan's step size came
+    from and what that assumed about privacy; ``warnings`` e.g. a final test loss above the
+    starting model's, with its likely cause and fix.
     """
 
     mechanism: str
@@ -395,6 +398,8 @@ class SimulationResult:
     simulated_seconds: float | None
     plan_hash: str
     metrics: dict[str, Any] = field(repr=False)
+    step_size: str = field(default="", repr=False)
+    warnings: tuple[str, ...] = ()
 
 
 def scenario_for(plan, scenario: Any = None):
@@ -516,6 +521,19 @@ def simulate(
         metrics["round_seconds"] = list(first.round_seconds)
         bytes_sent, messages, sim_s = first.bytes_sent, first.messages, first.simulated_seconds
     final = loss[:, -1]
+    check = _need("edgedp_sim.training_check")
+    models = _need("edgedp.models")
+    warning = check.worse_than_start(
+        plan,
+        float(loss[:, 0].mean()),
+        float(final.mean()),
+        dim=models.for_task(plan.task, data.features).dim,
+        local_size=data.local_size,
+        worse_trials=int(np.sum(final > loss[:, 0])),
+        trials=trials,
+        skipped_rounds=int(metrics.get("skipped_rounds", 0)),
+        dropout=sc.faults.dropout,
+    )
     return SimulationResult(
         mechanism=plan.mechanism,
         engine=engine,
@@ -535,6 +553,8 @@ def simulate(
         simulated_seconds=sim_s,
         plan_hash=plan.plan_hash,
         metrics=metrics,
+        step_size=check.step_size_line(plan),
+        warnings=() if warning is None else (warning,),
     )
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.node_share import NodeShare
 from edgedp.node_share import of as _share_of
 from edgedp.plan_axes import MessageKind, NoiseKind, axes
+from edgedp.step_size import StepSizeChoice
 from edgedp.task import TaskSpec, batch_schedule  # batch_schedule: checked against a plan
 
 __all__ = [
@@ -104,6 +105,7 @@ class NoisePlan:
     message_bound: float | None = None
     delta: float = DEFAULT_DELTA  # the δ its ε is reported at (module docstring)
     target_epsilon: float | None = None  # the ε its noise was calibrated to at ``delta``
+    step_size: StepSizeChoice | None = None
     #: The two axes (:mod:`edgedp.plan_axes`), set once from the mechanism and the sections.
     noise_kind: NoiseKind = field(init=False, compare=False)
     message_kind: MessageKind = field(init=False, compare=False)
@@ -194,6 +196,7 @@ class NoisePlan:
             **({"sketch": self.sketch.to_dict()} if self.sketch is not None else {}),
             **({"message_bound": self.message_bound} if self.message_bound is not None else {}),
             **({"target_epsilon": self.target_epsilon} if self.target_epsilon is not None else {}),
+            **({"step_size": self.step_size.to_dict()} if self.step_size is not None else {}),
         }
 
     @property
@@ -251,6 +254,7 @@ class NoisePlan:
             message_bound=float(d["message_bound"]) if "message_bound" in d else None,
             delta=float(d["delta"]),
             target_epsilon=float(d["target_epsilon"]) if "target_epsilon" in d else None,
+            step_size=StepSizeChoice.from_dict(d["step_size"]) if "step_size" in d else None,
         )
 
     @classmethod
@@ -265,6 +269,15 @@ class NoisePlan:
         """Decode, check version, hash and signature, size, rebuild, and re-certify
         (:func:`edgedp.certification.load`, which documents the arguments)."""
         return certification.load(data, trusted_key=trusted_key, max_memory=max_memory, gram=gram)
+
+    def with_step_size(self, learning_rate: float, choice: StepSizeChoice | None) -> NoisePlan:
+        """This plan with another step size and how it was chosen (None: given); the
+        guarantee does not depend on it, so the certificate carries over."""
+        _validate.positive(learning_rate=learning_rate)
+        out = replace(self, learning_rate=float(learning_rate), step_size=choice)
+        object.__setattr__(out, "_certificate", self._certificate)
+        object.__setattr__(out, "_gram", self._gram)
+        return out
 
     def share(self, node: int) -> NodeShare:
         """What device ``node`` needs, and nothing about other nodes

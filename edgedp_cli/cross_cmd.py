@@ -70,5 +70,6 @@ def text(r: dict) -> str:
             f"compact form {r['form']} (rank {r['rank']}, {r['draws_per_step']} draws/step "
             f"per agent): Tr(WRW^T) {r['utility_ratio']:.4f} x the dense optimum"
         )
+    lines.append(r["step_size"])
     lines.append(f"wrote {r['out']} (plan {r['plan_hash'][:16]})")
     return "\n".join(lines)

@@ -150,7 +150,11 @@ def _gaussian_parent() -> argparse.ArgumentParser:
         help="sigma, noise std over sensitivity (instead of --target-eps; dsgd: none)",
     )
     p.add_argument(
-        "--learning-rate", type=float, help="stepsize of the local SGD step (default 0.5)"
+        "--learning-rate",
+        type=float,
+        help="stepsize of the local SGD step (default: private plans take the planner's "
+        "noise-budget rule, from public quantities only, recorded in the plan; 0.5 without "
+        "noise)",
     )
     return p
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from edgedp_cli._common import (
@@ -39,12 +40,14 @@ def cmd_sim_run(args) -> None:
         raise RunFailedError(str(exc)) from None
     except (scenarios.ScenarioError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    text = key_value_lines(summary)
+    for line in summary["warnings"]:  # said even with --json: the run went the wrong way
+        sys.stderr.write(f"edgedp sim run: warning: {line}\n")
+    text = key_value_lines({k: v for k, v in summary.items() if k != "warnings"})
     emit(args, summary, text)
 
 
 def cmd_sim_sweep(args) -> None:
-    from edgedp_sim import runner, scenarios
+    from edgedp_sim import runner, scenarios, training_check
 
     try:
         rows = runner.run_sweep(
@@ -56,22 +59,45 @@ def cmd_sim_sweep(args) -> None:
         )
     except scenarios.ScenarioError as exc:
         raise UsageError(str(exc)) from None
-    lines = [sweep_table(rows), f"wrote {args.out}/sweep.json, {args.out}/sweep.png"]
     from edgedp_sim import sweep_summary
 
-    payload = {"runs": rows, "points": sweep_summary.summarize(rows), "out": args.out}
+    protocol = training_check.comparison_protocol(rows)
+    for r in rows:
+        for line in r["warnings"]:
+            sys.stderr.write(f"edgedp sim sweep: warning: {r['scenario']}: {line}\n")
+    lines = [
+        sweep_table(rows),
+        protocol,
+        f"wrote {args.out}/sweep.json, {args.out}/sweep.png",
+    ]
+    payload = {
+        "runs": rows,
+        "points": sweep_summary.summarize(rows),
+        "comparison_protocol": protocol,
+        "out": args.out,
+    }
     emit(args, payload, "\n".join(lines))
+
+
+def _step_column(point: dict) -> str:
+    """A grid point's step size and how it was set (``varies`` when its seeds differ)."""
+    steps = point.get("step_sizes") or []
+    if len(steps) != 1:
+        return "varies" if steps else "-"
+    return f"{steps[0]['learning_rate']:g} {steps[0]['method']}"
 
 
 def sweep_table(rows: list[dict]) -> str:
     """One line per grid point over its seeds: mean final test loss ± the half-width of its
-    95% confidence interval (Student t), its full name first (names are never cut)."""
+    95% confidence interval (Student t), its full name first (names are never cut); ``step``
+    is the step size and how it was set, ``!`` marks a point with a seed that ended worse
+    than it started."""
     from edgedp_sim import sweep_summary
 
     points = sweep_summary.summarize(rows)
     width = max([len("grid point"), *(len(p["point"]) for p in points)]) + 2
-    head = f"{'grid point':<{width}}{'seeds':>6}{'final test loss (95% CI)':>27}{'dropped':>9}"
-    head += f"{'sim s':>9}"
+    head = f"{'grid point':<{width}}{'seeds':>6}{'final test loss (95% CI)':>27}  {'step':<18}"
+    head += f"{'dropped':>9}{'sim s':>9}"
     lines = [head, "-" * len(head)]
     for p in points:
         ci = p["final_test_loss_ci"]
@@ -80,9 +106,14 @@ def sweep_table(rows: list[dict]) -> str:
             if ci is not None
             else (f"{p['final_test_loss_mean']:.4f} (1 seed)")
         )
+        mark = "!" if p["worse_than_start"] else " "
         lines.append(
-            f"{p['point']:<{width}}{p['seeds']:>6}{loss:>27}{p['dropped_messages_mean']:>9.1f}"
-            f"{(p['simulated_seconds_mean'] or 0):>9.2f}"
+            f"{p['point']:<{width}}{p['seeds']:>6}{loss:>27}{mark} {_step_column(p):<18}"
+            f"{p['dropped_messages_mean']:>9.1f}{(p['simulated_seconds_mean'] or 0):>9.2f}"
+        )
+    if any(p["worse_than_start"] for p in points):
+        lines.append(
+            "! a seed ended worse than it started (warnings on stderr and in sweep.json)"
         )
     return "\n".join(lines)
 

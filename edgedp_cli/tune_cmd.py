@@ -1,4 +1,5 @@
-"""Laplace mechanisms of paper 004 on the command line: ``edgedp tune sr-gt`` and the plan options.
+"""``edgedp tune`` (``step-size``: :mod:`edgedp_cli.step_tune_cmd`; ``sr-gt``) and the
+plan options of paper 004's Laplace mechanisms.
 
 ``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
 :mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan laplace`` takes the options below;
@@ -12,7 +13,8 @@ privacy-loss distribution.
 
 from __future__ import annotations
 
-from edgedp_cli._common import UsageError, emit
+from edgedp_cli import step_tune_cmd
+from edgedp_cli._common import UsageError, add_output_flags, emit
 
 __all__ = ["add_plan_arguments", "register"]
 
@@ -108,8 +110,18 @@ def _problem_constants(spec: str):
 
 
 def register(sub, add) -> None:
-    p = add("tune", cmd_tune, "parameter search for sr-gt on its accuracy bound (paper 004)")
-    p.add_argument("algorithm", choices=["sr-gt"], help="the algorithm to tune (sr-gt)")
+    del add  # nested commands build their own leaves
+    tp = sub.add_parser(
+        "tune",
+        help="parameter searches: the step size in simulation, or sr-gt on its bound",
+        description="parameter searches: the step size of Gaussian mechanisms in simulation "
+        "(step-size), or sr-gt's parameters on its accuracy bound (sr-gt, paper 004)",
+    )
+    tsub = tp.add_subparsers(dest="tune_command", required=True, metavar="WHAT")
+    step_tune_cmd.register(tsub)
+    p = tsub.add_parser(
+        "sr-gt", help="parameter search for sr-gt on its accuracy bound (paper 004)"
+    )
     p.add_argument(
         "--target-eps", type=float, required=True, help="the pure epsilon to tune for (required)"
     )
@@ -129,3 +141,5 @@ def register(sub, add) -> None:
         "--sweeps", type=int, default=30, help="coordinate sweeps per start (default 30)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random starts (default 0)")
+    add_output_flags(p)
+    p.set_defaults(func=cmd_tune, algorithm="sr-gt")

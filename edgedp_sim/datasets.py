@@ -43,6 +43,7 @@ __all__ = [
     "pin",
     "save",
     "shape",
+    "standardized",
     "task_participation",
     "write_shards",
 ]
@@ -274,6 +275,25 @@ def save(path, x, y, *, x_test=None, y_test=None, task: str | None = None) -> st
     from edgedp_sim import datafiles
 
     return datafiles.save(path, x, y, x_test=x_test, y_test=y_test, task=task)
+
+
+#: Datasets whose regression targets are standardised too (:func:`_split`'s ``scale_y``).
+_STANDARDIZED_TARGETS = ("diabetes", "synthetic-regression")
+
+
+def standardized(name: str) -> tuple[bool, bool]:
+    """(features, targets) standardised with training-set statistics by :func:`load`:
+    the features of every named set (E‖x‖² = f over the training set), the regression
+    targets of ``diabetes`` and ``synthetic-regression``. Other names (e.g.
+    ``sensor-fusion:...``): neither.
+
+    >>> standardized("digits-parity"), standardized("synthetic-linear:8"), standardized("x")
+    ((True, False), (True, False), (False, False))
+    """
+    base = name.partition(":")[0]
+    if base not in DATASETS:
+        return False, False
+    return True, base in _STANDARDIZED_TARGETS
 
 
 def local_size(dataset: str | Dataset, nodes: int) -> int:

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate
+from edgedp import _validate, step_size
 from edgedp import plan as plan_mod
-from edgedp_sim import datasets
+from edgedp_sim import datasets, training_check
 
 __all__ = ["MECHANISMS", "QUICK", "DemoConfig", "make_plans", "run_demo"]
 
@@ -58,7 +58,9 @@ class DemoConfig:
     target_epsilon: float = 4.0
     delta: float = 1e-6
     clip_norm: float = 1.0
-    learning_rate: float = 0.2
+    #: None: each private plan at its own step size from the planner's noise-budget rule
+    #: (edgedp.planning.step_rule; D-SGD the noiseless default); a number: one shared step size
+    learning_rate: float | None = None
     sketch_dim: int = 16  # DOME: floats per message (the model has 65)
     seed: int = 2026  # plans, data split; noise draw i is the plan's trial i
     eval_every: int = 5
@@ -146,8 +148,11 @@ def make_plans(
     steps: int | None = None,
     batch_size: int | None = None,
     mechanisms: tuple[str, ...] = tuple(m for _, m in MECHANISMS),
+    dropout: float = 0.0,
 ) -> dict[str, dict[str, Any]]:
-    """Plan ``mechanisms`` at ``config.target_epsilon`` with the planners ``edgedp plan`` uses.
+    """Plan ``mechanisms`` at ``config.target_epsilon`` with the planners ``edgedp plan`` uses;
+    without ``config.learning_rate``, each private plan takes the noise-budget rule's step
+    size for nodes sitting out rounds with probability ``dropout``.
 
     Returns ``{mechanism: {"plan": NoisePlan, "predicted": ratio or None, "predicted_kind":
     str, "planner_seconds": float}}``.
@@ -155,7 +160,7 @@ def make_plans(
     import edgedp_topologies
     from edgedp import topology as topo_mod
     from edgedp.accounting import dome as dome_acc
-    from edgedp.planning import cross_agent, factorization
+    from edgedp.planning import cross_agent, factorization, step_rule
     from edgedp.sketch import SketchSpec
 
     spec = topology or config.topology
@@ -163,17 +168,19 @@ def make_plans(
     graph = edgedp_topologies.parse(spec)
     task = _task(config, config.batch_size if batch_size is None else batch_size)
     part = datasets.task_participation(task, nodes=graph.n, steps=steps)
+    shared = config.learning_rate
     common = dict(
         steps=steps,
         participation=part,
         clip_norm=config.clip_norm,
-        learning_rate=config.learning_rate,
+        learning_rate=step_rule.MAX_STEP if shared is None else shared,
         task=task,
         seed=config.seed,
         topology_name=spec,
     )
     private = dict(target_epsilon=config.target_epsilon, delta=config.delta)
     W = topo_mod.WEIGHTINGS["metropolis-hastings"](graph)  # noqa: N806
+    dim = 1 + datasets.load(config.dataset, seed=0).x_train.shape[1]  # logistic: f + bias
     out: dict[str, dict[str, Any]] = {}
     for mech in mechanisms:
         started = time.perf_counter()
@@ -198,11 +205,13 @@ def make_plans(
         elif mech == "dome":
             sketch = SketchSpec(dim=config.sketch_dim)
             p = plan_mod.make_plan("dome", graph, sketch=sketch, **common, **private)
-            dim = 1 + datasets.load(config.dataset, seed=0).x_train.shape[1]
             predicted = dome_acc.noise_energy(p, model_dim=dim)["ratio"]
             kind = "noise energy per step (k of d floats)"
         else:
             raise ValueError(f"The demo has no mechanism {mech!r}.")
+        if shared is None:  # the planner's default (edgedp.planning.build)
+            local = datasets.local_size(config.dataset, graph.n)
+            p = step_rule.apply(p, dim=dim, local_size=local, dropout=dropout)
         out[mech] = {
             "plan": p,
             "predicted": predicted,
@@ -230,6 +239,8 @@ def describe(p: plan_mod.NoisePlan, delta: float | None = None) -> dict[str, Any
         "noise_multiplier": p.noise_multiplier,
         "noise_std": p.noise_std,
         "delta": delta,
+        "learning_rate": p.learning_rate,
+        "step_size": step_size.line(p.learning_rate, p.step_size, private=p.private),
     }
     classes = [c for c, _, _ in ATTACKER_CLASSES]
     if not p.private:
@@ -258,15 +269,30 @@ def _attackers(topology: str) -> list[str]:
 
 def _summarize(config, infos, events, leaks, agents, timings) -> dict[str, Any]:
     rows, curves = [], {}
+    plan_dim = 1 + datasets.load(config.dataset, seed=0).x_train.shape[1]  # logistic
+    local = datasets.local_size(config.dataset, infos["dsgd"]["plan"].n)
     for label, mech in MECHANISMS:
         runs = sorted(events[mech], key=lambda r: r["trial"])
         loss = np.array([r["test_loss"] for r in runs])
         acc = np.array([r["test_accuracy"] for r in runs])
         d = describe(infos[mech]["plan"], config.delta)
+        plan = infos[mech]["plan"]
+        warning = training_check.worse_than_start(
+            plan,
+            float(loss[:, 0].mean()),
+            float(loss[:, -1].mean()),
+            dim=plan_dim,
+            local_size=local,
+            worse_trials=int(np.sum(loss[:, -1] > loss[:, 0])),
+            trials=len(runs),
+            skipped_rounds=runs[0]["skipped_rounds"],
+            dropout=config.dropout,
+        )
         rows.append(
             {
                 "algorithm": label,
                 **d,
+                "warnings": [] if warning is None else [warning],
                 "predicted_noise_ratio": infos[mech]["predicted"],
                 "predicted_kind": infos[mech]["predicted_kind"],
                 "final_test_loss": float(loss[:, -1].mean()),
@@ -298,6 +324,9 @@ def _summarize(config, infos, events, leaks, agents, timings) -> dict[str, Any]:
         "nodes": graph_n,
         "local_examples": datasets.local_size(config.dataset, graph_n),
         "participation": rows[1]["participation"],
+        "comparison_protocol": training_check.comparison_protocol(
+            [training_check.step_size_entry(infos[m]["plan"]) for _, m in MECHANISMS]
+        ),
         "results": rows,
         "curves": curves,
         "leakage": {
@@ -332,15 +361,21 @@ def run_demo(
         f"planning 5 mechanisms at epsilon = {config.target_epsilon:g}, delta = "
         f"{config.delta:g} against an eavesdropper on every link, on {config.topology} ..."
     )
-    infos = make_plans(config)
+    infos = make_plans(config, dropout=config.dropout)
     for label, mech in MECHANISMS:
         d = describe(infos[mech]["plan"], config.delta)
         ratio = infos[mech]["predicted"]
         by = "/".join(_num(v) for v in d["epsilon_by_attacker"].values())
         say(
             f"  {label:<17} epsilon {by} (tap/1 nbr/nbhd)  predicted noise vs DP-D-SGD "
-            f"{'-' if ratio is None else f'{ratio:.3f}'}"
+            f"{'-' if ratio is None else f'{ratio:.3f}'}  step size {d['learning_rate']:g}"
         )
+    say(
+        "  "
+        + training_check.comparison_protocol(
+            [training_check.step_size_entry(infos[m]["plan"]) for _, m in MECHANISMS]
+        )
+    )
     leak_infos = make_plans(
         config,
         topology=config.leak_topology,

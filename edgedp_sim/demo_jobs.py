@@ -63,6 +63,7 @@ def event_job(plan_bytes: bytes, config: DemoConfig, trial: int) -> dict[str, An
         "lost_messages": res.lost_messages,
         "dropped_messages": res.dropped_messages,
         "missing": res.missing,
+        "skipped_rounds": res.skipped_rounds,
         "simulated_seconds": res.simulated_seconds,
         "model_digest": res.model_digest,
         "wall_seconds": time.perf_counter() - started,

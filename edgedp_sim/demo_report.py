@@ -90,24 +90,29 @@ def format_table(summary: dict) -> str:
     head = (
         f"{'algorithm':<18}"
         + "".join(f"{col:>7}" for _, col, _ in classes)
-        + f"{'pred.':>7}{'test loss':>16}{'accuracy':>10}{'kB/round':>10}{'sim s':>7}"
+        + f"{'pred.':>7}{'step':>7}{'test loss':>16}{'accuracy':>10}{'kB/round':>10}{'sim s':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in summary["results"]:
         eps = "".join(f"{eps_cell(r['epsilon_by_attacker'][key]):>7}" for key, _, _ in classes)
         pred = "-" if r["predicted_noise_ratio"] is None else f"{r['predicted_noise_ratio']:.3f}"
         loss = f"{r['final_test_loss']:.3f}±{r['final_test_loss_std']:.3f}"
+        mark = "!" if r["warnings"] else ""
         lines.append(
-            f"{r['algorithm']:<18}{eps}{pred:>7}{loss:>16}{r['final_test_accuracy']:>10.3f}"
+            f"{r['algorithm']:<18}{eps}{pred:>7}{r['learning_rate']:>7.3g}{loss + mark:>16}"
+            f"{r['final_test_accuracy']:>10.3f}"
             f"{r['bytes_per_round'] / 1e3:>10.1f}{r['simulated_seconds']:>7.1f}"
         )
     lines.append(f"eps at delta = {c['delta']:g} (zero-out adjacency) against:")
     lines += [f"  {col} = {words}" for _, col, words in classes]
     lines.append(
         f"{summary['nodes']} nodes, {c['steps']} rounds, mean ± std over {c['trials']} noise "
-        "seeds; pred. = predicted noise vs DP-D-SGD"
+        "seeds; pred. = predicted noise vs DP-D-SGD; step = step size"
     )
     lines.append(comparison(summary))
+    lines.append(summary["comparison_protocol"])
+    for r in summary["results"]:
+        lines += [f"! {r['algorithm']}: {w}" for w in r["warnings"]]
     lk = summary["leakage"]
     lines.append(
         f"leakage ({lk['topology']}, {lk['steps']} rounds, {lk['trials']} trials; victim "
@@ -215,7 +220,9 @@ def _html(summary: dict, loss_png: Path, bytes_png: Path) -> str:
             e(r["algorithm"]),
             *(_num(r["epsilon_by_attacker"][key], ".2f") for key, _, _ in classes),
             _num(r["predicted_noise_ratio"]),
-            f"{r['final_test_loss']:.3f} ± {r['final_test_loss_std']:.3f}",
+            f"{r['learning_rate']:g}",
+            f"{r['final_test_loss']:.3f} ± {r['final_test_loss_std']:.3f}"
+            + (' <span class="bad">worse than the start</span>' if r["warnings"] else ""),
             f"{r['final_test_accuracy']:.3f} ± {r['final_test_accuracy_std']:.3f}",
             f"{r['bytes_per_round'] / 1e3:.1f}",
             f"{r['lost_messages'] + r['dropped_messages']}",
@@ -255,8 +262,12 @@ def _html(summary: dict, loss_png: Path, bytes_png: Path) -> str:
 split IID over the {summary["nodes"]} nodes of the small-world graph <code>{e(c["topology"])}</code>
 ({summary["local_examples"]} examples per node, batches of {c["batch_size"]}: each example
 takes part every {summary["participation"][1]} rounds, {summary["participation"][0]} times in
-{c["steps"]} rounds), Metropolis–Hastings gossip weights, clip norm {c["clip_norm"]:g},
-learning rate {c["learning_rate"]:g}. Every private plan is certified at
+{c["steps"]} rounds), Metropolis–Hastings gossip weights, clip norm {c["clip_norm"]:g}.
+{e(summary["comparison_protocol"][0].upper() + summary["comparison_protocol"][1:])}{
+        "" if c["learning_rate"] is not None else
+        "; the step sizes cost no privacy (computed from public quantities only)"
+    }. Every
+private plan is certified at
 <b>ε = {c["target_epsilon"]:g} at δ = {c["delta"]:g}</b> (zero-out adjacency: one training
 example of a node) against an eavesdropper who sees every message. <b>Correlated noise</b>:
 each node's noise is correlated with its own earlier noise (MAFALDA) or with its
@@ -274,6 +285,7 @@ uplinks, {c["loss"]:.0%} message loss, {c["dropout"]:.0%} of the nodes sitting o
                 "algorithm",
                 *(f"ε vs {col}" for _, col, _ in classes),
                 "predicted noise vs DP-D-SGD",
+                "step size",
                 "final test loss",
                 "accuracy",
                 "kB / round",
@@ -292,6 +304,8 @@ of each node's final model, mean ± std over {c["trials"]} noise seeds. Predicte
 MAFALDA — the noise left in the gossip average (factorization loss) relative to DP-D-SGD's;
 Whisper — the post-mixing noise variance relative to DP-D-SGD's; DOME — the noise energy per
 step (it sends {c["sketch_dim"]} of the model's floats). D-SGD has no guarantee (ε = ∞).</p>
+{"".join(f'<p class="bad">{e(r["algorithm"])}: {e(w)}</p>' for r in summary["results"]
+         for w in r["warnings"])}
 <h2>Test loss</h2>
 {_img(loss_png, "test loss over rounds, one curve per mechanism")}
 <h2>Bytes per round</h2>

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import _validate, mechanisms
+from edgedp import _validate, mechanisms, models
 from edgedp.accounting import laplace
-from edgedp_sim import batch, engine, provenance, sweep_summary
+from edgedp_sim import batch, engine, provenance, sweep_summary, training_check
 from edgedp_sim.scenarios import Scenario, ScenarioError, parse
 
 __all__ = [
@@ -197,6 +197,11 @@ def run_scenario(
         "plan_hash": sc.plan.plan_hash,
         "wall_seconds": round(time.perf_counter() - started, 3),
         **summary,
+        **training_check.step_size_entry(sc.plan),
+        "step_size": training_check.step_size_line(sc.plan),
+        "warnings": _warnings(
+            sc.plan, metrics["test_loss"], data, summary["skipped_rounds"], sc.faults.dropout
+        ),
     }
     if out is not None:
         out = Path(out)
@@ -226,6 +231,22 @@ def guarantee(plan, delta: float) -> dict[str, Any]:
         "adjacency": plan.adjacency,
         "attacker": mech.attacker,
     }
+
+
+def _warnings(plan, losses: list[float], data, skipped: int, dropout: float) -> list[str]:
+    """The run's warnings: a final test loss above the starting model's
+    (:func:`edgedp_sim.training_check.worse_than_start`)."""
+    dim = models.for_task(plan.task, data.features).dim
+    line = training_check.worse_than_start(
+        plan,
+        losses[0],
+        losses[-1],
+        dim=dim,
+        local_size=data.local_size,
+        skipped_rounds=skipped,
+        dropout=dropout,
+    )
+    return [] if line is None else [line]
 
 
 def _plot(metrics: dict, out: Path, title: str) -> None:
@@ -345,7 +366,8 @@ def run_sweep(
             if progress:
                 print(
                     f"[{i}/{len(points)}] {futures[fut]}: final test loss "
-                    f"{rows[-1]['final_test_loss']:.4f}",
+                    f"{rows[-1]['final_test_loss']:.4f}"
+                    + (" (worse than the start: see warnings)" if rows[-1]["warnings"] else ""),
                     flush=True,
                 )
     finally:
@@ -356,6 +378,9 @@ def run_sweep(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     points = sweep_summary.summarize(rows)
-    provenance.write_json(out / "sweep.json", {"rows": rows, "points": points})
+    protocol = training_check.comparison_protocol(rows)
+    provenance.write_json(
+        out / "sweep.json", {"rows": rows, "points": points, "comparison_protocol": protocol}
+    )
     sweep_summary.plot(rows, out / "sweep.png")
     return rows

@@ -24,7 +24,8 @@ def _point_name(scenario: str) -> str:
 def summarize(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> list[dict[str, Any]]:
     """One entry per grid point over its seeds: the mean final test loss (and accuracy) and
     the half-width of its Student-t confidence interval (None with one seed), the seeds'
-    standard deviation, and the mean dropped messages and simulated seconds.
+    standard deviation, the step sizes its runs used (and how each was set), how many of its
+    runs ended worse than they started, and the mean dropped messages and simulated seconds.
 
     >>> rows = [{"scenario": f"a=1,seed={s}", "final_test_loss": v, "dropped_messages": 0,
     ...          "simulated_seconds": None} for s, v in ((1, 0.4), (2, 0.6))]
@@ -53,6 +54,9 @@ def summarize(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> list[d
             )
             entry.update({f"{key}_mean": float(values.mean()), f"{key}_ci": half,
                           f"{key}_std": std, f"{key}_values": values.tolist()})  # fmt: skip
+        steps = sorted({(r["learning_rate"], r["step_size_method"]) for r in runs if "learning_rate" in r})
+        entry["step_sizes"] = [{"learning_rate": lr, "method": m} for lr, m in steps]
+        entry["worse_than_start"] = sum(1 for r in runs if r.get("warnings"))
         entry["dropped_messages_mean"] = float(np.mean([r["dropped_messages"] for r in runs]))
         sim_s = [r["simulated_seconds"] for r in runs if r.get("simulated_seconds") is not None]
         entry["simulated_seconds_mean"] = float(np.mean(sim_s)) if sim_s else None

@@ -8,7 +8,8 @@ STEPS, EPSILON, DELTA, TRIALS = 40, 4.0, 1e-6, 3
 ATTACKERS = ("eavesdropper:all", "hbc:1")  # a tap on every link; one curious node
 
 print(f"epsilon at delta {DELTA:g}, zero-out adjacency, against each attacker (column)")
-print(f"{'mechanism':<10}{'tap':>7}{'hbc:1':>7}{'final test loss':>18}{'accuracy':>10}")
+print(f"{'mechanism':<10}{'tap':>7}{'hbc:1':>7}{'step':>6}{'final test loss':>18}{'accuracy':>10}")
+methods = []  # how each step size was chosen (plan.step_size)
 for mechanism in ("dsgd", "dp-dsgd", "mafalda", "whisper"):
     private = mechanism != "dsgd"
     plan = edgedp.make_plan(
@@ -18,9 +19,12 @@ for mechanism in ("dsgd", "dp-dsgd", "mafalda", "whisper"):
         target_epsilon=EPSILON if private else None,
         delta=DELTA if private else None,
     )
+    methods.append(f"{mechanism} {plan.step_size.method if plan.step_size else 'noiseless 0.5'}")
     eps = [edgedp.account(plan, attacker=a).epsilon for a in ATTACKERS]
     run = edgedp.simulate(plan, trials=TRIALS)
     print(
-        f"{mechanism:<10}{eps[0]:>7.2f}{eps[1]:>7.2f}{run.final_test_loss:>11.4f} ± "
+        f"{mechanism:<10}{eps[0]:>7.2f}{eps[1]:>7.2f}{plan.learning_rate:>6g}"
+        f"{run.final_test_loss:>11.4f} ± "
         f"{run.final_test_loss_std:.4f}{run.final_test_accuracy:>10.3f}"
     )
+print("protocol: each mechanism at its own step size:", ", ".join(methods))

@@ -37,25 +37,33 @@ class GoldenPlan:
     sha256: str
 
 
+# The single command's step size was 0.5 unless given; private plans now default to the
+# noise-budget rule, so the Gaussian cases give 0.5 to write the same bytes.
+OLD_DEFAULT = ("--learning-rate", "0.5")
+
+
 GOLDEN = [
     GoldenPlan(
         "sgd",
-        ("--noise-multiplier", "1.0", "--participation", "20,1"),
-        ("--mechanism", "dp-dsgd", "--noise-multiplier", "1.0", "--participation", "20,1"),
+        ("--noise-multiplier", "1.0", "--participation", "20,1") + OLD_DEFAULT,
+        ("--mechanism", "dp-dsgd", "--noise-multiplier", "1.0", "--participation", "20,1")
+        + OLD_DEFAULT,
         "41796f327bb9a6d4aa6e2a11eee849bc0932b3ef68c2b7ae2d0035bc2613640d",
     ),
     GoldenPlan(
         "mf",
-        ("--mechanism", "antipgd", "--noise-multiplier", "2", "--participation", "20,1"),
-        ("--mechanism", "antipgd", "--noise-multiplier", "2", "--participation", "20,1"),
+        ("--mechanism", "antipgd", "--noise-multiplier", "2", "--participation", "20,1")
+        + OLD_DEFAULT,
+        ("--mechanism", "antipgd", "--noise-multiplier", "2", "--participation", "20,1")
+        + OLD_DEFAULT,
         "c8c76145bc23b5ff69bcc06090edc5cefaeaccc2671dcd57d8bf5efacb4be820",
     ),
     GoldenPlan(
         "mf",
         ("--mechanism", "banded", "--bandwidth", "3", "--target-eps", "4", "--delta", "1e-5")
-        + ("--participation", "20,1"),
+        + ("--participation", "20,1", *OLD_DEFAULT),
         ("--mechanism", "banded", "--bandwidth", "3", "--target-eps", "4", "--delta", "1e-5")
-        + ("--participation", "20,1"),
+        + ("--participation", "20,1", *OLD_DEFAULT),
         "d16600710b64324b67b7ddedfe4d30cf6fc1e88f97f4da4c30f868bcbe16ddc2",
     ),
     GoldenPlan(
@@ -68,17 +76,17 @@ GOLDEN = [
     GoldenPlan(
         "cross",
         ("--form", "lowrank", "--rank", "2", "--noise-multiplier", "1.5", "--participation")
-        + ("20,1",),
+        + ("20,1", *OLD_DEFAULT),
         ("--mechanism", "whisper", "--form", "lowrank", "--rank", "2", "--noise-multiplier")
-        + ("1.5", "--participation", "20,1"),
+        + ("1.5", "--participation", "20,1", *OLD_DEFAULT),
         "86550085c2b2505d81a3f01ef90b29f649389604d9659724b28f5c501fe30baf",
     ),
     GoldenPlan(
         "dome",
         ("--sketch-dim", "4", "--sketch-basis", "gaussian", "--noise-multiplier", "1.5")
-        + ("--participation", "20,1"),
+        + ("--participation", "20,1", *OLD_DEFAULT),
         ("--mechanism", "dome", "--sketch-dim", "4", "--sketch-basis", "gaussian")
-        + ("--noise-multiplier", "1.5", "--participation", "20,1"),
+        + ("--noise-multiplier", "1.5", "--participation", "20,1", *OLD_DEFAULT),
         "07bdea6f1429d420695e011f6137340ac458528eb98aa0d52f1f2afe02a8e342",
     ),
 ]

@@ -87,13 +87,17 @@ def test_sweep_table_keeps_whole_names_and_gives_the_mean_and_ci_over_seeds():
             "final_test_loss": loss,
             "dropped_messages": 3,
             "simulated_seconds": 1.0,
+            "learning_rate": 0.061,
+            "step_size_method": "noise-budget",
+            "warnings": ["worse"] if s == 2 else [],
         }
         for s, loss in ((1, 0.4), (2, 0.6))
     ]
     text = sim_cmd.sweep_table(rows)
     assert "faults.dropout=0.1,network.loss=0.05,steps=20 " in text
     # mean 0.5, sd 0.1414, t(0.975, 1) = 12.706: half-width 12.706 * 0.1414 / sqrt(2) = 1.2706
-    assert "0.5000 ± 1.2706" in text
+    assert "0.5000 ± 1.2706! 0.061 noise-budget" in text
+    assert text.endswith("(warnings on stderr and in sweep.json)")
 
 
 def test_sparse_spectral_gap_matches_the_dense_one():

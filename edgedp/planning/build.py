@@ -26,6 +26,7 @@ from typing import Any
 
 from edgedp import mechanisms
 from edgedp.planning import report as report_mod
+from edgedp.planning import step_rule
 from edgedp.planning.request import PlanRequest
 
 __all__ = ["Built", "PlanRequest", "build", "default_participation"]
@@ -70,10 +71,11 @@ def build(
         raise ValueError("--target-eps needs --delta D (e.g. --delta 1e-6)")
     graph = _graph(request.topology)
     task = task_of(request)
-    model_dim = task_model(task, graph.n)[0].dim
+    model, local = task_model(task, graph.n)
+    model_dim = model.dim
     _check_participation(request, task, graph.n, participation)
     if request.family == "cross":
-        return _cross(request, graph, task, participation, model_dim, report)
+        return _cross(request, graph, task, participation, (model_dim, local), report)
     from edgedp import plan as plan_mod
 
     factor, planned, gram = None, None, None
@@ -98,6 +100,8 @@ def build(
         topology_name=request.topology,
         sketch=sketch,
     )
+    if request.learning_rate is None:  # the noise-budget rule (private plans)
+        plan = step_rule.apply(plan, dim=model_dim, local_size=local)
     if not report:
         return Built(plan, None)
     payload = report_mod.plan_report(plan)
@@ -116,6 +120,7 @@ def build(
         if planned.loss_ratio_to_dense is not None:
             payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
             payload["device_state_floats_per_dim"] = plan.factor.state_bytes(1) // 8
+    payload.update(report_mod.step_size_report(plan))
     return Built(plan, payload)
 
 
@@ -181,8 +186,9 @@ def default_participation(request: PlanRequest):
 
 
 def _learning_rate(request: PlanRequest) -> float:
-    """The stepsize of a Gaussian plan (default 0.5)."""
-    return 0.5 if request.learning_rate is None else request.learning_rate
+    """A Gaussian plan's step size: the request's, else the noiseless default (private plans
+    then take the noise-budget rule's: :func:`edgedp.planning.step_rule.apply`)."""
+    return step_rule.MAX_STEP if request.learning_rate is None else request.learning_rate
 
 
 def _graph(spec: str):
@@ -293,11 +299,13 @@ def _dome_factor(request: PlanRequest):
 
 
 # ------------------------------------------------------------------ cross and laplace
-def _cross(request, graph, task, participation, model_dim, report) -> Built:
+def _cross(request, graph, task, participation, shape, report) -> Built:
+    """A cross-agent plan; ``shape`` is (model dimension d, examples per node)."""
     import numpy as np
 
     from edgedp.planning import cross_agent as planner
 
+    model_dim = shape[0]
     sketch = sketch_of(request, model_dim, graph)
     planned = planner.plan_cross_agent(
         request.mechanism,
@@ -321,6 +329,8 @@ def _cross(request, graph, task, participation, model_dim, report) -> Built:
         sketch=sketch,
     )
     plan = planned.plan
+    if request.learning_rate is None:  # the noise-budget rule
+        plan = step_rule.apply(plan, dim=model_dim, local_size=shape[1])
     if not report:
         return Built(plan, None)
     payload = planner.report(plan)
@@ -332,6 +342,7 @@ def _cross(request, graph, task, participation, model_dim, report) -> Built:
     total = np.diag(spec.covariance(plan.edges))
     payload["agent_independent_variance"] = (nu2 * spec.diag).tolist()
     payload["agent_noise_variance"] = (nu2 * total).tolist()
+    payload.update(report_mod.step_size_report(plan))
     return Built(plan, payload)
 
 

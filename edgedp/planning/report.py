@@ -3,7 +3,8 @@
 :func:`plan_report` is the guarantee (μ, ε at δ, replace-one ε, the trust model; per trust
 model for cross-agent plans; the Laplace fields for sr-gt/dpop), :func:`loss_ratio` the
 expected loss relative to DP-D-SGD at the same guarantee, :func:`dome_report` a sketched
-plan's message size and noise energy.
+plan's message size and noise energy, :func:`step_size_report` the step size and how it
+was chosen.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["dome_report", "laplace_report", "loss_ratio", "plan_report"]
+__all__ = ["dome_report", "laplace_report", "loss_ratio", "plan_report", "step_size_report"]
 
 
 def plan_report(p, delta: float | None = None, steps_done: int | None = None) -> dict[str, Any]:
@@ -86,6 +87,21 @@ def loss_ratio(p, gram=None) -> float:
     return factorization.relative_loss(
         p.factor.strategy(p.steps), W, participation=p.participation, workload_gram=H
     )
+
+
+def step_size_report(p) -> dict[str, Any]:
+    """The plan's step size and how it was chosen (its ``step_size`` section, or given)."""
+    from edgedp import step_size
+
+    choice = p.step_size
+    out: dict[str, Any] = {
+        "learning_rate": p.learning_rate,
+        "step_size": step_size.line(p.learning_rate, choice, private=p.private),
+        "step_size_method": "given" if choice is None else choice.method,
+    }
+    if choice is not None:
+        out.update({f"step_size_{k}": v for k, v in choice.inputs.items()})
+    return out
 
 
 def dome_report(p, model_dim: int) -> dict[str, Any]:

@@ -106,7 +106,8 @@ class PlanRequest:
     ``weighting``, the task (``model``, ``loss``, ``dataset``, ``partition``,
     ``batch_size``) and ``seed``. Gaussian families: ``participation`` (``"k,b"``; None:
     what the task runs), ``noise_multiplier`` (instead of ``target_eps``),
-    ``learning_rate`` (None: 0.5). mf: the planner's ``bandwidth``, ``buffers``,
+    ``learning_rate`` (None: the noise-budget rule of :mod:`edgedp.planning.step_rule` for
+    private plans, 0.5 without noise). mf: the planner's ``bandwidth``, ``buffers``,
     ``tolerance``, ``max_iterations``. laplace (paper 004 Eq. 5): ``gamma``, ``beta``,
     ``q1``, ``q2``, ``delta_grad``, ``adjacency``. cross: ``form``, ``rank``, ``ridge``,
     ``message_variance``, ``gossip_rounds`` and (whisper/decor) the sketch options. dome:

@@ -23,7 +23,7 @@ mechanism = "dp-dsgd"    # dsgd | dp-dsgd | antipgd
 target_epsilon = 8.0     # or noise_multiplier = 1.2
 delta = 1e-6             # the plan's δ: its ε is calibrated and reported at it
 clip_norm = 1.0
-learning_rate = 0.5
+learning_rate = 0.5      # omit: the planner's noise-budget rule picks it (plan's step_size)
 
 # sr-gt / dpop (paper 004, pure eps): mechanism = "sr-gt", target_epsilon, gamma, beta, q1,
 # q2, delta_grad, adjacency ("problem" | "zero-out" | "replace-one"), clip_norm (default
@@ -67,7 +67,7 @@ from edgedp import plan as plan_mod
 from edgedp.accounting.participation import Participation
 from edgedp.agent import DROPOUT_RULES
 from edgedp.errors import PlanError
-from edgedp.planning import build
+from edgedp.planning import build, step_rule
 from edgedp.planning import request as request_mod
 from edgedp.planning.request import PlanRequest
 from edgedp_sim import datasets, initial
@@ -290,9 +290,15 @@ def _build_plan(raw: dict, base: Path, steps: int | None) -> plan_mod.NoisePlan:
         values["participation"] = _participation(priv, mech, values, steps)
     try:
         request = PlanRequest.from_mapping(values)
-        return build.build(request, report=False).plan
+        plan = build.build(request, report=False).plan
     except (ValueError, TypeError) as exc:
         raise ScenarioError(f"[privacy]/[task]: {exc}") from None
+    dropout = _number(_table(raw, "faults"), "faults", "dropout", 0.0)
+    if request.learning_rate is None and plan.step_size is not None and 0 < dropout < 1:
+        # the noise-budget rule for this network: nodes sitting out leave noise uncancelled
+        model, local = build.task_model(plan.task, plan.n)
+        plan = step_rule.apply(plan, dim=model.dim, local_size=local, dropout=float(dropout))
+    return plan
 
 
 def _participation(priv: dict, mech: str, values: dict, steps: int) -> str:
