@@ -32,9 +32,11 @@ __all__ = [
     "key_value_lines",
     "load_plan",
     "load_target",
+    "out_folder",
     "parse_graph",
     "parse_participation",
     "participation_hint",
+    "progress_lines",
     "write_plan",
 ]
 
@@ -85,6 +87,26 @@ def add_output_flags(p) -> None:
 def chatty(args) -> bool:
     """Whether progress lines go to stderr (neither --json nor -q)."""
     return not (getattr(args, "json", False) or getattr(args, "quiet", False))
+
+
+def progress_lines(args):
+    """``say(line)``: a progress line on stderr unless --json or -q."""
+
+    def say(line: str) -> None:
+        if chatty(args):
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    return say
+
+
+def out_folder(out: str) -> Path:
+    """The output folder ``--out``, created if missing (UsageError naming why it cannot be)."""
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+    return Path(out)
 
 
 def key_value_lines(payload: dict) -> str:

@@ -31,8 +31,10 @@ from edgedp_cli._common import (
     emit,
     key_value_lines,
     load_plan,
+    out_folder,
     parse_graph,
     participation_hint,
+    progress_lines,
 )
 
 __all__ = ["build_parser", "build_plan", "main"]
@@ -52,7 +54,6 @@ COMMAND_MODULES: tuple[str, ...] = (
 # ---------------------------------------------------------------- commands
 def cmd_demo(args) -> None:
     import dataclasses
-    from pathlib import Path
 
     from edgedp_sim import demo, demo_report
 
@@ -66,17 +67,8 @@ def cmd_demo(args) -> None:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
-    try:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
-
-    def progress(line: str) -> None:
-        if chatty(args):
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-
-    summary = demo.run_demo(args.out, config, progress=progress)
+    out_folder(args.out)
+    summary = demo.run_demo(args.out, config, progress=progress_lines(args))
     if args.json:
         payload = {k: summary[k] for k in ("results", "leakage", "agents", "nodes", "files")}
         emit(args, payload, "")

@@ -4,10 +4,9 @@ simulation on a public proxy task (:mod:`edgedp_sim.step_tune` states the protoc
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
-from edgedp_cli._common import UsageError, add_output_flags, chatty, emit
+from edgedp_cli._common import UsageError, add_output_flags, emit, out_folder, progress_lines
 
 __all__ = ["register", "table"]
 
@@ -26,17 +25,7 @@ def cmd_tune_step_size(args) -> None:
                 raise UsageError(f"--mechanisms: {exc}") from None
     if args.seeds < 1:
         raise UsageError(f"--seeds {args.seeds} must be >= 1")
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
-
-    def progress(line: str) -> None:
-        if chatty(args):
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-
+    out = out_folder(args.out)
     path = Path(args.scenario)
     try:
         raw = scenarios.read_toml(path)
@@ -48,7 +37,7 @@ def cmd_tune_step_size(args) -> None:
             proxy=args.proxy,
             protocol=args.protocol,
             engine=args.engine,
-            progress=progress,
+            progress=progress_lines(args),
         )
         files = []
         for row in report["results"]:

@@ -46,53 +46,42 @@ from pathlib import Path  # noqa: E402
 import edgedp  # noqa: E402  (before numpy: the CPU dispatch edgedp pins)
 from edgedp_sim import provenance, step_tune, training_check  # noqa: E402
 
+
+def _scenario(name, seed, steps, spec, task, epsilon, faults, network=None) -> dict:
+    """A scenario's tables (the scenario file's layout) with DP-D-SGD as its mechanism."""
+    model, dataset = task
+    return {
+        "name": name,
+        "seed": seed,
+        "steps": steps,
+        "eval_every": 10,
+        "topology": {"spec": spec},
+        "task": {"model": model, "dataset": dataset},
+        "privacy": {"mechanism": "dp-dsgd", "target_epsilon": epsilon, "delta": DELTA},
+        "network": network or {},
+        "faults": faults,
+    }
+
+
+LOGISTIC = ("logistic", "digits-parity")
 SCENARIOS = {
-    "er200": {
-        "name": "er200",
-        "seed": 1,
-        "steps": 100,
-        "eval_every": 10,
-        "topology": {"spec": "er:200:0.05:1"},
-        "task": {"model": "logistic", "dataset": "digits-parity"},
-        "privacy": {"mechanism": "dp-dsgd", "target_epsilon": 2.0, "delta": DELTA},
-        "network": {"latency": {"kind": "constant", "ms": 50}},
-        "faults": {"dropout": 0.2},
-    },
-    "torus64": {
-        "name": "torus64",
-        "seed": 2,
-        "steps": 100,
-        "eval_every": 10,
-        "topology": {"spec": "torus:8:8"},
-        "task": {"model": "logistic", "dataset": "digits-parity"},
-        "privacy": {"mechanism": "dp-dsgd", "target_epsilon": 1.0, "delta": DELTA},
-        "network": {
-            "latency": {"kind": "lognormal", "median_ms": 10, "sigma": 0.5},
-            "loss": 0.02,
-        },
-        "faults": {"dropout": 0.1},
-    },
-    "diabetes20": {
-        "name": "diabetes20",
-        "seed": 3,
-        "steps": 100,
-        "eval_every": 10,
-        "topology": {"spec": "smallworld:20:4:0.2:1"},
-        "task": {"model": "linear", "dataset": "diabetes"},
-        "privacy": {"mechanism": "dp-dsgd", "target_epsilon": 1.0, "delta": DELTA},
-        "faults": {"dropout": 0.1},
-    },
-    "digits50": {
-        "name": "digits50",
-        "seed": 4,
-        "steps": 60,
-        "eval_every": 10,
-        "topology": {"spec": "smallworld:50:4:0.1:1"},
-        "task": {"model": "softmax:10", "dataset": "digits"},
-        "privacy": {"mechanism": "dp-dsgd", "target_epsilon": 4.0, "delta": DELTA},
-        "faults": {"dropout": 0.1},
-    },
-}
+    "er200": _scenario(
+        "er200", 1, 100, "er:200:0.05:1", LOGISTIC, 2.0, {"dropout": 0.2},
+        {"latency": {"kind": "constant", "ms": 50}},
+    ),
+    "torus64": _scenario(
+        "torus64", 2, 100, "torus:8:8", LOGISTIC, 1.0, {"dropout": 0.1},
+        {"latency": {"kind": "lognormal", "median_ms": 10, "sigma": 0.5}, "loss": 0.02},
+    ),
+    "diabetes20": _scenario(
+        "diabetes20", 3, 100, "smallworld:20:4:0.2:1", ("linear", "diabetes"), 1.0,
+        {"dropout": 0.1},
+    ),
+    "digits50": _scenario(
+        "digits50", 4, 60, "smallworld:50:4:0.1:1", ("softmax:10", "digits"), 4.0,
+        {"dropout": 0.1},
+    ),
+}  # fmt: skip
 TUNED = ("er200", "torus64", "diabetes20")  # digits50: no public proxy (10 classes)
 
 
