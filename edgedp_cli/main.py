@@ -70,7 +70,8 @@ def cmd_demo(args) -> None:
     out_folder(args.out)
     summary = demo.run_demo(args.out, config, progress=progress_lines(args))
     if args.json:
-        payload = {k: summary[k] for k in ("results", "leakage", "agents", "nodes", "files")}
+        keys = ("results", "comparison_protocol", "leakage", "agents", "nodes", "files")
+        payload = {k: summary[k] for k in keys}
         emit(args, payload, "")
     else:
         report = summary["files"][0]

@@ -56,6 +56,13 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     # the lossy network lost messages; DOME sends k of d floats
     assert all(r["lost_messages"] > 0 for r in rows.values())
     assert rows["dome"]["bytes_per_round"] < 0.5 * rows["dp-dsgd"]["bytes_per_round"]
+    # each private mechanism at its own rule step size, said in results.json and the table
+    assert data["comparison_protocol"].startswith(
+        "comparison protocol: each private mechanism at its own step size"
+    )
+    assert all(rows[m]["step_size"].find("noise-budget rule") > 0 for m in ("dp-dsgd", "dome"))
+    assert all(r["warnings"] == [] for r in rows.values())  # every run ended below its start
+    assert "comparison protocol:" in proc.stdout
     assert all(len(r["model_digests"]) == demo.QUICK.trials for r in rows.values())
     assert len(set(rows["dp-dsgd"]["model_digests"])) == demo.QUICK.trials  # fresh noise
     # real agents computed the simulator's bits
