@@ -16,16 +16,16 @@ from edgedp import api
 DELTA = {"delta": 1e-6}
 CASES = {
     "dsgd": ({}, "24e2014df308b5de", "1fc37bb03003bae5"),
-    "dp-dsgd": ({"target_epsilon": 4.0, **DELTA}, "89176cbf436514da", "f1261532b78bf24d"),
-    "antipgd": ({"target_epsilon": 4.0, **DELTA}, "651812ef3b310fbe", "7c74abef6e9d228c"),
-    "dmf": ({"target_epsilon": 4.0, **DELTA}, "695aa9fc29cfb580", "ed1194a5016138f5"),
-    "mafalda": ({"target_epsilon": 4.0, **DELTA}, "b182624fd763ce7f", "5f2ea262d3150003"),
+    "dp-dsgd": ({"target_epsilon": 4.0, **DELTA}, "8324a9ae270c8808", "846c494a5bf84654"),
+    "antipgd": ({"target_epsilon": 4.0, **DELTA}, "6652f3008c8360a2", "d6b16210bf107477"),
+    "dmf": ({"target_epsilon": 4.0, **DELTA}, "a75306466d23debe", "e47b89b97c3ca257"),
+    "mafalda": ({"target_epsilon": 4.0, **DELTA}, "3d68b19aaf814570", "769168509b8f9d20"),
     "banded": (
         {"target_epsilon": 4.0, "bandwidth": 2, **DELTA},
-        "013a946e499138bd",
-        "5fb4ed7863ba6b63",
+        "0620b0e958995ecd",
+        "ef6e21566e4611d6",
     ),
-    "blt": ({"target_epsilon": 4.0, "buffers": 2, **DELTA}, "60a0859952210c55", "0272d5007130491f"),
+    "blt": ({"target_epsilon": 4.0, "buffers": 2, **DELTA}, "3e55f80e22bf3b08", "f6f2f38fce165a24"),
     "sr-gt": (
         {"target_epsilon": 1.0, "gamma": 0.001, "beta": 1000, "q1": 0.97, "q2": 0.98},
         "c8c0000c291f8b3f",
@@ -38,28 +38,28 @@ CASES = {
     ),
     "whisper": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "0ab3aaa2512f5e9a",
-        "0470fc3d56772d28",
+        "42aa7e750efd712f",
+        "30ce037df30a7d6e",
     ),
     "decor": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "68901badd1d8b2e4",
-        "cad9fdc7cee97f82",
+        "081b03217bf69a0b",
+        "ac6cc4057a68cce5",
     ),
     "zipdl": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "c2fb858048b52eed",
-        "8f4f0e096113cb85",
+        "b050469523dc0c2a",
+        "36f9db2c55a8db61",
     ),
     "muffliato": (
         {"target_epsilon": 4.0, "clip_norm": 0.1, **DELTA},
-        "ff1dcbd0041412aa",
-        "644d0102ec9dc94e",
+        "0823e7daf9da8d2b",
+        "06869f86d0dfa6cb",
     ),
     "dome": (
         {"target_epsilon": 4.0, "sketch_dim": 8, **DELTA},
-        "d2f32c28d91b3b5d",
-        "54e15ac73b72f58d",
+        "a6ed804522318684",
+        "538f5e8f7428f52a",
     ),
 }
 
