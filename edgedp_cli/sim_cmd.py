@@ -112,9 +112,7 @@ def sweep_table(rows: list[dict]) -> str:
             f"{p['dropped_messages_mean']:>9.1f}{(p['simulated_seconds_mean'] or 0):>9.2f}"
         )
     if any(p["worse_than_start"] for p in points):
-        lines.append(
-            "! a seed ended worse than it started (warnings on stderr and in sweep.json)"
-        )
+        lines.append("! a seed ended worse than it started (warnings on stderr and in sweep.json)")
     return "\n".join(lines)
 
 

@@ -54,7 +54,9 @@ def summarize(rows: list[dict[str, Any]], *, confidence: float = 0.95) -> list[d
             )
             entry.update({f"{key}_mean": float(values.mean()), f"{key}_ci": half,
                           f"{key}_std": std, f"{key}_values": values.tolist()})  # fmt: skip
-        steps = sorted({(r["learning_rate"], r["step_size_method"]) for r in runs if "learning_rate" in r})
+        steps = sorted(
+            {(r["learning_rate"], r["step_size_method"]) for r in runs if "learning_rate" in r}
+        )
         entry["step_sizes"] = [{"learning_rate": lr, "method": m} for lr, m in steps]
         entry["worse_than_start"] = sum(1 for r in runs if r.get("warnings"))
         entry["dropped_messages_mean"] = float(np.mean([r["dropped_messages"] for r in runs]))
