@@ -42,9 +42,11 @@ def _plan_file(tmp_path: Path, steps: int = STEPS) -> Path:
     return path
 
 
-def _run(tmp_path: Path, startup_timeout: float = 20.0, **kw) -> deploy.LocalRun:
+def _run(
+    tmp_path: Path, startup_timeout: float = 20.0, steps: int = STEPS, **kw
+) -> deploy.LocalRun:
     return deploy.local_run(
-        _plan_file(tmp_path),
+        _plan_file(tmp_path, steps),
         tmp_path / "run",
         private_noise=True,
         round_timeout=0.3,
@@ -95,7 +97,9 @@ def _ledger(run: deploy.LocalRun, u: int) -> Path:
 
 
 def test_an_older_copy_of_the_state_folder_put_back_is_refused(tmp_path):
-    run = _run(tmp_path)
+    # long enough that the copy taken at round >= 4 is older than the end on a loaded machine
+    # (unpaced rounds: with 14 a node once ran to its last round before the SIGSTOP landed)
+    run = _run(tmp_path, steps=80)
     _wait_round(run, 0, 4)
     os.kill(run.processes[0].pid, signal.SIGSTOP)  # a consistent copy, as a backup takes it
     backup = tmp_path / "backup"
