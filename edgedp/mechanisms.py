@@ -1,11 +1,13 @@
 """The mechanism registry: every mechanism edgedp plans, certifies and runs, declared once.
 
-Each algorithm module (:mod:`edgedp.algorithms`) declares its :class:`Mechanism` records in
-``MECHANISMS``; :mod:`edgedp.algorithms` registers them. Everything that used to keep its
-own list of mechanism names derives it from here: the plan's checks and
-:meth:`~edgedp.plan.NoisePlan.guarantee`, the planner's factorized set, the command line's
-choices, scenario files and the simulator's attacks. Adding a mechanism is one
-:func:`register` call with its round rules, noise kind and accountant.
+Each algorithm module (:mod:`edgedp.algorithms`) declares its round rules as one
+:class:`Rules` value and its :class:`Mechanism` records in ``MECHANISMS``; the registry
+starts from the explicit list :data:`edgedp.algorithms.BUILTIN` at its first look-up.
+Everything that used to keep its own list of mechanism names derives it from here: the
+plan's checks and :meth:`~edgedp.plan.NoisePlan.guarantee`, the planner's factorized set,
+the command line's choices, scenario files and the simulator's attacks. Adding a mechanism
+is one :func:`register` call with its round rules, noise kind and accountant (a built-in
+one: its module and one entry in :data:`edgedp.algorithms.MODULES`).
 
 >>> from edgedp import mechanisms
 >>> mechanisms.get("mafalda").family, mechanisms.get("mafalda").planned
@@ -26,6 +28,7 @@ __all__ = [
     "Guarantee",
     "Mechanism",
     "RoundRules",
+    "Rules",
     "get",
     "names",
     "register",
@@ -53,6 +56,22 @@ class RoundRules(Protocol):
 
     def check_plan(self, plan: Any) -> None: ...
 
+    def message_bound(self, share: Any, *, dim: int, theta0: Any) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """A mechanism's round rules as one value (satisfies :class:`RoundRules`): each
+    algorithm module builds its ``RULES`` from functions, and a new mechanism may reuse
+    another's and change one (``dataclasses.replace(dsgd.RULES, check_plan=...)``)."""
+
+    init_state: Callable[[Any], Any]
+    send: Callable[[Any, Any], Any]
+    receive: Callable[[Any, Any, Any, Any], Any]
+    model: Callable[[Any], Any]
+    check_plan: Callable[[Any], None]
+    message_bound: Callable[..., Any]
+
 
 @runtime_checkable
 class Guarantee(Protocol):
@@ -76,7 +95,8 @@ class Mechanism:
 
     Attributes:
       name: the plan's ``mechanism`` string (part of the plan's bytes: never rename one).
-      rules: the round rules (an algorithm module satisfying :class:`RoundRules`).
+      rules: the round rules (a :class:`Rules` value, or any object satisfying
+        :class:`RoundRules`).
       family: one of :data:`FAMILIES` (``edgedp plan FAMILY``, the planner that builds it).
       noise: one of :data:`NOISE_KINDS`.
       trust_model: the attacker its accountant's guarantee holds against.
@@ -132,8 +152,8 @@ class Mechanism:
             raise ValueError(f"Unknown noise={self.noise!r}; expected one of {NOISE_KINDS}.")
         if not isinstance(self.rules, RoundRules):
             raise TypeError(
-                f"{self.name}: rules must provide init_state, send, receive, model and "
-                "check_plan (edgedp.mechanisms.RoundRules)."
+                f"{self.name}: rules must provide init_state, send, receive, model, "
+                "check_plan and message_bound (edgedp.mechanisms.RoundRules)."
             )
         if not callable(self.accountant):
             raise TypeError(f"{self.name}: accountant must be callable(plan, steps_done=None).")
@@ -173,7 +193,7 @@ _REGISTRY: dict[str, Mechanism] = {}
 
 def register(mechanism: Mechanism) -> Mechanism:
     """Add ``mechanism``; ValueError when its name is taken."""
-    if mechanism.name in _REGISTRY:
+    if mechanism.name in _loaded():
         raise ValueError(f"Mechanism {mechanism.name!r} is already registered.")
     _REGISTRY[mechanism.name] = mechanism
     return mechanism
@@ -181,12 +201,24 @@ def register(mechanism: Mechanism) -> Mechanism:
 
 def unregister(name: str) -> None:
     """Remove a registered mechanism (tests that register their own)."""
-    _REGISTRY.pop(name, None)
+    _loaded().pop(name, None)
+
+
+_BUILTIN_LOADED = False
 
 
 def _loaded() -> dict[str, Mechanism]:
-    import edgedp.algorithms  # noqa: F401  registers every built-in mechanism (once)
+    """The registry, starting with the built-in mechanisms of the explicit list
+    :data:`edgedp.algorithms.BUILTIN` (entered at the first look-up, once)."""
+    global _BUILTIN_LOADED
+    if not _BUILTIN_LOADED:
+        from edgedp.algorithms import BUILTIN
 
+        for m in BUILTIN:
+            if m.name in _REGISTRY:
+                raise ValueError(f"Mechanism {m.name!r} is declared twice.")
+            _REGISTRY[m.name] = m
+        _BUILTIN_LOADED = True
     return _REGISTRY
 
 

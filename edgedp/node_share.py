@@ -88,7 +88,8 @@ def _aggregate_tree(plan: NoisePlan) -> Any:
     """The public spanning tree of an adaptive DOME basis (None otherwise)."""
     if plan.sketch is None or plan.sketch.basis != sketch_mod.ADAPTIVE:
         return None
-    from edgedp import sketch_adaptive
-    from edgedp.algorithms import dome
+    from edgedp import sketch_adaptive, topology
 
-    return sketch_adaptive.spanning_tree(dome._graph(plan))
+    return sketch_adaptive.spanning_tree(
+        topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
+    )

@@ -33,6 +33,7 @@ __all__ = [
     "max_degree",
     "metropolis_hastings",
     "mixing_table",
+    "neighbour_lists",
     "spectral_gap",
     "uniform_neighbour",
     "validate",
@@ -502,3 +503,15 @@ def _reach(lists: list[Iterable[int]], start: int) -> set[int]:
                 seen.add(v)
                 stack.append(v)
     return seen
+
+
+def neighbour_lists(mixing_index, mixing_weight) -> list[list[int]]:
+    """Each node's graph neighbours (non-zero weight) from a plan's padded mixing rows.
+
+    >>> neighbour_lists([[0, 1, 0], [1, 0, 0]], [[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])
+    [[0, 1], [1, 0]]
+    """
+    return [
+        [int(v) for v, w in zip(idx, wt, strict=True) if w != 0]
+        for idx, wt in zip(mixing_index, mixing_weight, strict=True)
+    ]

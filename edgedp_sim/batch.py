@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import algorithms, models, runtime, sketch_adaptive, streams
+from edgedp import algorithms, models, runtime, sketch_adaptive, streams, topology
 from edgedp import cross_agent as cross_mod
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models import model_digest
@@ -150,7 +150,9 @@ def run(
     batch = stack.schedule.batch_size
     msg_dim = stack.message_dim  # DOME: k floats per message
     if adaptive:  # one view per trial; the network sum emulated in the tree's order
-        tree = sketch_adaptive.spanning_tree(algo._graph(plan))
+        tree = sketch_adaptive.spanning_tree(
+            topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
+        )
         trackers = [
             sketch_adaptive.AdaptiveSketch(plan.sketch, d, nodes=plan.n, batch_size=batch)
             for _ in range(trials)

@@ -264,8 +264,9 @@ split IID over the {summary["nodes"]} nodes of the small-world graph <code>{e(c[
 takes part every {summary["participation"][1]} rounds, {summary["participation"][0]} times in
 {c["steps"]} rounds), Metropolis–Hastings gossip weights, clip norm {c["clip_norm"]:g}.
 {e(summary["comparison_protocol"][0].upper() + summary["comparison_protocol"][1:])}{
-        "" if c["learning_rate"] is not None else
-        "; the step sizes cost no privacy (computed from public quantities only)"
+        ""
+        if c["learning_rate"] is not None
+        else "; the step sizes cost no privacy (computed from public quantities only)"
     }. Every
 private plan is certified at
 <b>ε = {c["target_epsilon"]:g} at δ = {c["delta"]:g}</b> (zero-out adjacency: one training
@@ -304,8 +305,13 @@ of each node's final model, mean ± std over {c["trials"]} noise seeds. Predicte
 MAFALDA — the noise left in the gossip average (factorization loss) relative to DP-D-SGD's;
 Whisper — the post-mixing noise variance relative to DP-D-SGD's; DOME — the noise energy per
 step (it sends {c["sketch_dim"]} of the model's floats). D-SGD has no guarantee (ε = ∞).</p>
-{"".join(f'<p class="bad">{e(r["algorithm"])}: {e(w)}</p>' for r in summary["results"]
-         for w in r["warnings"])}
+{
+        "".join(
+            f'<p class="bad">{e(r["algorithm"])}: {e(w)}</p>'
+            for r in summary["results"]
+            for w in r["warnings"]
+        )
+    }
 <h2>Test loss</h2>
 {_img(loss_png, "test loss over rounds, one curve per mechanism")}
 <h2>Bytes per round</h2>

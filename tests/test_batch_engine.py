@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import edgedp_topologies
-from edgedp import algorithms, clipping, rng, streams
+from edgedp import clipping, rng, streams
 from edgedp.accounting.participation import Participation
-from edgedp.algorithms._gossip import mix_node
+from edgedp.algorithms._gossip import local_step, mix_node
 from edgedp.errors import PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource
@@ -39,7 +39,6 @@ def _plan(mechanism, steps=15, batch_size=0, participation=None, **kw):
 def node_by_node(plan, data, trial=0):
     """Each node keeps its own state and noise stream; mixing uses only its plan share."""
     model = LinearModel(plan.task.model, data.features)
-    algo = algorithms.for_mechanism(plan.mechanism)
     keys = streams.RunKeys.simulation(plan)
     bs, per_epoch = batch_schedule(plan, data.local_size)
     shares = [plan.share(u) for u in range(plan.n)]
@@ -66,7 +65,7 @@ def node_by_node(plan, data, trial=0):
             if s.noise_std > 0:
                 noise, states[u] = sources[u].next(states[u])
             half.append(
-                algo.local_step(theta[u], gsum, noise, learning_rate=s.learning_rate, batch_size=bs)
+                local_step(theta[u], gsum, noise, learning_rate=s.learning_rate, batch_size=bs)
             )
         theta = [mix_node(s.weights, [half[v] for v in s.neighbours]) for s in shares]
     return np.stack(theta)

@@ -131,7 +131,7 @@ def test_closed_forms_of_the_d_sgd_bound():
     p = _gaussian("dsgd")
     dim = models.for_task(TASK, DATA.features).dim
     theta0 = np.zeros(dim)
-    algo = __import__("edgedp.algorithms", fromlist=["dsgd"]).dsgd
+    algo = __import__("edgedp.algorithms", fromlist=["dsgd"]).dsgd.RULES
     (b,) = algo.message_bound(p.share(0), dim=dim, theta0=theta0)
     assert b == pytest.approx(0.3 * STEPS * 1.0, rel=2e-9)
     # dp-dsgd, whole local datasets (B ≥ 1): η(TΔ + z T ν), z = √(2 ln(2/p)), p = 1e-12/(n T d)

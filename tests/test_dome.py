@@ -153,7 +153,7 @@ def test_plan_round_trip_and_refusals():
     back = NoisePlan.from_bytes(p.to_bytes())
     assert back.plan_hash == p.plan_hash and back.sketch == spec
     assert p.share(3).sketch == spec
-    assert algorithms.for_mechanism("dome") is dome
+    assert algorithms.for_mechanism("dome") is dome.RULES
     assert _plan(SketchSpec(dim=6)).plan_hash != _plan(SketchSpec(dim=5)).plan_hash
     with pytest.raises(PlanError, match="needs a sketch section"):
         _plan(None)

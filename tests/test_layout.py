@@ -95,7 +95,7 @@ def test_the_device_daemon_imports_only_the_device_path():
 def _algorithm_modules():
     from edgedp import algorithms
 
-    return sorted({m.__name__ for m in algorithms.BY_MECHANISM.values()})
+    return sorted(m.__name__ for m in algorithms.MODULES)
 
 
 @pytest.mark.parametrize("module", _algorithm_modules())
@@ -107,14 +107,12 @@ def test_every_algorithm_module_exposes_the_same_names(module):
         "NAME",
         "TRUST_MODEL",
         "MECHANISMS",
+        "RULES",
         "check_plan",
-        "init_state",
-        "send",
-        "receive",
-        "model",
     ]:
         assert hasattr(mod, name), f"{module} lacks {name}"
-    assert set(mod.__all__) >= {"NAME", "TRUST_MODEL", "init_state", "send", "receive", "model"}
+    assert set(mod.__all__) >= {"NAME", "TRUST_MODEL", "RULES", "MECHANISMS", "check_plan"}
+    assert isinstance(mod.RULES, mechanisms.Rules) and mod.RULES.check_plan is mod.check_plan
     assert not {"combine", "combine_node", "ACCOUNTANT"} & set(vars(mod))  # removed exports
     for m in mod.MECHANISMS:  # each record runs these rules and is the registered one
-        assert m.rules is mod and mechanisms.get(m.name) is m
+        assert m.rules is mod.RULES and mechanisms.get(m.name) is m

@@ -53,6 +53,7 @@ __all__ = [
     "mix_node",
     "model",
     "receive",
+    "rules",
     "send",
 ]
 
@@ -253,3 +254,16 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
     noise = float(np.sum(facts.noise_std[: share.steps]))
     step = share.steps * share.clip_norm + z * noise / bounds.batch_floor(share)
     return (bounds.rounded(float(np.max(np.abs(theta0))) + share.learning_rate * step),)
+
+
+def rules(check_plan: Callable[[Any], None], *, send=send) -> mechanisms.Rules:
+    """The D-SGD family's round rules (these functions) with a mechanism's own plan check
+    (and, for Muffliato, its own ``send``)."""
+    return mechanisms.Rules(
+        init_state=init_state,
+        send=send,
+        receive=receive,
+        model=model,
+        check_plan=check_plan,
+        message_bound=message_bound,
+    )

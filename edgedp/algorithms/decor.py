@@ -14,30 +14,16 @@ Per-edge keys: plan seed in simulations, :func:`edgedp.keys.pairwise_secret` on 
 
 from __future__ import annotations
 
-import sys
-
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms._gossip import (
-    init_state,
-    local_step,
-    message_bound,
-    model,
-    receive,
-    send,
-)
+from edgedp.algorithms import _gossip
 
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
-    "init_state",
-    "local_step",
-    "message_bound",
-    "model",
-    "receive",
-    "send",
 ]
 
 NAME = "decor"
@@ -59,12 +45,13 @@ def check_plan(plan) -> None:
         raise ValueError("DECOR uses one sigma_pair and one sigma_cor for every node and edge.")
 
 
-_rules = sys.modules[__name__]
+#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+RULES = _gossip.rules(check_plan)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "decor",
-        _rules,
+        RULES,
         family="cross",
         noise="gaussian",
         trust_model=TRUST_MODEL,

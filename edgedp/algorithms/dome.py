@@ -54,17 +54,17 @@ every node decodes with the same S_t, so the noise cancels in the mixing as in â
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
-from edgedp import bounds, factors, mechanisms, sketch
+from edgedp import bounds, factors, mechanisms, sketch, topology
 from edgedp.accounting import dome
 from edgedp.algorithms._gossip import SketchExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
     "init_state",
@@ -101,7 +101,9 @@ def check_plan(plan) -> None:
                 "do not include them (only the all-messages view would hold): not combined."
             )
 
-        tree = sketch_adaptive.spanning_tree(_graph(plan))
+        tree = sketch_adaptive.spanning_tree(
+            topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
+        )
         need = sketch_adaptive.min_lag(tree.height, spec.refresh)
         if spec.lag < need:
             raise ValueError(
@@ -113,14 +115,6 @@ def check_plan(plan) -> None:
             "noise_aware moments subtract the variance of independent per-step noise; "
             f"they are not derived for the temporal factor {plan.factor.kind!r}."
         )
-
-
-def _graph(plan) -> list[list[int]]:
-    """Each node's graph neighbours (non-zero mixing weight) from the plan's padded rows."""
-    return [
-        [int(v) for v, w in zip(idx, wt, strict=True) if w != 0]
-        for idx, wt in zip(plan.mixing_index, plan.mixing_weight, strict=True)
-    ]
 
 
 def init_state(theta0: np.ndarray) -> dict[str, np.ndarray]:
@@ -241,12 +235,20 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
     return (model, tree)
 
 
-_rules = sys.modules[__name__]
+#: The round rules.
+RULES = mechanisms.Rules(
+    init_state=init_state,
+    send=send,
+    receive=receive,
+    model=model,
+    check_plan=check_plan,
+    message_bound=message_bound,
+)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dome",
-        _rules,
+        RULES,
         family="dome",
         noise="gaussian",
         trust_model=TRUST_MODEL,

@@ -7,30 +7,16 @@ guarantee is certified by :func:`edgedp.accounting.mf.ldp_guarantee` with C_loca
 
 from __future__ import annotations
 
-import sys
-
 from edgedp import factors, mechanisms
 from edgedp.accounting import mf
-from edgedp.algorithms._gossip import (
-    init_state,
-    local_step,
-    message_bound,
-    model,
-    receive,
-    send,
-)
+from edgedp.algorithms import _gossip
 
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
-    "init_state",
-    "local_step",
-    "message_bound",
-    "model",
-    "receive",
-    "send",
 ]
 
 NAME = "dp-dsgd"
@@ -43,12 +29,13 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected the identity factor for dp-dsgd, got {plan.factor.kind!r}.")
 
 
-_rules = sys.modules[__name__]
+#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+RULES = _gossip.rules(check_plan)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dp-dsgd",
-        _rules,
+        RULES,
         family="sgd",
         noise="gaussian",
         trust_model=TRUST_MODEL,

@@ -25,8 +25,6 @@ Trust model: pure ε-LDP against an attacker who sees every message, certified b
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from edgedp import bounds, factors, mechanisms
@@ -36,6 +34,7 @@ from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gath
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
     "init_state",
@@ -101,12 +100,20 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
     return (bounds.rounded(top),)
 
 
-_rules = sys.modules[__name__]
+#: The round rules.
+RULES = mechanisms.Rules(
+    init_state=init_state,
+    send=send,
+    receive=receive,
+    model=model,
+    check_plan=check_plan,
+    message_bound=message_bound,
+)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dpop",
-        _rules,
+        RULES,
         family="laplace",
         noise="laplace",
         trust_model=TRUST_MODEL,

@@ -11,30 +11,16 @@ under the plan's (k, b) participation (paper 000 Thm 7, Lemma 10).
 
 from __future__ import annotations
 
-import sys
-
 from edgedp import factors, mechanisms
 from edgedp.accounting import mf
-from edgedp.algorithms._gossip import (
-    init_state,
-    local_step,
-    message_bound,
-    model,
-    receive,
-    send,
-)
+from edgedp.algorithms import _gossip
 
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
-    "init_state",
-    "local_step",
-    "message_bound",
-    "model",
-    "receive",
-    "send",
 ]
 
 NAME = "mf-dsgd"
@@ -48,14 +34,15 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected the factor's horizon {steps} >= steps={plan.steps}.")
 
 
-_rules = sys.modules[__name__]
+#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+RULES = _gossip.rules(check_plan)
 
 
 def _mechanism(name: str, **fields) -> mechanisms.Mechanism:
     """An MF-D-SGD mechanism: these rules, Gaussian noise, the μ-GDP matrix accountant."""
     return mechanisms.Mechanism(
         name,
-        _rules,
+        RULES,
         family="mf",
         noise="gaussian",
         trust_model=TRUST_MODEL,

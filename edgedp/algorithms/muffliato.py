@@ -13,36 +13,22 @@ so μ = 1/σ with k counting gradient rounds only
 
 from __future__ import annotations
 
-import sys
-
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms._gossip import (
-    CrossExtra,
-    StepContext,
-    init_state,
-    local_step,
-    message_bound,
-    model,
-)
-from edgedp.algorithms._gossip import receive as _receive
+from edgedp.algorithms import _gossip
+from edgedp.algorithms._gossip import CrossExtra, StepContext, local_step
 
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
-    "init_state",
-    "local_step",
-    "message_bound",
-    "model",
-    "receive",
     "send",
 ]
 
 NAME = "muffliato"
 TRUST_MODEL = "LDP: every message is private; gossip-only rounds are post-processing"
-receive = _receive
 
 
 def _rounds(ctx: StepContext) -> int:
@@ -78,12 +64,13 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected steps={plan.steps} to be a multiple of K={spec.gossip_rounds}.")
 
 
-_rules = sys.modules[__name__]
+#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this send and plan check.
+RULES = _gossip.rules(check_plan, send=send)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "muffliato",
-        _rules,
+        RULES,
         family="cross",
         noise="gaussian",
         trust_model=TRUST_MODEL,

@@ -29,8 +29,6 @@ coalition), certified by :mod:`edgedp.accounting.laplace` (Lemma 4.4, Thm 4.5).
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from edgedp import bounds, factors, mechanisms
@@ -40,6 +38,7 @@ from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gath
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
     "init_state",
@@ -115,12 +114,20 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
     return (bounds.rounded(top),)
 
 
-_rules = sys.modules[__name__]
+#: The round rules.
+RULES = mechanisms.Rules(
+    init_state=init_state,
+    send=send,
+    receive=receive,
+    model=model,
+    check_plan=check_plan,
+    message_bound=message_bound,
+)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "sr-gt",
-        _rules,
+        RULES,
         family="laplace",
         noise="laplace",
         trust_model=TRUST_MODEL,

@@ -15,30 +15,20 @@ not credited (it protects against single neighbours; PNDP for Zip-DL is not impl
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms._gossip import (
-    StepContext,
-    init_state,
-    message_bound,
-    model,
-    receive,
-)
+from edgedp.algorithms import _gossip
+from edgedp.algorithms._gossip import StepContext
 
 __all__ = [
     "MECHANISMS",
     "NAME",
+    "RULES",
     "TRUST_MODEL",
     "check_plan",
-    "init_state",
     "local_step",
-    "message_bound",
-    "model",
-    "receive",
     "send",
 ]
 
@@ -83,12 +73,13 @@ def check_plan(plan) -> None:
         raise ValueError("Zip-DL needs a symmetric mixing matrix (w_j = W[j, u] = W[u, j]).")
 
 
-_rules = sys.modules[__name__]
+#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this send and plan check.
+RULES = _gossip.rules(check_plan, send=send)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "zipdl",
-        _rules,
+        RULES,
         family="cross",
         noise="gaussian",
         trust_model=TRUST_MODEL,
