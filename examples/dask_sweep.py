@@ -20,7 +20,7 @@ def point(dropout: float, seed: int) -> tuple[float, int, float]:
 
 
 if __name__ == "__main__":
-    with LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
         with Client(cluster) as client:
             grid = [(d, s) for d in DROPOUTS for s in SEEDS]
             futures = client.map(point, *zip(*grid, strict=True), pure=False)
