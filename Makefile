@@ -7,9 +7,10 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --quiet -c constraints.txt
 ALL    := $(VENV)/.installed-all
 DEMO   := $(VENV)/.installed-demo
-CHECKED := edgedp edgedp_sim firmware_py edgedp_topologies edgedp_cli tests benchmarks scripts
+CHECKED := edgedp edgedp_sim firmware_py edgedp_topologies edgedp_cli tests benchmarks scripts \
+           experiments
 
-.PHONY: demo test bench lint constraints clean
+.PHONY: demo test bench lint results constraints clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,12 @@ test: $(ALL)
 
 bench: $(ALL)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# every experiment again (or ONLY="NAME ...", STALE=1: those whose code changed, QUICK=1: the
+# small versions CI compares with), then docs/RESULTS.md's tables from the outputs
+results: $(ALL)
+	$(PY) experiments/results.py run $(if $(QUICK),--quick) $(if $(STALE),--stale) $(ONLY)
+	$(PY) experiments/results.py doc
 
 lint: $(ALL)
 	$(VENV)/bin/ruff check $(CHECKED)

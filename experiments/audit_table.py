@@ -16,12 +16,12 @@ Per (mechanism, attacker): certified ε (and μ) of the accountant for that atta
 view (μ_view) or, for Laplace, ε of the victim's inverted releases (ε_view). Writes
 experiments/out/audit_table.json, .md and .png; progress on stderr.
 
-Run: python experiments/audit_table.py [--trials 10000] [--example-trials 4000]
+Run: python experiments/audit_table.py [--trials 10000] [--example-trials 4000] [--quick]
+[--out-dir DIR] (``--quick``: 200 gradient-canary trials, no example canary)
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -29,7 +29,8 @@ from pathlib import Path
 
 from edgedp_sim import adversary, audit, audit_plans, provenance, scenarios
 
-OUT = Path(__file__).resolve().parent / "out"
+import common
+
 ATTACKERS = ("eavesdropper:all", "eavesdropper:0-1", "hbc:1,7")
 SETTING = audit_plans.Setting()
 
@@ -185,11 +186,12 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=10000)
-    ap.add_argument("--example-trials", type=int, default=4000, help="0: skip")
-    ap.add_argument("--out", default=str(OUT / "audit_table.json"))
-    args = ap.parse_args()
+    ap = common.parser(__doc__)
+    ap.add_argument("--trials", type=int, default=None, help="default 10000 (quick: 200)")
+    ap.add_argument(
+        "--example-trials", type=int, default=None, help="0: skip; default 4000 (quick: 0)"
+    )
+    args = common.defaults(ap.parse_args(), trials=(10000, 200), example_trials=(4000, 0))
     started = time.perf_counter()
     result = {
         "setting": {
@@ -214,8 +216,7 @@ def main() -> None:
         result["example_trials"] = args.example_trials
         result["example"] = audit_all(args.example_trials, "example")
     result["total_seconds"] = round(time.perf_counter() - started, 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = common.out_dir(args) / "audit_table.json"
     provenance.write_json(out, result)
     out.with_suffix(".md").write_text(markdown(result))
     plot(result, out.with_suffix(".png"))

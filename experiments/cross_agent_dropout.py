@@ -19,7 +19,8 @@ the planned ones, so max_i [R[A,A]⁻¹]_ii <= max_i [R⁻¹]_ii (Schur compleme
 satisfies the unit bound by construction. Neither is ever worse than planned.
 
 Writes experiments/out/cross_agent_dropout.json and .png.
-Run: python experiments/cross_agent_dropout.py
+Run: python experiments/cross_agent_dropout.py [--quick] [--out-dir DIR] (``--quick``: the
+first graph, 20 online sets per rate)
 """
 
 # Paper letters W, R: see docs/NOTATION.md.
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -43,12 +43,14 @@ from edgedp.planning import cross_agent as planner
 from edgedp.planning import whisper
 from edgedp_sim import provenance
 
+import common
+
 # ---------------------------------------------------------------- constants
 SEED = 0  # dropout draws and ER graph
 GRAPHS = ("er:20:0.6:0", "er:50:0.2:0")  # dense enough that DECOR is not LDP (σ²_cor > 0)
 DROPOUT = (0.0, 0.05, 0.2)
 ROUNDS = 200  # random online sets per dropout rate
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"GRAPHS": GRAPHS[:1], "ROUNDS": 20}
 
 
 def renormalized(W: np.ndarray, alive: np.ndarray) -> np.ndarray:
@@ -115,7 +117,10 @@ def one_graph(spec: str, gen: np.random.Generator, t0: float) -> dict:
 
 
 def main() -> None:
-    OUT.mkdir(exist_ok=True)
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     t0 = time.perf_counter()
     gen = np.random.default_rng(SEED)
     results = [one_graph(spec, gen, t0) for spec in GRAPHS]
@@ -145,16 +150,17 @@ def main() -> None:
         "rounds": ROUNDS,
         "seed": SEED,
         "units": "unit bound",
+        "quick": args.quick,
     }
     provenance.write_json(
-        OUT / "cross_agent_dropout.json",
+        out / "cross_agent_dropout.json",
         {"config": config, "results": results, "never_worse": never_worse},
     )
-    plot(results)
-    print(f"wrote {OUT / 'cross_agent_dropout.json'} and .png ({time.perf_counter() - t0:.1f}s)")
+    plot(results, out / "cross_agent_dropout.png")
+    print(f"wrote {out / 'cross_agent_dropout.json'} and .png ({time.perf_counter() - t0:.1f}s)")
 
 
-def plot(results) -> None:
+def plot(results, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,7 +182,8 @@ def plot(results) -> None:
         ax.set(ylabel="residual noise Tr(W' R W'^T)/|A| (unit bound)", title=res["graph"])
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(OUT / "cross_agent_dropout.png", dpi=120)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ over nodes and trials ± s.e.), the post-mixing noise variance per gradient step
 Tr(W^K R W^Kᵀ)/n from the plan, per-agent draws per step, and ε against one curious insider
 and against a victim's colluding neighbourhood. The CDP reference is DP-D-SGD with σ/√n
 (not locally private). Writes experiments/out/cross_agent_side_by_side.json and .png.
-Run: python experiments/cross_agent_side_by_side.py
+Run: python experiments/cross_agent_side_by_side.py [--quick] [--out-dir DIR] (``--quick``:
+T = 100, 2 trials, one learning rate)
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -29,6 +29,8 @@ from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import cross_agent as planner
 from edgedp_sim import batch, datasets, provenance
+
+import common
 
 # ---------------------------------------------------------------- constants
 SEED = 0  # graph, partition and plan seed; trials 0..TRIALS-1 are the noise draws
@@ -48,12 +50,12 @@ RUNS = (
     ("Muffliato K = 2", "muffliato", {"gossip_rounds": 2}),
     ("Muffliato K = 4", "muffliato", {"gossip_rounds": 4}),
 )
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"T": 100, "TRIALS": 2, "LRS": (1.0,)}
 
 
 def build(mechanism: str, options: dict, graph, lr: float):
     rounds = T * options.get("gossip_rounds", 1)
-    common = dict(
+    shared = dict(
         steps=rounds,
         participation=Participation(rounds, 1),
         clip_norm=CLIP,
@@ -64,15 +66,18 @@ def build(mechanism: str, options: dict, graph, lr: float):
     )
     if mechanism in ("ldp", "cdp"):
         sigma = gdp.noise_multiplier(EPS, delta=DELTA) / (math.sqrt(N) if mechanism == "cdp" else 1)
-        return make_plan("dp-dsgd", graph, noise_multiplier=sigma, **common), None
+        return make_plan("dp-dsgd", graph, noise_multiplier=sigma, **shared), None
     planned = planner.plan_cross_agent(
-        mechanism, graph, target_epsilon=EPS, delta=DELTA, **common, **options
+        mechanism, graph, target_epsilon=EPS, delta=DELTA, **shared, **options
     )
     return planned.plan, planner.report(planned.plan, delta=DELTA)
 
 
 def main() -> None:
-    OUT.mkdir(exist_ok=True)
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     t0 = time.perf_counter()
     graph = edgedp_topologies.parse(f"er:{N}:{P}:{SEED}")
     data = datasets.partition(datasets.load(DATASET, seed=SEED), N, scheme=PARTITION, seed=SEED)
@@ -131,15 +136,16 @@ def main() -> None:
         "dataset": DATASET,
         "partition": PARTITION,
         "seed": SEED,
+        "quick": args.quick,
     }
-    provenance.write_json(OUT / "cross_agent_side_by_side.json", {"config": config, "rows": rows})
-    plot(rows)
+    provenance.write_json(out / "cross_agent_side_by_side.json", {"config": config, "rows": rows})
+    plot(rows, out / "cross_agent_side_by_side.png")
     print(
-        f"wrote {OUT / 'cross_agent_side_by_side.json'} and .png ({time.perf_counter() - t0:.0f}s)"
+        f"wrote {out / 'cross_agent_side_by_side.json'} and .png ({time.perf_counter() - t0:.0f}s)"
     )
 
 
-def plot(rows) -> None:
+def plot(rows, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,7 +168,8 @@ def plot(rows) -> None:
     )
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(OUT / "cross_agent_side_by_side.png", dpi=120)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ paper 002 Alg. 2 fed by the spanning-tree sum of the releases with the shortest 
 BFS tree of ER(16, 0.3) allows (:mod:`edgedp.sketch_adaptive`), with and without mean
 removal, against random ``block`` and ``gaussian`` bases and DP-D-SGD on the same model.
 The adaptive and Gaussian bases are dense (O(d·k) per projection of every per-example
-gradient), too slow for d = 19,210 here. Finished runs
-are read back from the JSON file, so an interrupted run resumes.
+gradient), too slow for d = 19,210 here.
 
 The learning rate of each method is the best final test loss over a small grid (the same
 selection for every method; optimistic for all alike); the large model runs one learning
@@ -41,18 +40,16 @@ over seed 1 and the finished extra seeds, the difference to DP-D-SGD with its We
 standard error, and the bytes per round; the fourth PNG panel shows mean ± sd and the
 single seeds. The learning rate was selected on seed 1, which slightly favours that seed.
 
-Writes experiments/out/dome_tradeoff.json and dome_tradeoff.png.
-Run: python experiments/dome_tradeoff.py   (about 12 minutes on 2 cores; the adaptive
-block about 10 more, the seed block about 8 more)
+Writes experiments/out/dome_tradeoff.json and dome_tradeoff.png when every run is done.
+Run: python experiments/dome_tradeoff.py [--quick] [--out-dir DIR] (``--quick``: T = 10, ε = 4,
+one learning rate per method, a few variants and one extra seed)
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -65,6 +62,8 @@ from edgedp.accounting.participation import Participation
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
 from edgedp_sim import batch, datasets, provenance
+
+import common
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:16:0.3:0"  # graph seed 0
@@ -129,7 +128,19 @@ ADAPTIVE_METHODS = {
 SEED_SETTING = (SMALL, 4.0)
 EXTRA_SEEDS = (2, 3, 4, 5)
 SEED_METHODS = ("dp-dsgd", "dome k=d/100", "dome k=d/10", "dome k=d/10 fixed basis")
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {
+    "STEPS": 10,
+    "EVAL_EVERY": 5,
+    "SETTINGS": [(SMALL, 4.0)],
+    "METHODS": {m: (f, grid[:1]) for m, (f, grid) in METHODS.items()},
+    "EXTRAS": {m: EXTRAS[m] for m in ("dome k=d/10 fixed basis", "dome k=d/10 adam")},
+    "ADAPTIVE_METHODS": {
+        m: (f, grid[1:2], o)
+        for m, (f, grid, o) in ADAPTIVE_METHODS.items()
+        if m in ("dp-dsgd", "dome k=d/10", "dome k=d/100 adaptive")
+    },
+    "EXTRA_SEEDS": (2,),
+}
 
 
 def load():
@@ -275,7 +286,7 @@ def _seed_summary(best: dict, seed_runs: dict) -> dict:
     return out
 
 
-def _write(data, runs: dict, table: list, seed_runs: dict | None = None, seeds=None) -> None:
+def _write(path, data, runs: dict, table: list, seed_runs: dict, seeds: dict, *, quick) -> None:
     payload = {
         "config": {
             "graph": GRAPH,
@@ -301,17 +312,21 @@ def _write(data, runs: dict, table: list, seed_runs: dict | None = None, seeds=N
             "seed_setting": SEED_SETTING,
             "extra_seeds": EXTRA_SEEDS,
             "seed_methods": SEED_METHODS,
+            "quick": quick,
         },
         "table": table,
         "runs": [r for rs in runs.values() for r in rs],
-        "seed_runs": list((seed_runs or {}).values()),
-        "seeds_eps4": seeds or {},
+        "seed_runs": list(seed_runs.values()),
+        "seeds_eps4": seeds,
     }
-    OUT.mkdir(exist_ok=True)
-    provenance.write_json(OUT / "dome_tradeoff.json", payload)
+    provenance.write_json(path, payload)
 
 
 def main() -> None:
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     data = load()
     print(
         f"digits: 16 agents x {data.local_size} images on {GRAPH}, T={STEPS}, "
@@ -333,17 +348,6 @@ def main() -> None:
     jobs.sort(key=lambda j: (j[0] != LARGE, "d/10 " not in j[2] + " "))
     runs: dict[tuple, list[dict]] = {}
     seed_runs: dict[tuple, dict] = {}  # (method, lr, seed) -> run
-    previous_seed_runs = []
-    path = OUT / "dome_tradeoff.json"
-    if path.exists():  # resume: keep finished runs of this configuration
-        previous = json.loads(path.read_text())
-        previous_seed_runs = previous.get("seed_runs", [])
-        for r in previous.get("runs", []):
-            job = (r["model"], r["eps"], r["method"], r["lr"])
-            if job in jobs:
-                runs.setdefault(job[:3], []).append(r)
-                jobs.remove(job)
-        print(f"resuming: {sum(map(len, runs.values()))} finished runs read back", flush=True)
     start = time.time()
     with ProcessPoolExecutor(WORKERS) as pool:
         futures = {pool.submit(run_one, *job): job for job in jobs}
@@ -351,8 +355,6 @@ def main() -> None:
             model, eps, method, lr = futures[fut]
             r = fut.result()
             runs.setdefault((model, eps, method), []).append(r)
-            # keep the seed runs read back (the seed block below runs after these)
-            _write(data, runs, [], dict(enumerate(previous_seed_runs)))
             status = (
                 "diverged"
                 if r["diverged"]
@@ -363,6 +365,8 @@ def main() -> None:
                 f"({time.time() - start:.0f} s)",
                 flush=True,
             )
+    for rs in runs.values():  # in grid order, whichever finished first
+        rs.sort(key=lambda r: r["lr"])
     best = {key: _best(rs) for key, rs in runs.items()}
     # seed replication at the learning rate selected on seed NOISE_SEED
     seed_jobs = [
@@ -370,12 +374,7 @@ def main() -> None:
         for method in SEED_METHODS
         for seed in EXTRA_SEEDS
     ]
-    for r in previous_seed_runs:  # resume
-        job = (r["model"], r["eps"], r["method"], r["lr"], r["seed"])
-        if job in seed_jobs:
-            seed_runs[job[2:]] = r
-            seed_jobs.remove(job)
-    print(f"seed block: {len(seed_runs)} runs read back, {len(seed_jobs)} to run", flush=True)
+    print(f"seed block: {len(seed_jobs)} runs", flush=True)
     start = time.time()
     with ProcessPoolExecutor(WORKERS) as pool:
         futures = {pool.submit(run_one, *job): job for job in seed_jobs}
@@ -383,7 +382,6 @@ def main() -> None:
             model, eps, method, lr, seed = futures[fut]
             r = fut.result()
             seed_runs[(method, lr, seed)] = r
-            _write(data, runs, [], seed_runs, _seed_summary(best, seed_runs))
             status = (
                 "diverged"
                 if r["diverged"]
@@ -394,13 +392,15 @@ def main() -> None:
                 f"({time.time() - start:.0f} s)",
                 flush=True,
             )
+    seed_runs = {key: seed_runs[key] for key in sorted(seed_runs)}
+    runs = {key: runs[key] for key in sorted(runs)}
     seeds = _seed_summary(best, seed_runs)
     keys = [(m, e, method) for m, e in SETTINGS for method in METHODS]
     keys += [(*EXTRA_SETTING, method) for method in EXTRAS]
     keys += [(*ADAPTIVE_SETTING, method) for method in ADAPTIVE_METHODS]
     table = [_row(key, best[key]) for key in keys]
-    _write(data, runs, table, seed_runs, seeds)
-    plot(best, seeds)
+    _write(out / "dome_tradeoff.json", data, runs, table, seed_runs, seeds, quick=args.quick)
+    plot(best, seeds, out / "dome_tradeoff.png")
     head = ("model", "eps", "method", "k", "lr", "loss", "acc", "B/round")
     print("{:<16}{:>5}  {:<34}{:>7}{:>7}{:>8}{:>7}{:>12}".format(*head))
     for row in table:
@@ -426,14 +426,14 @@ def main() -> None:
             )
             + f"{s['payload_bytes_per_round']:>10}"
         )
-    print(f"wrote {OUT / 'dome_tradeoff.json'}, dome_tradeoff.png")
+    print(f"wrote {out / 'dome_tradeoff.json'}, dome_tradeoff.png")
 
 
 def _num(x) -> float:
     return float("nan") if x is None else x
 
 
-def plot(best: dict, seeds: dict) -> None:
+def plot(best: dict, seeds: dict, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -506,7 +506,7 @@ def plot(best: dict, seeds: dict) -> None:
     ax.set_title(f"ε = {SEED_SETTING[1]:g}, d = 19,210: mean ± sd over noise seeds")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(OUT / "dome_tradeoff.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 

@@ -4,26 +4,34 @@ with its faults and message loss removed (same graph, plan, latency and bandwidt
 The plan — and therefore the certified guarantee — is the same object in both runs; nodes
 that sit out a round still draw and discard that round's noise (noise is never reduced or
 reused). Writes experiments/out/event_faults.json and .png.
+Run: python experiments/event_faults.py [--quick] [--out-dir DIR] (``--quick``: 10 rounds each)
 """
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+from edgedp_sim import provenance, runner, scenarios
+from edgedp_sim.churn import Faults
+
+import common
 
 # --- constants ---
 SCENARIOS = ("lan_er100", "wan_smallworld300", "churn_er50")
-OUT = "experiments/out"
-
-import dataclasses  # noqa: E402
-import math  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from edgedp_sim import provenance, runner, scenarios  # noqa: E402
-from edgedp_sim.churn import Faults  # noqa: E402
+QUICK_STEPS = 10  # rounds of each scenario in the quick run (the files' own otherwise)
 
 
 def main() -> None:
+    args = common.parser(__doc__).parse_args()
+    out = common.out_dir(args)
     rows = []
     base = Path(scenarios.__file__).parent
     for name in SCENARIOS:
-        sc = scenarios.load(base / f"{name}.toml")
+        raw = scenarios.read_toml(base / f"{name}.toml")
+        if args.quick:
+            raw.update(steps=QUICK_STEPS, eval_every=QUICK_STEPS // 2)
+        sc = scenarios.parse(raw, base=base)
         clean = dataclasses.replace(
             sc, faults=Faults(), network=dataclasses.replace(sc.network, loss=0.0)
         )
@@ -61,9 +69,7 @@ def main() -> None:
                 "fault_free_simulated_seconds": ideal["simulated_seconds"],
             }
         )
-    out = Path(OUT)
-    out.mkdir(parents=True, exist_ok=True)
-    provenance.write_json(out / "event_faults.json", {"rows": rows})
+    provenance.write_json(out / "event_faults.json", {"rows": rows, "quick": args.quick})
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,6 +95,7 @@ def main() -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "event_faults.png", dpi=110)
+    plt.close(fig)
     print(f"{'scenario':<22}{'fault-free':>12}{'faulty':>10}{'missing':>9}{'crashes':>9}")
     for r in rows:
         print(

@@ -7,6 +7,7 @@ error. Also a 3-dimensional V observed through a random linear map plus noise
 (I = A V + E, the linear-Gaussian attacker's view; A fixed, drawn once from seed SEED + 1),
 whose exact MI is ½ log₂ det(I + A Aᵀ / s²). N = 5,000 is paper 004's trial count (§6.3).
 Writes experiments/out/ksg_vs_gaussian.json and .png. Run: python experiments/ksg_vs_gaussian.py
+[--quick] [--out-dir DIR] (``--quick``: 5 SNRs, N = 1,000, 3 sample sets)
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ import numpy as np
 
 from edgedp_sim import leakage, provenance
 
+import common
+
 # ---------------------------------------------------------------- constants
 SEED = 20240  # numpy Generator seed for samples and tie noise
 SNRS = np.logspace(-2, 2, 17)  # 0.01 … 100
 SAMPLES = (1000, 5000)  # N; 5,000 as in paper 004 §6.3
 REPEATS = 20  # independent sample sets per (SNR, N)
 K = leakage.DEFAULT_NEIGHBORS
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"SNRS": np.logspace(-2, 2, 5), "SAMPLES": (1000,), "REPEATS": 3}
 
 
 def scalar_case(g: np.random.Generator, snr: float, n: int, A) -> tuple[float, np.ndarray]:  # noqa: N803
@@ -56,6 +59,7 @@ def run() -> dict:
             "k": K,
             "repeats": REPEATS,
             "samples": list(SAMPLES),
+            "snrs": [float(x) for x in SNRS],
             "linear_map": A.tolist(),
         },
         "cases": {},
@@ -97,7 +101,7 @@ def plot(result: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for c, (name, rows) in enumerate(result["cases"].items()):
-        for n, marker in zip(SAMPLES, "os", strict=True):
+        for n, marker in zip(SAMPLES, "os^v", strict=False):
             sel = [r for r in rows if r["n"] == n]
             snr = np.array([r["snr"] for r in sel])
             mean = np.array([r["ksg_mean_bits"] for r in sel])
@@ -136,14 +140,19 @@ def plot(result: dict, path: Path) -> None:
     axes[1].set_title(f"bias, {REPEATS} sample sets per point")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     result = run()
-    provenance.write_json(OUT / "ksg_vs_gaussian.json", result, indent=2)
-    plot(result, OUT / "ksg_vs_gaussian.png")
-    print(f"wrote {OUT / 'ksg_vs_gaussian.json'} and .png")
+    result["config"]["quick"] = args.quick
+    provenance.write_json(out / "ksg_vs_gaussian.json", result, indent=2)
+    plot(result, out / "ksg_vs_gaussian.png")
+    print(f"wrote {out / 'ksg_vs_gaussian.json'} and .png")
     return 0
 
 

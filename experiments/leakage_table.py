@@ -27,12 +27,12 @@ mixes both) and KSG's scale-dependence, so those cells stay low. For the Gaussia
 mechanisms V varies with the minibatch and the model.
 
 Writes experiments/out/leakage_table.json, .png and .md (the markdown table is printed).
-Run: python experiments/leakage_table.py [--trials N] [--steps T]
+Run: python experiments/leakage_table.py [--trials N] [--steps T] [--quick] [--out-dir DIR]
+(``--quick``: N = 200, T = 6)
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -53,7 +53,8 @@ from edgedp.sketch import SketchSpec
 from edgedp.topology import metropolis_hastings
 from edgedp_sim import adversary, datasets, leak, provenance, scenarios
 
-OUT = Path(__file__).resolve().parent / "out"
+import common
+
 GRAPH = "ring:6"
 VICTIM = 0
 ATTACKERS = ("hbc:1,5", "eavesdropper:0-1", "eavesdropper:all")
@@ -105,7 +106,7 @@ def plan_for(mechanism: str, steps: int):
     ).local_size
     per_epoch = local // BATCH
     part = Participation(math.ceil(steps / per_epoch), per_epoch)
-    common = dict(
+    shared = dict(
         steps=steps,
         participation=part,
         clip_norm=1.0,
@@ -120,7 +121,7 @@ def plan_for(mechanism: str, steps: int):
             "whisper": {"form": "lowrank", "rank": 2},  # "local" on a ring is DECOR's R
         }
         return cross_planner.plan_cross_agent(
-            mechanism, graph, noise_multiplier=SIGMA, **common, **extra.get(mechanism, {})
+            mechanism, graph, noise_multiplier=SIGMA, **shared, **extra.get(mechanism, {})
         ).plan
     noise = {} if mechanism == "dsgd" else {"noise_multiplier": SIGMA}
     if mechanism == "mafalda":
@@ -130,15 +131,14 @@ def plan_for(mechanism: str, steps: int):
         noise["factor"] = planned.factor
     if mechanism == "dome":
         noise["sketch"] = SketchSpec(dim=2, seed=1)
-    return make_plan(mechanism, graph, **common, **noise)
+    return make_plan(mechanism, graph, **shared, **noise)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=2000)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--out", default=str(OUT / "leakage_table.json"))
-    args = ap.parse_args()
+    ap = common.parser(__doc__)
+    ap.add_argument("--trials", type=int, default=None, help="default 2000 (quick: 200)")
+    ap.add_argument("--steps", type=int, default=None, help="default 20 (quick: 6)")
+    args = common.defaults(ap.parse_args(), trials=(2000, 200), steps=(20, 6))
     attackers = [adversary.parse_attacker(a) for a in ATTACKERS]
     started = time.perf_counter()
     rows = []
@@ -187,12 +187,12 @@ def main() -> None:
             "coordinate": 0,
             "sigma": SIGMA,
             "attackers": list(ATTACKERS),
+            "quick": args.quick,
         },
         "rows": rows,
         "total_seconds": round(time.perf_counter() - started, 1),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = common.out_dir(args) / "leakage_table.json"
     provenance.write_json(out, result)
     md = markdown(result)
     out.with_suffix(".md").write_text(md + "\n")

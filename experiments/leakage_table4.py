@@ -31,14 +31,13 @@ rebuild): agent 2 alone (agent 3 honest) and the eavesdropper; Alg. 1 at ε = 1 
 CURVE-encrypted links under the eavesdropper (sizes, timing only).
 
 Writes experiments/out/leakage_table4.json and .png and prints the tables with the paper's
-values. Progress goes to stderr. The full run took 94 minutes on 2 shared, loaded cores
-(measured and stored in the JSON). Run: python experiments/leakage_table4.py [--trials N]
-[--steps K] [--audit-trials N]
+values. Progress goes to stderr; the run time is stored in the JSON. Run:
+python experiments/leakage_table4.py [--trials N] [--steps K] [--audit-trials N] [--quick]
+[--out-dir DIR] (``--quick``: N = 200, K = 50, 200 audit trials)
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import tomllib
@@ -51,8 +50,9 @@ import numpy as np
 
 from edgedp_sim import adversary, leak, leakage, provenance, scenarios, sensor_fusion, zero_sum
 
+import common
+
 SCENARIO = Path(scenarios.__file__).parent / "leakage_table4.toml"
-OUT = Path(__file__).resolve().parent / "out"
 EPSILONS = (10.0, 1.0, 0.1)
 PAPER_61 = {  # ε: (γ, β, q1, q2), paper 004 §6.1 (also experiments/sr_gt_sensor_fusion.py)
     0.1: (0.001, 1000.0, 0.92, 0.99),
@@ -130,12 +130,17 @@ def residuals(instances):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=5000)
-    ap.add_argument("--steps", type=int, default=None, help="iterations (default: 1000)")
-    ap.add_argument("--audit-trials", type=int, default=10000, help="0: no audit")
-    ap.add_argument("--out", default=str(OUT / "leakage_table4.json"))
-    args = ap.parse_args()
+    ap = common.parser(__doc__)
+    ap.add_argument("--trials", type=int, default=None, help="default 5000 (quick: 200)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="iterations (default: the scenario's; quick: 50)"
+    )
+    ap.add_argument(
+        "--audit-trials", type=int, default=None, help="0: no audit; default 10000 (quick: 200)"
+    )
+    args = common.defaults(
+        ap.parse_args(), trials=(5000, 200), steps=(None, 50), audit_trials=(10000, 200)
+    )
     started = time.perf_counter()
     rows: dict[str, dict] = {}
     curves: dict[str, list] = {}
@@ -265,6 +270,7 @@ def main() -> None:
             "schedules": {f"{e:g}": PAPER_61[e] for e in EPSILONS},
             "audit_trials": args.audit_trials,
             "accuracy": "mean over trials of ||x(K) - 1 x*^T||^2 (paper 004 §6.1 residual)",
+            "quick": args.quick,
         },
         "paper_table4": {
             k: {"eavesdropper": a, "hbc": b, "accuracy": PAPER_ACCURACY[k]}
@@ -274,8 +280,7 @@ def main() -> None:
         "curves": curves,
         "total_seconds": round(time.perf_counter() - started, 1),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = common.out_dir(args) / "leakage_table4.json"
     provenance.write_json(out, result)
     plot(curves, out.with_suffix(".png"), args.trials, steps)
     print(table(result))

@@ -19,6 +19,7 @@ is. The outputs say so.
 Paper 000 does not state T or σ for Fig. 2; we take T = 100 and σ = 1 (LDP RDP(2) = 1). RDP
 scales as 1/σ², so the PNDP/LDP ratios do not depend on σ; they do depend (mildly) on T.
 Writes experiments/out/pndp_distance.json and .png. Run: python experiments/pndp_distance.py
+[--quick] [--out-dir DIR] (``--quick``: the Florentine graph, T = 20)
 """
 
 # Paper letter W (gossip matrix); see docs/NOTATION.md.
@@ -41,6 +42,8 @@ from edgedp.accounting import pndp
 from edgedp.accounting.participation import Participation
 from edgedp_sim import provenance
 
+import common
+
 # ---------------------------------------------------------------- constants
 SEED = 0  # ER graph seed (edgedp_topologies.erdos_renyi resamples until connected)
 STEPS = 100  # T; not stated in paper 000 §7.1
@@ -48,7 +51,7 @@ NOISE_MULTIPLIER = 1.0  # σ; not stated in paper 000 §7.1 (RDP ∝ 1/σ²)
 ALPHA = 2.0  # Rényi order, as in Fig. 2
 GRAPHS = {"ER(100, 0.2)": f"er:100:0.2:{SEED}", "Florentine families": "florentine"}
 OBSERVERS = ("node", "eavesdropper")
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"STEPS": 20, "GRAPHS": {"Florentine families": "florentine"}}
 
 
 def by_distance(res: pndp.PNDPResult) -> list[dict]:
@@ -163,9 +166,13 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     result = run()
-    json_path, png_path = OUT / "pndp_distance.json", OUT / "pndp_distance.png"
+    result["config"]["quick"] = args.quick
+    json_path, png_path = out / "pndp_distance.json", out / "pndp_distance.png"
     provenance.write_json(json_path, result, indent=2, sort_keys=True)
     plot(result, png_path)
     print(f"PNDP rows: {pndp.MODEL} gradients (paper 000's model); LDP: {pndp.LDP_MODEL}")

@@ -18,7 +18,8 @@ Runs (each sr-gt and DPOP with the same γ, q₁, q₂, hence the same α_k, ν_
   is ∝ (q₂ − q₁)√(1 − q₂²)/((1 − q₁)q₂) — 0.39 here, 0.045 for the paper's values.
 Test accuracy is the mean over agents of each agent's model, averaged over trials.
 Writes experiments/out/sr_gt_digits.json and sr_gt_digits.png.
-Run: python experiments/sr_gt_digits.py
+Run: python experiments/sr_gt_digits.py [--quick] [--out-dir DIR] (``--quick``: 20 rounds,
+one trial, the paper's and the noiseless runs)
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -40,6 +40,8 @@ from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
 from edgedp_sim import batch, datasets, provenance
+
+import common
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:100:0.1:0"  # graph seed 0
@@ -57,7 +59,7 @@ PARAMS = {  # name: (γ, β, q1, q2)
 }
 RUNS = [("paper", 1.0), ("tuned", 1.0), ("tuned", 10.0), ("tuned", 100.0), ("tuned", math.inf)]
 MECHANISMS = ("sr-gt", "dpop")
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"TRIALS": 1, "STEPS": 20, "EVAL_EVERY": 10, "RUNS": [RUNS[0], RUNS[-1]]}
 
 
 def load():
@@ -105,6 +107,10 @@ def run_one(mechanism: str, params: str, eps: float) -> dict:
 
 
 def main() -> None:
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     data, _, dim, delta = load()
     print(
         f"digits: 100 agents x {data.local_size} images, {MODEL} (d={dim}), clip {CLIP_NORM}, "
@@ -140,21 +146,21 @@ def main() -> None:
             "clip_norm": CLIP_NORM,
             "delta_grad": delta,
             "params": PARAMS,
+            "quick": args.quick,
         },
         "results": ordered,
     }
-    OUT.mkdir(exist_ok=True)
-    provenance.write_json(OUT / "sr_gt_digits.json", payload)
-    plot(ordered)
+    provenance.write_json(out / "sr_gt_digits.json", payload)
+    plot(ordered, out / "sr_gt_digits.png")
     for name, r in ordered.items():
         print(
             f"{name}: final accuracy sr-gt {r['sr-gt']['final_accuracy']:.3f}, "
             f"DPOP {r['dpop']['final_accuracy']:.3f}"
         )
-    print(f"wrote {OUT / 'sr_gt_digits.json'}, sr_gt_digits.png")
+    print(f"wrote {out / 'sr_gt_digits.json'}, sr_gt_digits.png")
 
 
-def plot(results: dict) -> None:
+def plot(results: dict, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,7 +178,7 @@ def plot(results: dict) -> None:
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(OUT / "sr_gt_digits.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 

@@ -18,16 +18,15 @@ the model's init); horizon T = 300.
 Fig. 5 style: per trial, the first iteration with residual < 1e-2, and the bytes sent until
 then (each iteration every node sends its p float64 to each neighbour).
 Writes experiments/out/sr_gt_sensor_fusion.json, sr_gt_sensor_fusion.png and
-sr_gt_iterations.png. Run: python experiments/sr_gt_sensor_fusion.py [--plot-only]
+sr_gt_iterations.png. Run: python experiments/sr_gt_sensor_fusion.py [--quick] [--out-dir DIR]
+(``--quick``: 20 trials x 30 iterations, δ = 1)
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -39,6 +38,8 @@ from edgedp.accounting import laplace
 from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
 from edgedp_sim import batch, provenance, sensor_fusion
+
+import common
 
 # ---------------------------------------------------------------- constants
 GRAPH = "er:100:0.1:0"  # ER(100, 0.1), graph seed 0 (resampled until connected)
@@ -56,7 +57,7 @@ PAPER_61 = {  # ε: (γ, β, q1, q2), paper 004 §6.1
     10.0: (0.002, 100.0, 0.97, 0.99),
 }
 MECHANISMS = ("sr-gt", "dpop")
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"TRIALS": 20, "CHUNK": 10, "STEPS": 30, "DELTAS": (1.0,)}
 
 
 def plan_for(mechanism: str, eps: float, delta_grad: float):
@@ -107,7 +108,7 @@ def summarize(residual: np.ndarray, bytes_per_round: int) -> dict:
         "std": residual.std(axis=1).tolist(),
         "final_mean": float(residual[-1].mean()),
         "final_std": float(residual[-1].std()),
-        "mean_last_50": float(residual[-50:].mean()),
+        "mean_last_50": float(residual[-50:].mean()),  # the last 50 iterations (or every one)
         "reached_threshold": float(len(ok) / residual.shape[1]),
         "iterations_q25_median_q75": q(ok),
         "bytes_q25_median_q75": q(ok * bytes_per_round),
@@ -116,9 +117,10 @@ def summarize(residual: np.ndarray, bytes_per_round: int) -> dict:
 
 
 def main() -> None:
-    if "--plot-only" in sys.argv:  # redraw the PNGs from the JSON of a previous run
-        plot(json.loads((OUT / "sr_gt_sensor_fusion.json").read_text())["results"])
-        return
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     sf = sensor_fusion.generate(100, seed=PROBLEM_SEED)
     print(
         f"sensor fusion: n=100 m=3 p=2, L={sf.smoothness:.4g} mu={sf.strong_convexity:.4g}, "
@@ -170,12 +172,12 @@ def main() -> None:
             "smoothness": sf.smoothness,
             "strong_convexity": sf.strong_convexity,
             "optimum": sf.optimum.tolist(),
+            "quick": args.quick,
         },
         "results": results,
     }
-    OUT.mkdir(exist_ok=True)
-    provenance.write_json(OUT / "sr_gt_sensor_fusion.json", payload)
-    plot(results)
+    provenance.write_json(out / "sr_gt_sensor_fusion.json", payload)
+    plot(results, out)
     for dl, e, r in ((dl, e, r) for dl, rs in results.items() for e, r in rs.items()):
         a, b = r["sr-gt"], r["dpop"]
         print(
@@ -185,7 +187,7 @@ def main() -> None:
             f"DPOP {b['reached_threshold']:.0%} (median it {_med(b)})"
         )
     print(
-        f"wrote {OUT / 'sr_gt_sensor_fusion.json'}, sr_gt_sensor_fusion.png, sr_gt_iterations.png"
+        f"wrote {out / 'sr_gt_sensor_fusion.json'}, sr_gt_sensor_fusion.png, sr_gt_iterations.png"
     )
 
 
@@ -194,7 +196,7 @@ def _med(r: dict):
     return "-" if q is None else f"{q[1]:g}"
 
 
-def plot(results: dict) -> None:
+def plot(results: dict, out) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -219,7 +221,7 @@ def plot(results: dict) -> None:
     axes[0, 0].legend()
     fig.suptitle("Sensor fusion (paper 004 §6.1), 100 sensors, ER(0.1): same ε, same α_k, ν_k")
     fig.tight_layout()
-    fig.savefig(OUT / "sr_gt_sensor_fusion.png", dpi=120)
+    fig.savefig(out / "sr_gt_sensor_fusion.png", dpi=120)
     plt.close(fig)
 
     fig, axes = plt.subplots(len(results), 2, figsize=(11, 3.8 * len(results)), squeeze=False)
@@ -259,7 +261,7 @@ def plot(results: dict) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle("Fig. 5 style: median and quartiles over the trials that reach 1e-2 (share below)")
     fig.tight_layout()
-    fig.savefig(OUT / "sr_gt_iterations.png", dpi=120)
+    fig.savefig(out / "sr_gt_iterations.png", dpi=120)
     plt.close(fig)
 
 

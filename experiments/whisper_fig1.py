@@ -11,6 +11,7 @@ Tr(W R Wᵀ)/n of each design (what Thm 1 says drives utility) and the utility r
 compact forms (local, low rank 4) to the dense optimum.
 
 Writes experiments/out/whisper_fig1.json and .png. Run: python experiments/whisper_fig1.py
+[--quick] [--out-dir DIR] (``--quick``: one graph per p ∈ {0.2, 0.5, 1}, three ε)
 """
 
 # Paper letter W (gossip matrix); see docs/NOTATION.md.
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -32,6 +32,8 @@ import edgedp_topologies
 from edgedp import topology
 from edgedp.planning import compact_covariance, whisper
 from edgedp_sim import provenance
+
+import common
 
 # ---------------------------------------------------------------- constants
 GRAPH_SEEDS = range(5)  # ER graph seeds (edgedp_topologies.erdos_renyi resamples until connected)
@@ -44,7 +46,7 @@ DELTA = 1e-5
 P_FIXED, EPS_FIXED = 0.5, 10  # panels (a) and (b), as in the paper
 RIDGE = whisper.DEFAULT_RIDGE
 RTOL = 1e-7  # ordering tolerance: at p = 1 Whisper and DECOR coincide up to solver accuracy
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {"GRAPH_SEEDS": range(1), "PS": (0.2, 0.5, 1.0), "EPSILONS": (3, 10, 40)}
 
 
 def ordered(*values: float, rtol: float = RTOL) -> bool:
@@ -93,7 +95,10 @@ def one_graph(p: float, seed: int) -> dict:
 
 
 def main() -> None:
-    OUT.mkdir(exist_ok=True)
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     t0 = time.perf_counter()
     results = []
     for p in PS:
@@ -166,16 +171,17 @@ def main() -> None:
         "graph_seeds": list(GRAPH_SEEDS),
         "ridge": RIDGE,
         "sigma_mix": "lambda_min(R*)",
+        "quick": args.quick,
     }
     provenance.write_json(
-        OUT / "whisper_fig1.json",
+        out / "whisper_fig1.json",
         {"config": config, "table": table, "summary": summary, "graphs": results},
     )
-    plot(table)
-    print(f"wrote {OUT / 'whisper_fig1.json'} and .png ({time.perf_counter() - t0:.1f}s)")
+    plot(table, out / "whisper_fig1.png")
+    print(f"wrote {out / 'whisper_fig1.json'} and .png ({time.perf_counter() - t0:.1f}s)")
 
 
-def plot(table: list[dict]) -> None:
+def plot(table: list[dict], path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,7 +219,8 @@ def plot(table: list[dict]) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(OUT / "whisper_fig1.png", dpi=120)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ better of LRS for each (mechanism, ε, p).
 
 Both sweep ε at p = 0.5 and p at ε = 10 (001 Figs. 2–3). Writes
 experiments/out/whisper_tasks.json and .png. Run: python experiments/whisper_tasks.py
-[--quick] [--part=quadratic|logistic] (one part, merged into the existing JSON)
+[--quick] [--out-dir DIR] (``--quick``: ε ∈ {3, 10, 40}, p ∈ {0.2, 1}, T = 500 and 200,
+20 and 3 seeds)
 """
 
 # Paper letters W, R, A: see docs/NOTATION.md.
@@ -32,11 +33,9 @@ experiments/out/whisper_tasks.json and .png. Run: python experiments/whisper_tas
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pins)
 
@@ -51,6 +50,8 @@ from edgedp.planning import compact_covariance, whisper
 from edgedp.planning import cross_agent as planner
 from edgedp_sim import batch, datasets, provenance
 
+import common
+
 # ---------------------------------------------------------------- constants
 SEEDS = range(10)  # noise trials (logistic regression)
 QUAD_SEEDS = range(200)  # noise seeds (quadratic): its gap is ~χ²₂-distributed, 10 give ±50%
@@ -63,19 +64,15 @@ CLIP, DELTA = 0.1, 1e-5
 T_QUADRATIC, ETA1, ANGLE = 5000, 1e-2, math.radians(15)
 T_LOGISTIC, DATASET, PARTITION = 1000, "breast-cancer", "dirichlet:10"
 LRS = (0.3, 1.0)  # logistic learning rates, the better kept per (mechanism, ε, p)
-PART = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--part=")), "all")
-QUICK = "--quick" in sys.argv
-if QUICK:
-    EPSILONS, PS, T_QUADRATIC, T_LOGISTIC, SEEDS, LRS = (
-        (3, 10, 40),
-        (0.2, 1.0),
-        500,
-        200,
-        range(3),
-        (1.0,),
-    )
-    QUAD_SEEDS = range(20)
-OUT = Path(__file__).resolve().parent / "out"
+QUICK = {
+    "EPSILONS": (3, 10, 40),
+    "PS": (0.2, 1.0),
+    "T_QUADRATIC": 500,
+    "T_LOGISTIC": 200,
+    "SEEDS": range(3),
+    "LRS": (1.0,),
+    "QUAD_SEEDS": range(20),
+}
 MECHS = ("ldp", "decor", "whisper", "whisper-local", "cdp")
 
 
@@ -154,7 +151,7 @@ def quadratic(t0) -> dict:
 
 # ---------------------------------------------------------------- (ii) logistic regression
 def logistic_plan(mech, g, p, eps, lr):
-    common = dict(
+    shared = dict(
         steps=T_LOGISTIC,
         participation=Participation(T_LOGISTIC, 1),
         clip_norm=CLIP,
@@ -167,11 +164,11 @@ def logistic_plan(mech, g, p, eps, lr):
         from edgedp.accounting import gdp
 
         sigma = gdp.noise_multiplier(eps, delta=DELTA) / (math.sqrt(N) if mech == "cdp" else 1)
-        return make_plan("dp-dsgd", g, noise_multiplier=sigma, **common)
+        return make_plan("dp-dsgd", g, noise_multiplier=sigma, **shared)
     form = {"whisper": "dense", "whisper-local": "local"}.get(mech, "local")
     name = "decor" if mech == "decor" else "whisper"
     noise = dict(target_epsilon=eps, delta=DELTA, form=form)
-    return planner.plan_cross_agent(name, g, **noise, **common).plan
+    return planner.plan_cross_agent(name, g, **noise, **shared).plan
 
 
 def logistic_loss(mech, p, eps, lr, data) -> np.ndarray:
@@ -211,7 +208,7 @@ def logistic(t0) -> dict:
     return out
 
 
-def plot(results) -> None:
+def plot(results, path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -249,20 +246,17 @@ def plot(results) -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT / ("whisper_tasks_quick.png" if QUICK else "whisper_tasks.png"), dpi=110)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
-    OUT.mkdir(exist_ok=True)
+    args = common.parser(__doc__).parse_args()
+    if args.quick:
+        globals().update(QUICK)
+    out = common.out_dir(args)
     t0 = time.perf_counter()
-    name = "whisper_tasks_quick" if QUICK else "whisper_tasks"
-    path = OUT / f"{name}.json"
-    results = json.loads(path.read_text()) if path.exists() and PART != "all" else {}
-    results.pop("environment", None)  # recorded afresh below
-    if PART in ("all", "quadratic"):
-        results["quadratic"] = quadratic(t0)
-    if PART in ("all", "logistic"):
-        results["logistic"] = logistic(t0)
+    results = {"quadratic": quadratic(t0), "logistic": logistic(t0)}
     config = {
         "n": N,
         "epsilons": EPSILONS,
@@ -277,15 +271,15 @@ def main() -> None:
         "dataset": DATASET,
         "partition": PARTITION,
         "seeds": len(SEEDS),
+        "quad_seeds": len(QUAD_SEEDS),
         "graph_seed": GRAPH_SEED,
         "learning_rates": LRS,
-        "quick": QUICK,
+        "quick": args.quick,
     }
     results["config"] = config
-    provenance.write_json(path, results)
-    if "quadratic" in results and "logistic" in results:
-        plot(results)
-    print(f"wrote {OUT / name}.json and .png ({time.perf_counter() - t0:.0f}s)")
+    provenance.write_json(out / "whisper_tasks.json", results)
+    plot(results, out / "whisper_tasks.png")
+    print(f"wrote {out / 'whisper_tasks.json'} and .png ({time.perf_counter() - t0:.0f}s)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,259 @@
+"""Regenerate the stored experiment results, tell which are stale, and write docs/RESULTS.md's
+generated tables from them.
+
+    python experiments/results.py run [--quick] [--stale] [NAME ...]   (make results)
+    python experiments/results.py check [--quick]
+    python experiments/results.py doc [--check]
+
+``run`` runs each experiment script (all of them, the NAMEs given, or with ``--stale`` those
+whose stored output is stale or missing) in its own traced interpreter
+(:mod:`edgedp_sim.tracing`), so the output's code record lists every project file any of its
+processes imported or read; ``--quick`` runs the small versions into experiments/out/quick.
+``check`` lists the stale outputs and why (exit 1 if any). ``doc`` rewrites the blocks between
+``<!-- generated: NAME -->`` and ``<!-- end -->`` in docs/RESULTS.md from the stored outputs
+(:mod:`results_doc`); ``--check`` only says whether the file is up to date.
+
+An output is stale when a file its code record lists has changed or gone (its sha256 differs),
+when it was not written by a traced run, or when it is missing. tests/test_results.py fails on
+a stale output, re-runs the quick versions marked ``ci`` and compares them with the stored ones
+(:func:`compare`), and checks that docs/RESULTS.md equals what ``doc`` generates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgedp_sim import provenance, tracing
+
+from common import OUT, QUICK_OUT
+
+ROOT = tracing.ROOT
+HERE = Path(__file__).resolve().parent
+DOC = ROOT / "docs" / "RESULTS.md"
+#: relative tolerance of :func:`compare` on numbers (integers, strings and booleans: exact)
+RTOL = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """One script of experiments/ and how it is run.
+
+    ``minutes``: the full run's wall time, measured on the shared 2-core machine (shown as
+    the expected time while running); ``ci``: the tests re-run the quick version and compare
+    it with the stored one (every quick version takes under a minute; the slower are left to
+    ``make results QUICK=1``)."""
+
+    name: str
+    minutes: float
+    ci: bool = True
+
+    @property
+    def script(self) -> Path:
+        return HERE / f"{self.name}.py"
+
+    def output(self, *, quick: bool = False) -> Path:
+        return (QUICK_OUT if quick else OUT) / f"{self.name}.json"
+
+    def command(self, *, quick: bool = False, out_dir: Path | None = None) -> list[str]:
+        cmd = [sys.executable, str(self.script.relative_to(ROOT))]
+        if quick:
+            cmd.append("--quick")
+        if out_dir is not None:
+            cmd += ["--out-dir", str(out_dir)]
+        return cmd
+
+
+EXPERIMENTS = (
+    Experiment("audit_table", 18),
+    Experiment("cross_agent_dropout", 1),
+    Experiment("cross_agent_side_by_side", 5),
+    Experiment("dome_tradeoff", 30, ci=False),
+    Experiment("event_faults", 2),
+    Experiment("ksg_vs_gaussian", 3),
+    Experiment("leakage_table", 3),
+    Experiment("leakage_table4", 30),
+    Experiment("mafalda_comparison", 30),
+    Experiment("pndp_distance", 2),
+    Experiment("sr_gt_digits", 5),
+    Experiment("sr_gt_sensor_fusion", 5),
+    Experiment("whisper_fig1", 2),
+    Experiment("whisper_tasks", 10),
+)
+BY_NAME = {e.name: e for e in EXPERIMENTS}
+
+
+# ---------------------------------------------------------------- running
+def traced(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    """Run ``command`` (a Python script) from the repository with every Python process it
+    starts traced (:mod:`edgedp_sim.tracing`); ``kwargs`` go to :func:`subprocess.run`."""
+    with tempfile.TemporaryDirectory(prefix="edgedp-trace-") as tmp:
+        env = {**os.environ, **tracing.environment(Path(tmp) / "trace.log", tmp)}
+        return subprocess.run(command, cwd=ROOT, env=env, check=True, **kwargs)
+
+
+def run_one(experiment: Experiment, *, quick: bool = False, out_dir: Path | None = None) -> float:
+    """Run ``experiment`` traced (its output records every process's files); returns the wall
+    seconds. Raises CalledProcessError when the script fails."""
+    start = time.perf_counter()
+    traced(experiment.command(quick=quick, out_dir=out_dir))
+    return time.perf_counter() - start
+
+
+def run(experiments: Iterable[Experiment], *, quick: bool) -> None:
+    todo = list(experiments)
+    expected = sum(e.minutes for e in todo)
+    started = time.perf_counter()
+    for i, e in enumerate(todo, 1):
+        elapsed = (time.perf_counter() - started) / 60
+        hint = "" if quick else f", expected ~{e.minutes:g} min of ~{expected:g} in all"
+        print(
+            f"== [{i}/{len(todo)}] {e.name}{' (quick)' if quick else ''}{hint}; "
+            f"{elapsed:.1f} min elapsed",
+            file=sys.stderr,
+            flush=True,
+        )
+        seconds = run_one(e, quick=quick)
+        print(f"== {e.name}: {seconds / 60:.1f} min", file=sys.stderr, flush=True)
+    print(
+        f"== {len(todo)} experiment(s) in {(time.perf_counter() - started) / 60:.1f} min",
+        file=sys.stderr,
+    )
+
+
+# ---------------------------------------------------------------- staleness
+def stale(path: Path, *, root: Path = ROOT) -> list[str]:
+    """Why the output at ``path`` does not come from the current code ([] if it does)."""
+    if not path.exists():
+        return [f"{path.name} is missing"]
+    env = json.loads(path.read_text()).get("environment") or {}
+    code = env.get("code")
+    if not code:
+        return ["no code record (written before outputs recorded their code)"]
+    reasons = []
+    if code.get("traced") != "every process":
+        reasons.append("not written by a traced run (python experiments/results.py run)")
+    files = code.get("files") or {}
+    if provenance.digest(files) != code.get("digest"):
+        reasons.append("its code digest does not match its file list")
+    for rel, sha in sorted(files.items()):
+        current = root / rel
+        if not current.is_file():
+            reasons.append(f"{rel} is gone")
+        elif provenance.file_sha256(current) != sha:
+            reasons.append(f"{rel} changed")
+    return reasons
+
+
+def stale_outputs(*, quick: bool) -> dict[str, list[str]]:
+    """{experiment name: reasons} for every stale output of the given mode."""
+    found = {e.name: stale(e.output(quick=quick)) for e in EXPERIMENTS}
+    return {name: why for name, why in found.items() if why}
+
+
+# ---------------------------------------------------------------- comparison
+def volatile(key: str) -> bool:
+    """Keys that differ between two runs of the same code: where and how long it ran."""
+    return key == "environment" or "seconds" in key or key.endswith("per_second")
+
+
+def compare(stored: Any, fresh: Any, *, rtol: float = RTOL, where: str = "") -> list[str]:
+    """Differences between two outputs, volatile keys left out: floats within ``rtol``
+    (relative; NaN equals NaN), everything else exactly.
+
+    >>> compare({"a": 1.0, "seconds": 3}, {"a": 1.0 + 1e-12, "seconds": 4})
+    []
+    >>> compare({"a": [1, 2]}, {"a": [1, 3]})
+    ['a[1]: 2 != 3']
+    """
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        out = []
+        for key in sorted(set(stored) | set(fresh), key=str):
+            if volatile(str(key)):
+                continue
+            sub = f"{where}.{key}" if where else str(key)
+            if key not in stored or key not in fresh:
+                out.append(f"{sub}: only in the {'fresh' if key in fresh else 'stored'} output")
+            else:
+                out += compare(stored[key], fresh[key], rtol=rtol, where=sub)
+        return out
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return [f"{where}: {len(stored)} items != {len(fresh)}"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(stored, fresh, strict=True))
+            for d in compare(a, b, rtol=rtol, where=f"{where}[{i}]")
+        ]
+    if isinstance(stored, bool) or isinstance(fresh, bool):
+        same = type(stored) is type(fresh) and stored == fresh
+        return [] if same else [f"{where}: {stored!r} != {fresh!r}"]
+    if _real(stored) and _real(fresh) and (isinstance(stored, float) or isinstance(fresh, float)):
+        a, b = float(stored), float(fresh)
+        if (math.isnan(a) and math.isnan(b)) or a == b or abs(a - b) <= rtol * max(abs(a), abs(b)):
+            return []
+        return [f"{where}: {stored!r} != {fresh!r}"]
+    return [] if stored == fresh else [f"{where}: {stored!r} != {fresh!r}"]
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+# ---------------------------------------------------------------- command line
+def _select(names: list[str]) -> Iterator[Experiment]:
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown experiment(s) {unknown}; choose from {sorted(BY_NAME)}")
+    return (BY_NAME[n] for n in names) if names else iter(EXPERIMENTS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="verb", required=True)
+    p_run = sub.add_parser("run", help="run experiments (all, or the NAMEs given)")
+    p_run.add_argument("names", nargs="*", metavar="NAME")
+    p_run.add_argument("--quick", action="store_true", help="the small versions (out/quick)")
+    p_run.add_argument("--stale", action="store_true", help="only stale or missing outputs")
+    p_check = sub.add_parser("check", help="list stale outputs (exit 1 if any)")
+    p_check.add_argument("--quick", action="store_true")
+    p_doc = sub.add_parser("doc", help="write docs/RESULTS.md's generated blocks")
+    p_doc.add_argument("--check", action="store_true", help="exit 1 if it is not up to date")
+    args = ap.parse_args(argv)
+    if args.verb == "run":
+        todo = list(_select(args.names))
+        if args.stale:
+            todo = [e for e in todo if stale(e.output(quick=args.quick))]
+        run(todo, quick=args.quick)
+        return 0
+    if args.verb == "check":
+        found = stale_outputs(quick=args.quick)
+        for name, why in found.items():
+            print(f"{name}: stale ({'; '.join(why)})")
+        if not found:
+            print(f"every {'quick ' if args.quick else ''}output comes from the current code")
+        return 1 if found else 0
+    import results_doc
+
+    text = DOC.read_text()
+    fresh = results_doc.render(text)
+    if args.check:
+        print("docs/RESULTS.md is up to date" if fresh == text else "docs/RESULTS.md is stale")
+        return 0 if fresh == text else 1
+    DOC.write_text(fresh)
+    print("wrote docs/RESULTS.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,656 @@
+"""docs/RESULTS.md's generated blocks, written from the stored outputs in experiments/out.
+
+A block is the text between a line ``<!-- generated: NAME -->`` and the next ``<!-- end -->``;
+:func:`render` replaces each with ``BLOCKS[NAME]()``, which reads the stored JSON outputs of
+that experiment (experiments/out/NAME.json) and nothing else. ``python experiments/results.py
+doc`` writes the file; tests/test_results.py checks that the file equals what this renders.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from functools import cache
+from typing import Any
+
+from common import OUT
+
+MARK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block written afresh from the stored outputs."""
+    unknown = sorted({m["name"] for m in MARK.finditer(text)} - set(BLOCKS))
+    if unknown:
+        raise ValueError(f"unknown generated block(s) {unknown}; known: {sorted(BLOCKS)}")
+    return MARK.sub(
+        lambda m: m.group(1) + BLOCKS[m["name"]]().rstrip("\n") + "\n" + m.group(4), text
+    )
+
+
+@cache
+def load(name: str) -> dict[str, Any]:
+    """The stored output experiments/out/NAME.json."""
+    return json.loads((OUT / f"{name}.json").read_text())
+
+
+# ---------------------------------------------------------------- formatting
+def num(x: Any, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant digits; '–' for None or NaN, '∞' for infinity."""
+    if x is None or x == "nan" or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if x in ("inf", math.inf):
+        return "∞"
+    if x in ("-inf", -math.inf):
+        return "−∞"
+    x = float(x)
+    if x == 0:
+        return "0"
+    if abs(x) >= 10**digits or abs(x) < 1e-3:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+
+
+def fixed(x: Any, places: int = 3) -> str:
+    """``x`` with ``places`` decimals ('–' for None or NaN)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{float(x):.{places}f}"
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def source(name: str) -> str:
+    """One line: the command, revision, code digest, date and time of the stored output."""
+    env = load(name)["environment"]
+    rev = (env.get("git_revision") or "no git")[:10]
+    if env.get("git_modified"):
+        rev += " + changes"
+    code = env["code"]
+    return (
+        f"*Generated from experiments/out/{name}.json*: `{env['command']}` at {rev}, code "
+        f"digest `{code['digest'][:12]}` ({len(code['files'])} files), "
+        f"{(env.get('started_at') or '–')[:10]}, {minutes(env.get('wall_seconds'))}."
+    )
+
+
+def block(name: str, *paragraphs: str) -> str:
+    """The block of output ``name``: its :func:`source` line, then ``paragraphs``."""
+    return "\n\n".join((source(name), *paragraphs))
+
+
+# ---------------------------------------------------------------- blocks
+def index() -> str:
+    from results import EXPERIMENTS
+
+    rows = []
+    for e in EXPERIMENTS:
+        env = load(e.name)["environment"]
+        rows.append(
+            (
+                f"`{e.name}`",
+                (env.get("started_at") or "–")[:10],
+                minutes(env.get("wall_seconds")),
+                f"`{env['code']['digest'][:12]}`",
+                len(env["code"]["files"]),
+                "yes" if e.ci else "no",
+            )
+        )
+    return table(
+        ("experiment", "ran", "wall time", "code digest", "files", "quick version in CI"), rows
+    )
+
+
+def mafalda_comparison() -> str:
+    d = load("mafalda_comparison")
+    cfg = d["config"]
+    eps = cfg["epsilons"]
+    level = f"{cfg['confidence']:.0%}"
+    out = [source("mafalda_comparison"), ""]
+    for base, label in (("dp-dsgd", "DP-D-SGD"), ("dmf", "D-MF")):
+        rows = []
+        for graph in cfg["graphs"]:
+            for ds in cfg["datasets"]:
+                cells = []
+                for e in eps:
+                    c = d["improvement"][f"{graph}|{ds}|{float(e)}"][base]
+                    cells.append(
+                        "diverged"
+                        if c.get("diverged")
+                        else f"{c['mean']:.1f} ± {c['ci']:.1f} ({c['wins']}/{c['seeds']})"
+                    )
+                rows.append((graph, ds.split(":")[0], *cells))
+        o = d["overall"][base]
+        mean = "–" if o is None else f"**{o['mean']:.1f} ± {o['ci']:.1f}**"
+        out += [
+            f"MAFALDA vs {label}: % lower last-{cfg['last_steps']}-step test loss, mean ± "
+            f"{level} t-interval over {len(cfg['seeds'])} seeds (seeds where MAFALDA is better):",
+            "",
+            table(("graph", "data", *(f"ε = {e:g}" for e in eps)), rows),
+            "",
+            f"Mean over the {0 if o is None else o['settings']} settings: {mean} "
+            f"({level} t-interval over seeds of each seed's mean over the settings).",
+            "",
+        ]
+    edges = sorted(k for k, v in d["tuning"].items() if v["at_grid_edge"])
+    out.append(
+        f"Learning rates tuned on {len(cfg['tuning_seeds'])} seeds of their own; "
+        f"{len(edges)} of {len(d['tuning'])} choices sit at the edge of the extended grid"
+        + (f" ({', '.join(edges)})." if edges else ".")
+    )
+    return "\n".join(out)
+
+
+def whisper_fig1() -> str:
+    d = load("whisper_fig1")
+    cfg = d["config"]
+    eps_fixed = 10
+    rows = [
+        (
+            f"{t['p']:g}",
+            num(t["cdp"]),
+            num(t["mix"]),
+            num(t["pair"]),
+            num(t["ldp"]),
+            num(t["post_mix"]),
+            num(t["post_pair"]),
+            num(t["post_ldp"]),
+            "yes" if t["ordered_all_seeds"] else "**no**",
+        )
+        for t in d["table"]
+        if t["epsilon"] == eps_fixed
+    ]
+    ratios = d["summary"]["compact_ratio_mean"]
+    holds = d["summary"]["ordering_holds_everywhere"]
+    return block(
+        "whisper_fig1",
+        f"Fig. 1 (n = {cfg['n']}, C = {cfg['clip_norm']:g}, T = {cfg['steps']:,}, δ = "
+        f"{cfg['delta']:g}), ε = {eps_fixed}, mean over {len(cfg['graph_seeds'])} ER graphs "
+        "per p; post-mixing: Tr(WRWᵀ)/n:",
+        table(
+            (
+                "p",
+                "σ²_cdp",
+                "σ²_mix",
+                "σ²_pair",
+                "σ²_ldp",
+                "post-mix Whisper",
+                "DECOR",
+                "LDP",
+                "ordered on every graph",
+            ),
+            rows,
+        ),
+        "The ordering σ²_cdp ≤ σ²_mix ≤ σ²_pair ≤ σ²_ldp holds on every graph and ε: "
+        + ("**yes**." if holds else "**no**."),
+        "Compact forms against the dense optimum (Tr(WRWᵀ) ratio, mean over graphs): "
+        + "; ".join(
+            f"p = {p}: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items())
+            for p, r in ratios.items()
+        )
+        + ".",
+    )
+
+
+def whisper_tasks() -> str:
+    d = load("whisper_tasks")
+    cfg = d["config"]
+    mechs = ("ldp", "decor", "whisper", "whisper-local", "cdp")
+
+    def rows(part: str, key: str, x: str) -> list[tuple]:
+        return [
+            (f"{r[x]:g}", *(f"{num(r[m])} ± {num(r[m + '_std'], 2)}" for m in mechs))
+            for r in d[part][key]
+        ]
+
+    head = ("LDP", "DECOR", "Whisper", "Whisper local", "CDP")
+    return block(
+        "whisper_tasks",
+        f"Quadratic Eq. (11) (started at x*, {cfg['quad_seeds']} noise seeds, "
+        f"T = {cfg['t_quadratic']:,}): optimality gap ± s.e. at ε = {cfg['eps_fixed']} by p:",
+        table(("p", *head), rows("quadratic", "vs_p", "p")),
+        f"Logistic regression ({cfg['dataset']}, T = {cfg['t_logistic']:,}, "
+        f"{cfg['seeds']} noise trials, certified plans): test loss ± s.e. at p = "
+        f"{cfg['p_fixed']} by ε:",
+        table(("ε", *head), rows("logistic", "vs_epsilon", "epsilon")),
+    )
+
+
+def dome_tradeoff() -> str:
+    d = load("dome_tradeoff")
+    by = {(r["model"], r["eps"], r["method"]): r for r in d["table"]}
+    settings = [tuple(s) for s in d["config"]["settings"]]
+    methods = list(d["config"]["methods"])
+
+    def cell(r: dict | None) -> str:
+        if r is None or r.get("final_loss") is None:
+            return "diverged"
+        return f"{num(r['final_loss'])} ({fixed(r['final_accuracy'])})"
+
+    main = [
+        (
+            f"{m} (d = {by[(m, e, methods[0])]['d']:,})",
+            f"{e:g}",
+            *(cell(by.get((m, e, k))) for k in methods),
+        )
+        for m, e in settings
+    ]
+    payload = [
+        (f"{m}, ε = {e:g}", *(f"{by[(m, e, k)]['payload_bytes_per_round']:,}" for k in methods))
+        for m, e in settings
+    ]
+    extra_model, extra_eps = d["config"]["extra_setting"]
+    extras = [
+        (k, num(by[(extra_model, extra_eps, k)]["lr"]), cell(by.get((extra_model, extra_eps, k))))
+        for k in d["config"]["extras"]
+    ]
+    ad_model, ad_eps = d["config"]["adaptive_setting"]
+    adaptive = []
+    for k in d["config"]["adaptive_methods"]:
+        r = by[(ad_model, ad_eps, k)]
+        sent = r["aggregate_bytes_per_round"] or r["payload_bytes_per_round"]
+        adaptive.append((k, num(r["lr"]), cell(r), f"{sent:,}"))
+    seeds = [
+        (
+            k,
+            num(s["lr"]),
+            f"{s['n_finite']}/{s['n_seeds']}",
+            f"{num(s['loss_mean'])} ± {num(s['loss_sd'], 2)}",
+            f"{fixed(s['accuracy_mean'])} ± {fixed(s['accuracy_sd'])}",
+            "–"
+            if s["loss_minus_dpdsgd"] is None or k == "dp-dsgd"
+            else f"{s['loss_minus_dpdsgd']:+.3f} ± {s['loss_minus_dpdsgd_se']:.3f}",
+        )
+        for k, s in d["seeds_eps4"].items()
+    ]
+    seed_model, seed_eps = d["config"]["seed_setting"]
+    return block(
+        "dome_tradeoff",
+        f"Final test loss (accuracy) after T = {d['config']['steps']} rounds, one noise seed, "
+        "best learning rate of each method's grid:",
+        table(("model", "ε", *methods), main),
+        "Payload bytes per round (whole network):",
+        table(("setting", *methods), payload),
+        f"Variants at {extra_model}, ε = {extra_eps:g}:",
+        table(("variant", "lr", "loss (accuracy)"), extras),
+        f"Adaptive and random bases at {ad_model} (d = "
+        f"{by[(ad_model, ad_eps, 'dp-dsgd')]['d']:,}), ε = {ad_eps:g} (bytes per round "
+        "include the tree frames):",
+        table(("method", "lr", "loss (accuracy)", "bytes per round"), adaptive),
+        f"Seeds at {seed_model}, ε = {seed_eps:g} (plan seeds {d['config']['noise_seed']} and "
+        f"{', '.join(map(str, d['config']['extra_seeds']))}; learning rate selected on the "
+        "first): mean ± sd, loss difference to DP-D-SGD ± Welch s.e.:",
+        table(("method", "lr", "finite", "loss", "accuracy", "loss − DP-D-SGD"), seeds),
+    )
+
+
+def leakage_table4() -> str:
+    d = load("leakage_table4")
+    s = d["setting"]
+    ours = d["ours"]
+    paper = d["paper_table4"]
+    variants = (
+        (" (random x(0))", "random x(0) (the paper's setup)"),
+        (" (random x(0), instance per trial)", "random x(0), instance per trial"),
+        ("", "x(0) = 0"),
+        (" (instance per trial)", "x(0) = 0, instance per trial"),
+    )
+    rows = []
+    for suffix, label in variants:
+        for eps in ("10", "1", "0.1"):
+            r = ours.get(f"sr-gt eps={eps}{suffix}")
+            if r is None:
+                continue
+            p = paper[f"sr-gt eps={eps}"]
+            rows.append(
+                (
+                    label,
+                    eps,
+                    f"{fixed(r['hbc'])} ({num(p['hbc'], 2)})",
+                    fixed(r["hbc_standardized"]),
+                    fixed(r["hbc_scalar_inversion"]),
+                    f"{num(r['accuracy'], 2)} ({num(p['accuracy'], 2)})",
+                    fixed(r.get("epsilon_lb_eavesdropper"), 2),
+                )
+            )
+    zs = ours["zero-sum (correlated randomness [8])"]
+    enc = ours["encrypted links (encryption-based [12])"]
+    pz = paper["zero-sum (correlated randomness [8])"]
+    pe = paper["encrypted links (encryption-based [12])"]
+    return block(
+        "leakage_table4",
+        f"N = {s['n_trials']:,} trials × {s['iterations']:,} iterations, KSG k = "
+        f"{s['k_neighbors']}; M-NMI of the colluders (the eavesdropper on every link "
+        "gives the same values) with the paper's number in brackets; ε_lb: the audited "
+        f"lower bound (95%, {s['audit_trials']:,} trials):",
+        table(
+            ("variant", "ε", "M-NMI raw (paper)", "std", "scalar", "accuracy (paper)", "ε_lb"),
+            rows,
+        ),
+        table(
+            ("comparison row", "eavesdropper (paper)", "colluder (paper)", "accuracy"),
+            [
+                (
+                    "zero-sum masking, no residual noise",
+                    f"{fixed(zs['eavesdropper'])} ({num(pz['eavesdropper'], 2)})",
+                    f"{fixed(zs['hbc'])} ({num(pz['hbc'], 2)})",
+                    num(zs["accuracy"], 2),
+                ),
+                (
+                    "encrypted links (sr-gt ε = 1)",
+                    f"{fixed(enc['eavesdropper'])} ({num(pe['eavesdropper'], 2)})",
+                    f"as sr-gt ({num(pe['hbc'], 2)})",
+                    num(enc["accuracy"], 2),
+                ),
+            ],
+        ),
+    )
+
+
+def audit_table() -> str:
+    d = load("audit_table")
+    rows, cells, violations = [], 0, 0
+    for mech, row in d["gradient"].items():
+        att = row["attackers"]
+        cells += len(att)
+        violations += sum(bool(e["violation"]) for e in att)
+        first = att[0]
+        fit = (
+            f"{fixed(first['mu_hat'])} [{fixed(first['mu_low'])}, {fixed(first['mu_high'])}]"
+            if "mu_hat" in first
+            else "–"
+        )
+        rows.append(
+            (
+                mech,
+                fixed(first["epsilon"], 2),
+                " / ".join(fixed(e["epsilon_lb"], 2) for e in att),
+                fixed(first.get("mu")) if "mu" in first else "–",
+                fit,
+                " / ".join(fixed(e.get("mu_view", e.get("epsilon_view")), 3) for e in att),
+            )
+        )
+    s = d["setting"]
+    atts = " / ".join(s["attackers"])
+    out = [
+        source("audit_table"),
+        "",
+        f"{s['topology']}, T = {s['steps']}, ε = {s['epsilon_target']:g} at δ = {s['delta']:g} "
+        f"(Laplace: pure ε), gradient canary, N = {d['trials']:,} trials per mechanism; "
+        f"attackers {atts}. Violations (ε_lb > ε): **{violations} of {cells}**.",
+        "",
+        table(
+            (
+                "mechanism",
+                "ε (every link)",
+                "ε_lb per attacker",
+                "μ",
+                "μ̂ [95%], every link",
+                "μ_view / ε_view per attacker",
+            ),
+            rows,
+        ),
+    ]
+    if d.get("example"):
+        ex = [
+            (
+                mech,
+                " / ".join(fixed(e["epsilon_lb"], 2) for e in row["attackers"]),
+                " / ".join(fixed(e.get("mu_hat"), 2) for e in row["attackers"]),
+            )
+            for mech, row in d["example"].items()
+        ]
+        out += [
+            "",
+            f"Example canary (crafted input, real data), N = {d['example_trials']:,}:",
+            "",
+            table(("mechanism", "ε_lb per attacker", "μ̂ per attacker"), ex),
+        ]
+    return "\n".join(out)
+
+
+def leakage_table() -> str:
+    d = load("leakage_table")
+    s = d["setting"]
+    rows = []
+    for r in d["rows"]:
+        if "error" in r:
+            rows.append((r["mechanism"], "–", "–", "–", f"not run: {r['error']}"))
+            continue
+        delta = "0" if r["delta"] == 0 else num(r["delta"], 1)
+        rows.append(
+            (
+                r["mechanism"],
+                r["attacker"],
+                fixed(r["m_nmi"]),
+                fixed(r["m_nmi_standardized"]),
+                f"{num(r['epsilon'])} (δ = {delta})",
+            )
+        )
+    return block(
+        "leakage_table",
+        f"{s['graph']}, victim {s['victim']}, T = {s['steps']}, N = {s['n_trials']:,} "
+        f"trials, KSG k = {s['k_neighbors']}; Gaussian mechanisms at σ = {s['sigma']:g}, "
+        "Laplace ones at ε = 1:",
+        table(("mechanism", "attacker", "M-NMI", "M-NMI (z-scored)", "formal ε"), rows),
+    )
+
+
+def pndp_distance() -> str:
+    d = load("pndp_distance")
+    rows = []
+    for name, g in d["graphs"].items():
+        for observer, data in g["observers"].items():
+            for r in data["by_distance"]:
+                rows.append(
+                    (
+                        name,
+                        observer,
+                        r["distance"],
+                        r["pairs"],
+                        f"{num(r['rdp_mean'])} ({num(r['rdp_min'])}–{num(r['rdp_max'])})",
+                        num(r["ratio_to_ldp_mean"]),
+                    )
+                )
+    c = d["config"]
+    return block(
+        "pndp_distance",
+        f"DP-D-SGD, T = {c['steps']}, σ = {c['noise_multiplier']:g}, RDP at α = "
+        f"{c['alpha']:g} (LDP: {num(next(iter(d['graphs'].values()))['ldp_rdp'])}); PNDP "
+        "holds for non-adaptive gradients only:",
+        table(("graph", "observer", "hops", "pairs", "RDP mean (min–max)", "mean / LDP"), rows),
+    )
+
+
+def sr_gt_sensor_fusion() -> str:
+    d = load("sr_gt_sensor_fusion")
+    c = d["config"]
+    rows = []
+    for dl, by_eps in d["results"].items():
+        for e, r in by_eps.items():
+            a, b = r["sr-gt"], r["dpop"]
+
+            def med(x: dict) -> str:
+                q = x["iterations_q25_median_q75"]
+                return "–" if q is None else f"{q[1]:g}"
+
+            rows.append(
+                (
+                    dl,
+                    e,
+                    f"{num(a['final_mean'])} / {num(b['final_mean'])}",
+                    f"{a['reached_threshold']:.0%} / {b['reached_threshold']:.0%}",
+                    f"{med(a)} / {med(b)}",
+                )
+            )
+    return block(
+        "sr_gt_sensor_fusion",
+        f"Sensor fusion (paper 004 §6.1), {c['graph']}, {c['trials']:,} trials × "
+        f"{c['steps']} iterations, the §6.1 schedules; sr-gt / DPOP:",
+        table(
+            (
+                "δ",
+                "ε",
+                "final ‖x − x*‖² (mean)",
+                f"trials reaching {c['threshold']:g}",
+                "median iterations to it",
+            ),
+            rows,
+        ),
+    )
+
+
+def sr_gt_digits() -> str:
+    d = load("sr_gt_digits")
+    c = d["config"]
+    rows = [
+        (
+            name,
+            f"{fixed(r['sr-gt']['final_accuracy'])} / {fixed(r['dpop']['final_accuracy'])}",
+            f"{fixed(r['sr-gt']['best_accuracy'])} / {fixed(r['dpop']['best_accuracy'])}",
+            num(r["sr-gt"]["epsilon_spent"]),
+        )
+        for name, r in d["results"].items()
+    ]
+    return block(
+        "sr_gt_digits",
+        f"Digits, {c['model']} (d = {c['dim']}), {c['graph']}, {c['steps']} rounds, "
+        f"{c['trials']} trials, example-level δ = {num(c['delta_grad'])}; sr-gt / DPOP:",
+        table(("run", "final accuracy", "best accuracy", "ε spent"), rows),
+    )
+
+
+def cross_agent_side_by_side() -> str:
+    d = load("cross_agent_side_by_side")
+    c = d["config"]
+    rows = [
+        (
+            r["run"],
+            f"{num(r['test_loss'], 4)} ± {num(r['test_loss_se'], 2)}",
+            num(r.get("post_mixing_variance")),
+            num(r["epsilon"]),
+            num(r.get("epsilon_insider")),
+            num(r.get("epsilon_neighbourhood")),
+        )
+        for r in d["rows"]
+    ]
+    return block(
+        "cross_agent_side_by_side",
+        f"{c['dataset']}, ER({c['n']}, {c['p']}), ε = {c['epsilon']:g} at δ = "
+        f"{c['delta']:g}, T = {c['T']:,}, {c['trials']} trials:",
+        table(
+            ("run", "test loss ± s.e.", "post-mixing variance", "ε", "ε insider", "ε hood"),
+            rows,
+        ),
+    )
+
+
+def cross_agent_dropout() -> str:
+    d = load("cross_agent_dropout")
+    rows = [
+        (
+            res["graph"],
+            r["mechanism"],
+            f"{r['dropout']:g}",
+            num(r["planned"]),
+            num(r.get("replanned")),
+            num(r["planned_vs_ldp_same_dropout"]),
+        )
+        for res in d["results"]
+        for r in res["rows"]
+    ]
+    return block(
+        "cross_agent_dropout",
+        f"Residual noise per step after mixing (unit bound), {d['config']['rounds']} random "
+        "online sets per rate; privacy never worse than planned: "
+        + ("**yes**." if d["never_worse"] else "**no**."),
+        table(("graph", "mechanism", "dropout", "planned", "re-planned", "× LDP"), rows),
+    )
+
+
+def ksg_vs_gaussian() -> str:
+    d = load("ksg_vs_gaussian")
+    rows = []
+    for case, rs in d["cases"].items():
+        for n in d["config"]["samples"]:
+            sel = [r for r in rs if r["n"] == n]
+            worst = max(sel, key=lambda r: abs(r["bias_bits"]))
+            rows.append(
+                (
+                    case,
+                    f"{n:,}",
+                    f"{worst['bias_bits']:+.4f} (SNR {num(worst['snr'])})",
+                    f"{max(r['max_abs_error_bits'] for r in sel):.4f}",
+                )
+            )
+    return block(
+        "ksg_vs_gaussian",
+        f"KSG (k = {d['config']['k']}) against the exact Gaussian MI, "
+        f"{d['config']['repeats']} sample sets per point:",
+        table(("case", "N", "largest mean bias (bits)", "largest error (bits)"), rows),
+    )
+
+
+def event_faults() -> str:
+    d = load("event_faults")
+    rows = [
+        (
+            r["scenario"],
+            r["nodes"],
+            r["rounds"],
+            num(r["epsilon"]),
+            num(r["fault_free_final_test_loss"], 4),
+            num(r["faulty_final_test_loss"], 4),
+            r["faulty"]["missing"],
+            r["faulty"]["crashes"],
+        )
+        for r in d["rows"]
+    ]
+    return block(
+        "event_faults",
+        table(
+            (
+                "scenario",
+                "nodes",
+                "rounds",
+                "ε (δ = 1e-6)",
+                "loss fault-free",
+                "loss with faults",
+                "missing",
+                "crashes",
+            ),
+            rows,
+        ),
+    )
+
+
+BLOCKS: dict[str, Callable[[], str]] = {
+    "index": index,
+    "mafalda_comparison": mafalda_comparison,
+    "whisper_fig1": whisper_fig1,
+    "whisper_tasks": whisper_tasks,
+    "dome_tradeoff": dome_tradeoff,
+    "leakage_table4": leakage_table4,
+    "audit_table": audit_table,
+    "leakage_table": leakage_table,
+    "pndp_distance": pndp_distance,
+    "sr_gt_sensor_fusion": sr_gt_sensor_fusion,
+    "sr_gt_digits": sr_gt_digits,
+    "cross_agent_side_by_side": cross_agent_side_by_side,
+    "cross_agent_dropout": cross_agent_dropout,
+    "ksg_vs_gaussian": ksg_vs_gaussian,
+    "event_faults": event_faults,
+}
