@@ -26,21 +26,28 @@ steps" of MAFALDA over the private baselines (31% on average). Here, on this 2-c
   factorization under (k, b) (003); mafalda = the optimum for H of Lemma 10 for this W.
   The factorization loss of each, relative to C = I on the MAFALDA objective of the graph
   (``factorization.relative_loss``), is reported.
-* seeds: 10 = 2 data splits (validation carve + partition) × 5 independent noise draws
-  (``edgedp_sim.batch.run(trials=5)``); the plan seed (noise and minibatch order) equals the split
-  seed, so all mechanisms see the same normals and batches (paired comparison).
-* learning-rate tuning: per (graph, dataset, ε, mechanism) a 4-value grid (``LR_GRID``), 2 noise
-  draws (plan seed 100, split 0), criterion = mean validation loss over the last 50 steps;
-  a diverged run (non-finite model) scores ∞; when the best value is at an edge of the grid
-  the next value of a 1–3–10 ladder beyond it is tried (at most twice).
+* seeds: 20 independent seeds (``SEEDS``); seed s draws its own validation carve, partition,
+  noise and minibatch order (plan seed s, one noise draw), and every mechanism sees the same
+  ones (paired comparison). 10 seeds (2 splits × 5 noise draws) and tuning on one split let
+  cells move by up to 14 points between two runs; this protocol's spread is in
+  docs/RESULTS.md.
+* learning-rate tuning: per (graph, dataset, ε, mechanism) a 4-value grid (``LR_GRID``),
+  criterion = mean validation loss over the last 50 steps of ``TUNE_SEEDS`` (seeds of their
+  own, not reported); a diverged run (non-finite model) scores ∞; when the best value is at
+  an edge of the grid the next value of a 1–3–10 ladder beyond it is tried (at most twice).
 * reported per (graph, dataset, ε, mechanism): final test loss and the mean test loss over
-  the last 50 steps (mean over nodes of each node's loss; evaluated every 5 steps), mean ±
-  std over the 10 seeds; MAFALDA's % improvement over DP-D-SGD, 100·(1 − L_maf/L_dp) with
-  L the last-50-step mean, computed per seed (paired) then mean ± std.
+  the last 50 steps (mean over nodes of each node's loss; evaluated every 5 steps), mean and
+  95% t-interval over the seeds; MAFALDA's % improvement over DP-D-SGD (and D-MF, AntiPGD),
+  100·(1 − L_maf/L_base) with L the last-50-step mean, computed per seed (paired), then mean
+  and 95% t-interval; the mean over settings with its t-interval over seeds (each seed's
+  average over the settings).
 
 Writes experiments/out/mafalda_comparison.json and .png. Runs jobs on ``WORKERS`` processes.
 
-    python experiments/mafalda_comparison.py [--quick]
+    python experiments/mafalda_comparison.py [--quick] [--out-dir DIR] [--replicate R]
+
+``--replicate R`` shifts every seed by 1000·R: an independent repetition of the whole
+experiment (how the spread between two runs was measured).
 """
 
 # Paper letters W (gossip matrix), T (steps), B (batch): see docs/NOTATION.md.
@@ -48,7 +55,6 @@ Writes experiments/out/mafalda_comparison.json and .png. Runs jobs on ``WORKERS`
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -68,13 +74,13 @@ from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import factorization
 from edgedp_sim import batch, datasets, provenance
 
+import common
+
 # ---------------------------------------------------------------- constants
 DATA_SEED = 0  # train/test split of each dataset (and the synthetic draw)
-SPLIT_SEEDS = (0, 1)  # validation carve + partition; also the plan (noise/batch) seed
-NOISE_TRIALS = 5  # independent noise draws per split seed → 10 seeds in all
-TUNE_SPLIT = 0  # validation split used for learning-rate tuning
-TUNE_PLAN_SEED = 100  # noise of the tuning runs (differs from the reported runs')
-TUNE_TRIALS = 2
+SEEDS = tuple(range(20))  # each: validation carve, partition, plan seed (noise, batches)
+TUNE_SEEDS = (100, 101, 102, 103)  # the same, for learning-rate tuning only
+CONFIDENCE = 0.95  # t-intervals over seeds
 STEPS = 160  # T
 EPOCH_BATCHES = 8  # target b: B = max(1, round(m / 8)), so k = ⌈T / b⌉ ≈ 20
 EPSILONS = (2.0, 8.0, 32.0)
@@ -99,7 +105,6 @@ GRAPHS = {"Florentine": "florentine", "ER(30,0.2)": "er:30:0.2:0", "Karate": "ka
 DATASETS = ("diabetes", "synthetic-regression:8:1000")
 MECHANISMS = ("dsgd", "dp-dsgd", "antipgd", "dmf", "mafalda")
 WORKERS = min(2, os.cpu_count() or 1)
-OUT = Path(__file__).resolve().parent / "out"
 
 QUICK = {
     "STEPS": 60,
@@ -107,8 +112,8 @@ QUICK = {
     "LR_GRID": {m: (0.01, 0.03) for m in ("dsgd", "dp-dsgd", "antipgd", "dmf", "mafalda")},
     "GRAPHS": {"Florentine": "florentine"},
     "DATASETS": ("diabetes",),
-    "SPLIT_SEEDS": (0,),
-    "NOISE_TRIALS": 2,
+    "SEEDS": (0, 1, 2),
+    "TUNE_SEEDS": (100,),
     "LAST": 20,
     "EXTEND_ROUNDS": 1,
 }
@@ -152,7 +157,7 @@ def federated(dataset: str, nodes: int, split_seed: int, *, on_test: bool):
 
 def schedule(dataset: str, nodes: int, steps: int):
     """(m, B, Participation) for ``dataset`` on ``nodes`` nodes."""
-    m = federated(dataset, nodes, SPLIT_SEEDS[0], on_test=False).local_size
+    m = federated(dataset, nodes, SEEDS[0], on_test=False).local_size
     B = max(1, round(m / EPOCH_BATCHES))
     b = m // B
     return m, B, Participation(math.ceil(steps / b), b)
@@ -177,7 +182,7 @@ def temporal_factor(mechanism: str, spec: str, dataset: str, steps: int):
 def build_plan(job: dict, steps: int):
     g, _ = graph_and_w(job["spec"])
     m, B, part = schedule(job["dataset"], g.n, steps)
-    features = federated(job["dataset"], g.n, SPLIT_SEEDS[0], on_test=False).features
+    features = federated(job["dataset"], g.n, SEEDS[0], on_test=False).features
     factor, _ = temporal_factor(job["mechanism"], job["spec"], job["dataset"], steps)
     noisy = job["mechanism"] != "dsgd"
     task = TaskSpec(
@@ -227,6 +232,17 @@ def run_job(job: dict, steps: int) -> dict:
         cpu_seconds=time.process_time() - c0,
     )
     return out
+
+
+def interval(values) -> tuple[float, float]:
+    """Mean and the half-width of its t-interval at ``CONFIDENCE`` (0 for one value)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        return float(x.mean()), 0.0
+    half = stats.t.ppf(0.5 + CONFIDENCE / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean()), float(half)
 
 
 def last_mean(steps: list[int], loss: np.ndarray, horizon: int, last: int) -> np.ndarray:
@@ -317,13 +333,15 @@ def summarize(final: list[dict], tuned: dict, steps: int) -> dict:
         groups.setdefault(key, []).append(r)
     rows = {}
     for key, runs in groups.items():
-        runs.sort(key=lambda r: r["job"]["split"])
+        runs.sort(key=lambda r: r["job"]["split"])  # seed order: paired across mechanisms
         if any(r["diverged"] for r in runs):
             rows[key] = {"diverged": True, "lr": runs[0]["job"]["lr"]}
             continue
         eval_steps = runs[0]["steps"]
         loss = np.concatenate([np.asarray(r["loss"]) for r in runs])  # (seeds, evals)
         last = last_mean(eval_steps, loss, steps, LAST)
+        final_mean, final_ci = interval(loss[:, -1])
+        last_avg, last_ci = interval(last)
         rows[key] = {
             "diverged": False,
             "lr": runs[0]["job"]["lr"],
@@ -331,9 +349,10 @@ def summarize(final: list[dict], tuned: dict, steps: int) -> dict:
             "sigma": runs[0]["sigma"],
             "seeds": int(loss.shape[0]),
             "initial_loss": float(loss[:, 0].mean()),
-            "final_mean": float(loss[:, -1].mean()),
-            "final_std": float(loss[:, -1].std(ddof=1)) if len(loss) > 1 else 0.0,
-            "last_mean": float(last.mean()),
+            "final_mean": final_mean,
+            "final_ci": final_ci,
+            "last_mean": last_avg,
+            "last_ci": last_ci,
             "last_std": float(last.std(ddof=1)) if len(last) > 1 else 0.0,
             "last_per_seed": last.tolist(),
             "eval_steps": eval_steps,
@@ -357,8 +376,11 @@ def summarize(final: list[dict], tuned: dict, steps: int) -> dict:
                 continue
             lm, lb = np.asarray(row["last_per_seed"]), np.asarray(other["last_per_seed"])
             imp = 100.0 * (1.0 - lm / lb)
+            mean, half = interval(imp)
             out[base] = {
-                "mean": float(imp.mean()),
+                "mean": mean,
+                "ci": half,
+                "per_seed": imp.tolist(),
                 "std": float(imp.std(ddof=1)) if len(imp) > 1 else 0.0,
                 "min": float(imp.min()),
                 "max": float(imp.max()),
@@ -368,10 +390,30 @@ def summarize(final: list[dict], tuned: dict, steps: int) -> dict:
             }
         improvements[f"{g}|{ds}|{eps}"] = out
     table = {f"{g}|{ds}|{mech}|{eps}": v for (g, ds, mech, eps), v in rows.items()}
-    return {"rows": table, "improvement": improvements, "tuning": tuned}
+    return {
+        "rows": table,
+        "improvement": improvements,
+        "overall": overall(improvements),
+        "tuning": tuned,
+    }
 
 
-def _tune_job(gname, spec, ds, mech, eps, lr) -> dict:
+def overall(improvements: dict) -> dict:
+    """Per baseline: the mean improvement over the settings, with its t-interval over seeds
+    (each seed's average over the settings); None where a setting diverged."""
+    out = {}
+    for base in ("dp-dsgd", "dmf", "antipgd"):
+        cells = [v[base] for v in improvements.values() if base in v]
+        if not cells or any(c.get("diverged") for c in cells):
+            out[base] = None
+            continue
+        per_seed = np.mean([c["per_seed"] for c in cells], axis=0)
+        mean, half = interval(per_seed)
+        out[base] = {"mean": mean, "ci": half, "settings": len(cells), "seeds": len(per_seed)}
+    return out
+
+
+def _tune_job(gname, spec, ds, mech, eps, lr, seed) -> dict:
     return {
         "graph": gname,
         "spec": spec,
@@ -379,9 +421,9 @@ def _tune_job(gname, spec, ds, mech, eps, lr) -> dict:
         "mechanism": mech,
         "eps": eps,
         "lr": lr,
-        "split": TUNE_SPLIT,
-        "plan_seed": TUNE_PLAN_SEED,
-        "trials": TUNE_TRIALS,
+        "split": seed,
+        "plan_seed": seed,
+        "trials": 1,
         "eval_every": TUNE_EVAL_EVERY,
         "on_test": False,
     }
@@ -395,13 +437,16 @@ def _neighbour_lr(lr: float, direction: int) -> float | None:
 
 
 def tune(steps: int, t_start: float) -> tuple[dict, dict]:
-    """Grid search on the validation split; a best value at a grid edge extends the grid."""
+    """Grid search on the validation splits of ``TUNE_SEEDS`` (score: the mean over them, ∞ if
+    any diverged); a best value at a grid edge extends the grid."""
     setting_of = {(g, ds, mech, eps): spec for g, spec, ds, mech, eps in settings()}
     jobs = [
-        _tune_job(g, spec, ds, mech, eps, lr)
+        _tune_job(g, spec, ds, mech, eps, lr, seed)
         for (g, ds, mech, eps), spec in setting_of.items()
         for lr in LR_GRID[mech]
+        for seed in TUNE_SEEDS
     ]
+    per_seed: dict = {}
     scores: dict = {}
     for rnd in range(1 + EXTEND_ROUNDS):
         if not jobs:
@@ -413,14 +458,19 @@ def tune(steps: int, t_start: float) -> tuple[dict, dict]:
                 s = math.inf
             else:
                 s = float(last_mean(r["steps"], np.asarray(r["loss"]), steps, LAST).mean())
-            scores.setdefault(key, {})[j["lr"]] = s
+            per_seed.setdefault((key, j["lr"]), {})[j["split"]] = s
+        for (key, lr), by_seed in per_seed.items():
+            scores.setdefault(key, {})[lr] = float(np.mean([by_seed[t] for t in sorted(by_seed)]))
         jobs = []
         for key, by_lr in scores.items():
             lr = min(by_lr, key=lambda v: (by_lr[v], v))
             for direction, edge in ((-1, min(by_lr)), (1, max(by_lr))):
                 nxt = _neighbour_lr(lr, direction) if lr == edge else None
                 if nxt is not None and nxt not in by_lr:
-                    jobs.append(_tune_job(key[0], setting_of[key], *key[1:], nxt))
+                    jobs += [
+                        _tune_job(key[0], setting_of[key], *key[1:], nxt, seed)
+                        for seed in TUNE_SEEDS
+                    ]
     best, record = {}, {}
     for key, by_lr in scores.items():
         lr = min(by_lr, key=lambda v: (by_lr[v], v))
@@ -485,7 +535,7 @@ def plot(summary: dict, steps: int, path: Path) -> None:
                         continue
                     xs.append(eps)
                     ys.append(row["last_mean"])
-                    es.append(row["last_std"])
+                    es.append(row["last_ci"])
                 if xs:
                     ax2.errorbar(
                         xs,
@@ -507,12 +557,12 @@ def plot(summary: dict, steps: int, path: Path) -> None:
             ax2.set_yscale("log")
             ax2.set_title(f"{gname}, {ds.split(':')[0]}: last-{LAST}-step loss vs ε", fontsize=9)
             ax2.set_xlabel(f"ε (δ = {DELTA:g})")
-            ax2.set_ylabel("test loss (½ MSE)")
+            ax2.set_ylabel(f"test loss (½ MSE), {CONFIDENCE:.0%} CI")
     axes[0, 0].legend(fontsize=7)
     axes[nd, 0].legend(fontsize=7)
     fig.suptitle(
-        f"LDP, same ε per mechanism; MLP 64 ReLU; T={steps}; mean ± std over "
-        f"{len(SPLIT_SEEDS) * NOISE_TRIALS} seeds",
+        f"LDP, same ε per mechanism; MLP 64 ReLU; T={steps}; curves: mean ± std over "
+        f"{len(SEEDS)} seeds",
         fontsize=10,
     )
     fig.tight_layout()
@@ -532,8 +582,8 @@ def print_table(summary: dict, steps: int) -> None:
             continue
         print(
             f"{g:<11} {ds[:12]:<12} {eps:>5} {mech:<8} {row['lr']:>5g} "
-            f"{row['final_mean']:>9.4f}±{row['final_std']:<7.4f} "
-            f"{row['last_mean']:>9.4f}±{row['last_std']:<7.4f}"
+            f"{row['final_mean']:>9.4f}±{row['final_ci']:<7.4f} "
+            f"{row['last_mean']:>9.4f}±{row['last_ci']:<7.4f}"
         )
     inits = {
         tuple(k.split("|")[:2]): v["initial_loss"]
@@ -546,7 +596,7 @@ def print_table(summary: dict, steps: int) -> None:
     )
     print(
         f"\nMAFALDA % improvement in last-{LAST}-step test loss, 100(1 - L_maf/L_base) per seed, "
-        "mean ± std (min, max, wins):"
+        f"mean ± {CONFIDENCE:.0%} CI (min, max, wins):"
     )
     for key, imp in summary["improvement"].items():
         parts = []
@@ -558,30 +608,37 @@ def print_table(summary: dict, steps: int) -> None:
                 parts.append(f"vs {base}: diverged")
                 continue
             parts.append(
-                f"vs {base}: {d['mean']:6.1f}% ± {d['std']:4.1f} ({d['min']:5.1f}, "
+                f"vs {base}: {d['mean']:6.1f}% ± {d['ci']:4.1f} ({d['min']:5.1f}, "
                 f"{d['max']:5.1f}, {d['wins']}/{d['seeds']})"
             )
         print(f"  {key:<42} " + "   ".join(parts))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="~1-minute smoke version")
+    ap = common.parser(__doc__)
+    ap.add_argument(
+        "--replicate", type=int, default=0, help="shift every seed by 1000·R (default 0)"
+    )
     args = ap.parse_args()
     if args.quick:
         globals().update(QUICK)
+    shift = 1000 * args.replicate
+    globals().update(
+        SEEDS=tuple(s + shift for s in SEEDS), TUNE_SEEDS=tuple(s + shift for s in TUNE_SEEDS)
+    )
     t_start = time.perf_counter()
     steps = STEPS
     print(
         f"T={steps} eps={EPSILONS} delta={DELTA} lr grid={LR_GRID} graphs={list(GRAPHS)} "
-        f"datasets={list(DATASETS)} seeds={len(SPLIT_SEEDS)}x{NOISE_TRIALS} workers={WORKERS}",
+        f"datasets={list(DATASETS)} seeds={list(SEEDS)} tuning seeds={list(TUNE_SEEDS)} "
+        f"workers={WORKERS}",
         flush=True,
     )
     factors_rep = factor_report(steps)
     best, tuning = tune(steps, t_start)
     jobs = []
     for gname, spec, ds, mech, eps in settings():
-        for split in SPLIT_SEEDS:
+        for seed in SEEDS:
             jobs.append(
                 {
                     "graph": gname,
@@ -590,9 +647,9 @@ def main() -> None:
                     "mechanism": mech,
                     "eps": eps,
                     "lr": best[(gname, ds, mech, eps)],
-                    "split": split,
-                    "plan_seed": split,
-                    "trials": NOISE_TRIALS,
+                    "split": seed,
+                    "plan_seed": seed,
+                    "trials": 1,
                     "eval_every": EVAL_EVERY,
                     "on_test": True,
                 }
@@ -600,11 +657,7 @@ def main() -> None:
     final = execute(jobs, steps, "run", t_start)
     summary = summarize(final, tuning, steps)
     print_table(summary, steps)
-    imps = [
-        v["dp-dsgd"]["mean"]
-        for v in summary["improvement"].values()
-        if "dp-dsgd" in v and not v["dp-dsgd"].get("diverged")
-    ]
+    overall_dp = summary["overall"]["dp-dsgd"]
     seconds = time.perf_counter() - t_start
     cpu = float(sum(_JOB_CPU)) + time.process_time()
     out = {
@@ -615,13 +668,15 @@ def main() -> None:
             "delta": DELTA,
             "clip_norm": CLIP_NORM,
             "lr_grid": {k: list(v) for k, v in LR_GRID.items()},
-            "lr_tuned_on": "validation split (20% of the training set), split seed "
-            f"{TUNE_SPLIT}, {TUNE_TRIALS} noise draws, plan seed {TUNE_PLAN_SEED}",
+            "lr_tuned_on": "validation splits (20% of the training set) of the tuning seeds, "
+            "mean of their last-50-step losses",
             "graphs": GRAPHS,
             "datasets": list(DATASETS),
             "data_seed": DATA_SEED,
-            "split_seeds": list(SPLIT_SEEDS),
-            "noise_trials": NOISE_TRIALS,
+            "seeds": list(SEEDS),
+            "tuning_seeds": list(TUNE_SEEDS),
+            "replicate": args.replicate,
+            "confidence": CONFIDENCE,
             "eval_every": EVAL_EVERY,
             "last_steps": LAST,
             "epoch_batches_target": EPOCH_BATCHES,
@@ -632,19 +687,21 @@ def main() -> None:
         },
         "factors": factors_rep,
         **summary,
-        "mean_improvement_over_dp_dsgd": float(np.mean(imps)) if imps else None,
         "seconds": seconds,
         "cpu_seconds": cpu,
         "cpu_seconds_per_worker": cpu / WORKERS,
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    stem = "mafalda_comparison_quick" if args.quick else "mafalda_comparison"
-    provenance.write_json(OUT / f"{stem}.json", out)
-    plot(summary, steps, OUT / f"{stem}.png")
-    if imps:
-        print(f"\nmean MAFALDA improvement over DP-D-SGD across settings: {np.mean(imps):.1f}%")
+    folder = common.out_dir(args)
+    provenance.write_json(folder / "mafalda_comparison.json", out)
+    plot(summary, steps, folder / "mafalda_comparison.png")
+    if overall_dp:
+        print(
+            f"\nmean MAFALDA improvement over DP-D-SGD across settings: {overall_dp['mean']:.1f}% "
+            f"± {overall_dp['ci']:.1f} ({CONFIDENCE:.0%} CI over seeds)"
+        )
     print(
-        f"wrote {OUT / stem}.json/.png in {seconds:.0f} s wall; CPU {cpu:.0f} s in all "
+        f"wrote {folder / 'mafalda_comparison'}.json/.png in {seconds:.0f} s wall; "
+        f"CPU {cpu:.0f} s in all "
         f"({cpu / WORKERS:.0f} s per worker: the wall time on {WORKERS} otherwise idle cores)",
         file=sys.stderr,
     )
