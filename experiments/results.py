@@ -4,6 +4,7 @@ generated tables from them.
     python experiments/results.py run [--quick] [--stale] [NAME ...]   (make results)
     python experiments/results.py check [--quick]
     python experiments/results.py doc [--check]
+    python experiments/results.py times
 
 ``run`` runs each experiment script (all of them, the NAMEs given, or with ``--stale`` those
 whose stored output is stale or missing) in its own traced interpreter
@@ -11,7 +12,9 @@ whose stored output is stale or missing) in its own traced interpreter
 processes imported or read; ``--quick`` runs the small versions into experiments/out/quick.
 ``check`` lists the stale outputs and why (exit 1 if any). ``doc`` rewrites the blocks between
 ``<!-- generated: NAME -->`` and ``<!-- end -->`` in docs/RESULTS.md from the stored outputs
-(:mod:`results_doc`); ``--check`` only says whether the file is up to date.
+(:mod:`results_doc`); ``--check`` only says whether the file is up to date. ``times``
+prints how long each experiment's full and quick version took when last run
+(experiments/durations.json, which ``run`` updates and reads for its expected time left).
 
 An output is stale when a file its code record lists has changed or gone (its sha256 differs),
 when it was not written by a traced run, or when it is missing. tests/test_results.py fails on
@@ -43,19 +46,25 @@ HERE = Path(__file__).resolve().parent
 DOC = ROOT / "docs" / "RESULTS.md"
 #: relative tolerance of :func:`compare` on numbers (integers, strings and booleans: exact)
 RTOL = 1e-9
+#: the measured durations of the last run of each experiment, full and quick (written by run)
+DURATIONS = HERE / "durations.json"
+DURATIONS_ABOUT = (
+    "Wall and CPU seconds of the last run of each experiment's full and quick version, the "
+    "1-minute load average when it started (a shared 2-core machine), its date and revision. "
+    "Written by python experiments/results.py run (make results); read for its progress line "
+    "and by python experiments/results.py times."
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Experiment:
     """One script of experiments/ and how it is run.
 
-    ``minutes``: the full run's wall time, measured on the shared 2-core machine (shown as
-    the expected time while running); ``ci``: the tests re-run the quick version and compare
-    it with the stored one (every quick version takes under a minute; the slower are left to
-    ``make results QUICK=1``)."""
+    ``ci``: the tests re-run the quick version and compare it with the stored one (the
+    quick versions that take more than about a minute are left to ``make results QUICK=1``).
+    How long each version takes is measured, not declared: :data:`DURATIONS`."""
 
     name: str
-    minutes: float
     ci: bool = True
 
     @property
@@ -75,20 +84,22 @@ class Experiment:
 
 
 EXPERIMENTS = (
-    Experiment("audit_table", 18),
-    Experiment("cross_agent_dropout", 1),
-    Experiment("cross_agent_side_by_side", 5),
-    Experiment("dome_tradeoff", 30, ci=False),
-    Experiment("event_faults", 2),
-    Experiment("ksg_vs_gaussian", 3),
-    Experiment("leakage_table", 3),
-    Experiment("leakage_table4", 30),
-    Experiment("mafalda_comparison", 30),
-    Experiment("pndp_distance", 2),
-    Experiment("sr_gt_digits", 5),
-    Experiment("sr_gt_sensor_fusion", 5),
-    Experiment("whisper_fig1", 2),
-    Experiment("whisper_tasks", 10),
+    Experiment("audit_table"),
+    Experiment("cross_agent_dropout"),
+    Experiment("cross_agent_side_by_side"),
+    Experiment("dome_tradeoff", ci=False),
+    Experiment("event_faults"),
+    Experiment("ksg_vs_gaussian"),
+    Experiment("leakage_table"),
+    Experiment("leakage_table4"),
+    Experiment("mafalda_comparison"),
+    Experiment("mf_multi_epoch"),
+    Experiment("pndp_distance"),
+    Experiment("sr_gt_digits"),
+    Experiment("sr_gt_sensor_fusion"),
+    Experiment("step_size", ci=False),
+    Experiment("whisper_fig1"),
+    Experiment("whisper_tasks"),
 )
 BY_NAME = {e.name: e for e in EXPERIMENTS}
 
@@ -110,25 +121,98 @@ def run_one(experiment: Experiment, *, quick: bool = False, out_dir: Path | None
     return time.perf_counter() - start
 
 
+def _mode(quick: bool) -> str:
+    return "quick" if quick else "full"
+
+
+def durations() -> dict[str, dict[str, dict[str, Any]]]:
+    """{experiment: {"full"|"quick": {"wall_seconds", "cpu_seconds", "load", "measured",
+    "git_revision"}}}: the last measured run of each version (:data:`DURATIONS`)."""
+    if not DURATIONS.exists():
+        return {}
+    return json.loads(DURATIONS.read_text())["experiments"]
+
+
+def record_duration(experiment: Experiment, *, quick: bool, load: float) -> None:
+    """Store in :data:`DURATIONS` how long the run that wrote ``experiment``'s stored output
+    took (its environment's wall and CPU seconds) and the load average when it started."""
+    env = json.loads(experiment.output(quick=quick).read_text())["environment"]
+    table = durations()
+    table.setdefault(experiment.name, {})[_mode(quick)] = {
+        "wall_seconds": round(env["wall_seconds"], 1),
+        "cpu_seconds": round(env["cpu_seconds"], 1),
+        "load": round(load, 1),
+        "measured": env["started_at"][:10],
+        "git_revision": (env.get("git_revision") or "")[:10],
+    }
+    ordered = {e.name: table[e.name] for e in EXPERIMENTS if e.name in table}
+    DURATIONS.write_text(
+        json.dumps({"about": DURATIONS_ABOUT, "experiments": ordered}, indent=1) + "\n"
+    )
+
+
+def expected_seconds(experiment: Experiment, *, quick: bool) -> float | None:
+    """The wall seconds of the last measured run of this version (None: never measured)."""
+    entry = durations().get(experiment.name, {}).get(_mode(quick))
+    return None if entry is None else float(entry["wall_seconds"])
+
+
+def _clock(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def run(experiments: Iterable[Experiment], *, quick: bool) -> None:
+    """Run each experiment in turn, showing progress and the expected time left (from the
+    last measured durations), and record the durations measured now."""
     todo = list(experiments)
-    expected = sum(e.minutes for e in todo)
+    expected = [expected_seconds(e, quick=quick) for e in todo]
     started = time.perf_counter()
-    for i, e in enumerate(todo, 1):
-        elapsed = (time.perf_counter() - started) / 60
-        hint = "" if quick else f", expected ~{e.minutes:g} min of ~{expected:g} in all"
+    for i, (e, guess) in enumerate(zip(todo, expected, strict=True), 1):
+        elapsed = time.perf_counter() - started
+        left = expected[i - 1 :]
+        known = sum(x for x in left if x is not None)
+        unknown = sum(x is None for x in left)
+        eta = f"~{_clock(known)} left" + (f" + {unknown} never measured" if unknown else "")
+        this = "never measured" if guess is None else f"last took {_clock(guess)}"
         print(
-            f"== [{i}/{len(todo)}] {e.name}{' (quick)' if quick else ''}{hint}; "
-            f"{elapsed:.1f} min elapsed",
+            f"== [{i}/{len(todo)}] {e.name} ({_mode(quick)}; {this}); {_clock(elapsed)} "
+            f"elapsed, {eta}",
             file=sys.stderr,
             flush=True,
         )
+        load = os.getloadavg()[0]
         seconds = run_one(e, quick=quick)
-        print(f"== {e.name}: {seconds / 60:.1f} min", file=sys.stderr, flush=True)
-    print(
-        f"== {len(todo)} experiment(s) in {(time.perf_counter() - started) / 60:.1f} min",
-        file=sys.stderr,
+        record_duration(e, quick=quick, load=load)
+        print(f"== {e.name}: {_clock(seconds)}", file=sys.stderr, flush=True)
+    total = _clock(time.perf_counter() - started)
+    print(f"== {len(todo)} experiment(s) in {total}", file=sys.stderr)
+
+
+def timing_table() -> str:
+    """How long each experiment took, full and quick (from :data:`DURATIONS`)."""
+    table = durations()
+    lines = [
+        f"{'experiment':<26}{'full wall':>11}{'full CPU':>11}{'load':>6}"
+        f"{'quick wall':>12}{'quick CPU':>11}{'load':>6}  in CI"
+    ]
+    total = {"full": 0.0, "quick": 0.0}
+    for e in EXPERIMENTS:
+        cells = []
+        for mode in ("full", "quick"):
+            m = table.get(e.name, {}).get(mode)
+            if m is None:
+                cells += ["–", "–", "–"]
+                continue
+            total[mode] += m["wall_seconds"]
+            cells += [_clock(m["wall_seconds"]), _clock(m["cpu_seconds"]), f"{m['load']:.1f}"]
+        lines.append(
+            f"{e.name:<26}{cells[0]:>11}{cells[1]:>11}{cells[2]:>6}{cells[3]:>12}"
+            f"{cells[4]:>11}{cells[5]:>6}  {'yes' if e.ci else 'no'}"
+        )
+    lines.append(
+        f"{'all (wall)':<26}{_clock(total['full']):>11}{'':>17}{_clock(total['quick']):>12}"
     )
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- staleness
@@ -227,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--stale", action="store_true", help="only stale or missing outputs")
     p_check = sub.add_parser("check", help="list stale outputs (exit 1 if any)")
     p_check.add_argument("--quick", action="store_true")
+    sub.add_parser("times", help="how long each experiment took, full and quick")
     p_doc = sub.add_parser("doc", help="write docs/RESULTS.md's generated blocks")
     p_doc.add_argument("--check", action="store_true", help="exit 1 if it is not up to date")
     args = ap.parse_args(argv)
@@ -243,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         if not found:
             print(f"every {'quick ' if args.quick else ''}output comes from the current code")
         return 1 if found else 0
+    if args.verb == "times":
+        print(timing_table())
+        return 0
     import results_doc
 
     text = DOC.read_text()

@@ -33,7 +33,10 @@ def render(text: str) -> str:
 @cache
 def load(name: str) -> dict[str, Any]:
     """The stored output experiments/out/NAME.json."""
-    return json.loads((OUT / f"{name}.json").read_text())
+    path = OUT / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run make results ONLY={name}")
+    return json.loads(path.read_text())
 
 
 # ---------------------------------------------------------------- formatting
@@ -104,13 +107,15 @@ def index() -> str:
                 f"`{e.name}`",
                 (env.get("started_at") or "–")[:10],
                 minutes(env.get("wall_seconds")),
+                minutes(env.get("cpu_seconds")),
                 f"`{env['code']['digest'][:12]}`",
                 len(env["code"]["files"]),
                 "yes" if e.ci else "no",
             )
         )
     return table(
-        ("experiment", "ran", "wall time", "code digest", "files", "quick version in CI"), rows
+        ("experiment", "ran", "wall time", "CPU time", "code digest", "files", "quick in CI"),
+        rows,
     )
 
 

@@ -22,9 +22,9 @@ Each variant runs noise seeds 0..4 (the plan's trials). ``er200-all``: every oth
 Gaussian mechanism at its rule step size on er200's graph and faults (batch engine).
 
 Writes experiments/out/step_size.json, .md and .png. ``--quick``: 2 seeds, no er200 event
-runs (a smoke test of the script; writes step_size_quick.*).
+runs (a smoke test of the script; outputs in experiments/out/quick).
 
-    python experiments/step_size.py [--quick]
+    python experiments/step_size.py [--quick] [--out-dir DIR]
 """
 
 # --- constants (seeded: the output is reproducible) ---
@@ -35,9 +35,7 @@ COMPARED = ("dp-dsgd", "mafalda", "whisper")
 OTHERS = ("antipgd", "dmf", "banded", "blt", "decor", "zipdl", "muffliato", "dome")
 OPTIONS = {"banded": {"bandwidth": 8}, "blt": {"buffers": 4}, "dome": {"sketch_dim": 16}}
 WORKERS = 2
-OUT = "experiments/out"
 
-import argparse  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: E402
 from multiprocessing import get_context  # noqa: E402
@@ -45,6 +43,8 @@ from pathlib import Path  # noqa: E402
 
 import edgedp  # noqa: E402  (before numpy: the CPU dispatch edgedp pins)
 from edgedp_sim import provenance, step_tune, training_check  # noqa: E402
+
+import common  # noqa: E402
 
 
 def _scenario(name, seed, steps, spec, task, epsilon, faults, network=None) -> dict:
@@ -206,14 +206,11 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 seeds, no er200 event runs")
-    args = ap.parse_args()
+    args = common.parser(__doc__).parse_args()
     seeds = 2 if args.quick else SEEDS
     started = time.perf_counter()
-    out = Path(OUT)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "step_size_quick" if args.quick else "step_size"
+    out = common.out_dir(args)
+    stem = "step_size"
     names = [n for n in SCENARIOS if not (args.quick and n == "er200")]
     rows, reports = [], {}
     ctx = get_context("spawn")
@@ -271,7 +268,7 @@ def main() -> None:
         },
     )
     _plot(rows, out / f"{stem}.png")
-    print(f"wrote {OUT}/{stem}.json, .md, .png in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {out}/{stem}.json, .md, .png in {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":
