@@ -40,6 +40,7 @@ bench: $(ALL)
 results: $(ALL)
 	$(PY) experiments/results.py run $(if $(QUICK),--quick) $(if $(STALE),--stale) $(ONLY)
 	$(PY) experiments/results.py doc
+	$(PY) experiments/results.py times
 
 lint: $(ALL)
 	$(VENV)/bin/ruff check $(CHECKED)

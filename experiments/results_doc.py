@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any
 
-from common import OUT
+from common import OUT, QUICK_OUT
 
 MARK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
 
@@ -37,6 +37,14 @@ def load(name: str) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run make results ONLY={name}")
     return json.loads(path.read_text())
+
+
+def quick_wall(name: str) -> str:
+    """The wall time of the stored quick output of ``name`` ('–' if there is none)."""
+    path = QUICK_OUT / f"{name}.json"
+    if not path.exists():
+        return "–"
+    return minutes(json.loads(path.read_text())["environment"].get("wall_seconds"))
 
 
 # ---------------------------------------------------------------- formatting
@@ -108,13 +116,23 @@ def index() -> str:
                 (env.get("started_at") or "–")[:10],
                 minutes(env.get("wall_seconds")),
                 minutes(env.get("cpu_seconds")),
+                quick_wall(e.name),
                 f"`{env['code']['digest'][:12]}`",
                 len(env["code"]["files"]),
                 "yes" if e.ci else "no",
             )
         )
     return table(
-        ("experiment", "ran", "wall time", "CPU time", "code digest", "files", "quick in CI"),
+        (
+            "experiment",
+            "ran",
+            "wall time",
+            "CPU time",
+            "quick version",
+            "code digest",
+            "files",
+            "quick in CI",
+        ),
         rows,
     )
 
@@ -148,6 +166,18 @@ def mafalda_comparison() -> str:
             "",
             f"Mean over the {0 if o is None else o['settings']} settings: {mean} "
             f"({level} t-interval over seeds of each seed's mean over the settings).",
+            "",
+        ]
+    widths = sorted(
+        c["ci"]
+        for per in d["improvement"].values()
+        for base, c in per.items()
+        if base in ("dp-dsgd", "dmf") and not c.get("diverged") and c.get("ci") is not None
+    )
+    if widths:
+        out += [
+            f"Half-widths of the {level} intervals of the cells above: median {widths[len(widths) // 2]:.1f}"
+            f", largest {widths[-1]:.1f} points.",
             "",
         ]
     edges = sorted(k for k, v in d["tuning"].items() if v["at_grid_edge"])
@@ -642,8 +672,94 @@ def event_faults() -> str:
     )
 
 
+def papers() -> str:
+    """Per paper, its claims side by side with edgedp's (:mod:`paper_rows`)."""
+    import paper_rows
+
+    out = []
+    for paper, title in paper_rows.PAPERS.items():
+        rows = [r for r in paper_rows.ROWS if r.paper == paper]
+        out += [f"**{paper}** — {title}.", ""]
+        if paper in paper_rows.NO_EXPERIMENT:
+            out += [paper_rows.NO_EXPERIMENT[paper], ""]
+        cells = []
+        for r in rows:
+            o = load(r.experiment)
+            env = o["environment"]
+            cells.append(
+                (
+                    r.claim,
+                    r.theirs(o),
+                    r.ours(o),
+                    r.verdict(o),
+                    f"`make results ONLY={r.experiment}` ({minutes(env.get('wall_seconds'))})",
+                )
+            )
+        out += [table(("claim", "paper", "edgedp", "verdict", "command (time)"), cells), ""]
+    return "\n".join(out)
+
+
+def step_size() -> str:
+    d = load("step_size")
+    order = ("old", "rule", "tuned")
+    scenarios = list(dict.fromkeys(r["scenario"] for r in d["rows"]))
+    rows = []
+    for name in scenarios:
+        sel = [r for r in d["rows"] if r["scenario"] == name]
+        for r in sorted(sel, key=lambda r: (r["mechanism"], order.index(r["variant"]))):
+            finals = r["final_loss"]
+            below = sum(f < s for f, s in zip(finals, r["start_loss"], strict=True))
+            rows.append(
+                (
+                    f"{name} ({r['engine']})",
+                    r["mechanism"],
+                    r["variant"],
+                    num(r["learning_rate"]),
+                    fixed(r["start_loss"][0]),
+                    fixed(sum(finals) / len(finals)),
+                    f"{below}/{len(finals)}",
+                )
+            )
+    return block(
+        "step_size",
+        f"Final test loss, mean over {d['seeds']} noise seeds (the scenarios and variants: "
+        "experiments/step_size.py; per-seed values in experiments/out/step_size.md); "
+        "`below start`: seeds ending below the untrained model's loss:",
+        table(
+            (
+                "scenario (engine)",
+                "mechanism",
+                "variant",
+                "step size",
+                "start",
+                "final loss",
+                "below start",
+            ),
+            rows,
+        ),
+    )
+
+
+def mf_multi_epoch() -> str:
+    d = load("mf_multi_epoch")
+    t1, c = d["table1"], d["config"]["table1"]
+    return block(
+        "mf_multi_epoch",
+        f"Optimal factorization of the prefix sum, T = {c['steps']:,}, (k, b) = ({c['k']}, "
+        f"{c['b']}): loss {num(t1['loss'], 5)}, dual lower bound {num(t1['dual_bound'], 5)} "
+        f"(gap {t1['gap']:.1e}, {t1['iterations']} iterations, {minutes(t1['solve_seconds'])}); "
+        f"DP-SGD's C = I has {t1['identity_loss_ratio']:.2f}× that loss, C = A (B = I) "
+        f"{t1['antipgd_loss_ratio']:.2f}×. Table 6 (n = 6, (k, b) = (3, 2)), root loss: "
+        + ", ".join(f"{k.replace('_', ' ')} {v['root_loss']:.4f}" for k, v in d["table6"].items())
+        + ".",
+    )
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "index": index,
+    "papers": papers,
+    "step_size": step_size,
+    "mf_multi_epoch": mf_multi_epoch,
     "mafalda_comparison": mafalda_comparison,
     "whisper_fig1": whisper_fig1,
     "whisper_tasks": whisper_tasks,

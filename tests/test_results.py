@@ -3,6 +3,7 @@ code it ran and is current, the quick versions give the stored numbers again, an
 docs/RESULTS.md's generated tables are what the stored outputs generate."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from edgedp_sim import provenance
 ROOT = Path(edgedp_sim.__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 
+import paper_rows  # noqa: E402
 import results  # noqa: E402
 import results_doc  # noqa: E402
 
@@ -34,7 +36,7 @@ def test_every_stored_output_comes_from_the_current_code(quick):
 
 
 def test_every_experiment_script_is_registered():
-    helpers = {"common", "results", "results_doc"}
+    helpers = {"common", "results", "results_doc", "paper_rows"}
     scripts = {p.stem for p in (ROOT / "experiments").glob("*.py")} - helpers
     assert scripts == set(results.BY_NAME)
 
@@ -54,6 +56,56 @@ def test_results_doc_is_what_the_stored_outputs_generate():
     assert blocks == set(results_doc.BLOCKS), "every block once, and no other"
     assert {e.name for e in results.EXPERIMENTS} <= blocks
     assert results_doc.render(text) == text, "regenerate: python experiments/results.py doc"
+
+
+# a number outside a generated block may only name a paper, its parts or a reference
+_NAMES = re.compile(
+    r"(paper|papers|Fig\.|Figs\.|Table|Tables|Eq\.|Alg\.|§)\s*\d+(\.\d+)?([–,]\s*\d+)*|\[\d+\]|ε_lb|"
+    r"σ²|x\*|x\(K\)|x\(0\)|1x\*|[\w/.]+\.(py|md|json|png)"
+)
+
+
+def test_results_doc_has_no_number_outside_its_generated_blocks():
+    text = re.sub(r"`[^`]*`", "", results_doc.MARK.sub("", results.DOC.read_text()))
+    prose = [
+        line
+        for line in text.splitlines()
+        if not line.startswith("#") and not line.startswith("<!--")
+    ]
+    found = [(line, m.group()) for line in prose for m in re.finditer(r"\d+", _NAMES.sub("", line))]
+    assert not found, "numbers typed by hand (generate them from an output):\n" + "\n".join(
+        f"  {number!r} in: {line}" for line, number in found
+    )
+
+
+def test_every_paper_has_rows_from_a_registered_experiment():
+    assert set(paper_rows.PAPERS) == {"000", "001", "002", "003", "004"}
+    assert {r.paper for r in paper_rows.ROWS} == set(paper_rows.PAPERS)
+    assert {r.experiment for r in paper_rows.ROWS} <= set(results.BY_NAME)
+    # the paper's numbers the outputs record are the ones the rows print
+    t4 = results_doc.load("leakage_table4")["paper_table4"]
+    printed = results_doc.papers()
+    for eps in ("10", "1", "0.1"):
+        assert paper_rows.sig(t4[f"sr-gt eps={eps}"]["hbc"], 2) in printed
+
+
+def test_verdicts_are_computed_from_the_numbers():
+    assert paper_rows.same_to_digits(6.5e5, 6.496e5, 2).startswith("reproduced")
+    assert paper_rows.same_to_digits(6.5e5, 6.56e5, 2).startswith("differs")
+    assert paper_rows.within(0.52, 0.55, 0.1).startswith("reproduced")
+    assert paper_rows.within(0.52, 0.145, 0.1) == "differs (edgedp / paper = 0.279)"
+    assert paper_rows.within(0.0, 1e-16, 0.01).startswith("reproduced")
+
+
+def test_every_experiment_has_measured_durations():
+    measured = results.durations()
+    missing = [
+        f"{e.name} ({mode})"
+        for e in results.EXPERIMENTS
+        for mode in ("full", "quick")
+        if mode not in measured.get(e.name, {})
+    ]
+    assert not missing, f"never timed: {missing} (make results records it)"
 
 
 def test_an_edited_file_makes_an_output_stale(tmp_path):
