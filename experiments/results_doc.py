@@ -176,8 +176,8 @@ def mafalda_comparison() -> str:
     )
     if widths:
         out += [
-            f"Half-widths of the {level} intervals of the cells above: median {widths[len(widths) // 2]:.1f}"
-            f", largest {widths[-1]:.1f} points.",
+            f"Half-widths of the {level} intervals of the cells above: median "
+            f"{widths[len(widths) // 2]:.1f}, largest {widths[-1]:.1f} points.",
             "",
         ]
     edges = sorted(k for k, v in d["tuning"].items() if v["at_grid_edge"])
