@@ -220,7 +220,8 @@ def stale(path: Path, *, root: Path = ROOT) -> list[str]:
     """Why the output at ``path`` does not come from the current code ([] if it does)."""
     if not path.exists():
         return [f"{path.name} is missing"]
-    env = json.loads(path.read_text()).get("environment") or {}
+    data = json.loads(path.read_text())
+    env = (data.get("environment") if isinstance(data, dict) else None) or {}
     code = env.get("code")
     if not code:
         return ["no code record (written before outputs recorded their code)"]
