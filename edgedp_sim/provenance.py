@@ -38,6 +38,8 @@ from edgedp_sim import tracing
 __all__ = ["PACKAGES", "code", "command", "digest", "environment", "file_sha256", "write_json"]
 
 #: Distributions whose versions a results file records (None: not installed).
+#: what ``git_modified`` leaves out: the stored outputs and the measured durations
+_NOT_CODE = (":!experiments/out", ":!benchmarks/out", ":!experiments/durations.json")
 PACKAGES = (
     "edgedp",
     "numpy",
@@ -69,7 +71,8 @@ def environment() -> dict[str, Any]:
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # stored results are not code: a run of several experiments writes them
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *_NOT_CODE],
             cwd=root,
             capture_output=True,
             text=True,
