@@ -688,7 +688,7 @@ def papers() -> str:
             env = o["environment"]
             cells.append(
                 (
-                    r.claim,
+                    r.claim if isinstance(r.claim, str) else r.claim(o),
                     r.theirs(o),
                     r.ours(o),
                     r.verdict(o),
