@@ -25,18 +25,42 @@ def render(text: str) -> str:
     unknown = sorted({m["name"] for m in MARK.finditer(text)} - set(BLOCKS))
     if unknown:
         raise ValueError(f"unknown generated block(s) {unknown}; known: {sorted(BLOCKS)}")
-    return MARK.sub(
-        lambda m: m.group(1) + BLOCKS[m["name"]]().rstrip("\n") + "\n" + m.group(4), text
+    return MARK.sub(lambda m: m.group(1) + _body(m["name"]) + "\n" + m.group(4), text)
+
+
+def _body(name: str) -> str:
+    try:
+        return BLOCKS[name]().rstrip("\n")
+    except UnrecordedError as e:
+        return unrecorded(e.name)
+
+
+class UnrecordedError(Exception):
+    """A stored output written before outputs recorded their code: nothing is quoted from it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def unrecorded(name: str) -> str:
+    return (
+        f"*Not generated: experiments/out/{name}.json does not record the code it ran. "
+        f"Regenerate it: `make results ONLY={name}`.*"
     )
 
 
 @cache
 def load(name: str) -> dict[str, Any]:
-    """The stored output experiments/out/NAME.json."""
+    """The stored output experiments/out/NAME.json; :class:`UnrecordedError` if it does not record
+    the code it ran (its numbers are not quoted)."""
     path = OUT / f"{name}.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run make results ONLY={name}")
-    return json.loads(path.read_text())
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not (data.get("environment") or {}).get("code"):
+        raise UnrecordedError(name)
+    return data
 
 
 def quick_wall(name: str) -> str:
@@ -109,7 +133,22 @@ def index() -> str:
 
     rows = []
     for e in EXPERIMENTS:
-        env = load(e.name)["environment"]
+        try:
+            env = load(e.name)["environment"]
+        except UnrecordedError:
+            rows.append(
+                (
+                    f"`{e.name}`",
+                    "not recorded",
+                    "–",
+                    "–",
+                    quick_wall(e.name),
+                    "–",
+                    "–",
+                    "yes" if e.ci else "no",
+                )
+            )
+            continue
         rows.append(
             (
                 f"`{e.name}`",
@@ -686,7 +725,14 @@ def papers() -> str:
             out += [paper_rows.NO_EXPERIMENT[paper], ""]
         cells = []
         for r in rows:
-            o = load(r.experiment)
+            try:
+                o = load(r.experiment)
+            except UnrecordedError:
+                claim = r.claim if isinstance(r.claim, str) else "(see its section)"
+                cells.append(
+                    (claim, "–", "–", "not regenerated yet", f"`make results ONLY={r.experiment}`")
+                )
+                continue
             env = o["environment"]
             cells.append(
                 (
