@@ -243,22 +243,24 @@ ROWS: tuple[Row, ...] = (
         lambda o: "our own (no paper number)",
     ),
     # 003 -----------------------------------------------------------------
-    Row(
-        "003",
-        "Table 1: loss of the optimal factorization MF(k = 20, n = 2000) of the prefix sum, "
-        "(k, b) = (20, 100)",
-        "mf_multi_epoch",
-        lambda o: sig(o["paper"]["table1"]["loss"], 2),
-        lambda o: sig(o["table1"]["loss"], 4),
-        lambda o: same_to_digits(o["paper"]["table1"]["loss"], o["table1"]["loss"], 2),
-    ),
-    Row(
-        "003",
-        "Table 1 (caption): dual lower bound on the optimal loss",
-        "mf_multi_epoch",
-        lambda o: sig(o["paper"]["table1"]["dual_bound"], 3),
-        lambda o: sig(o["table1"]["dual_bound"], 4),
-        lambda o: same_to_digits(o["paper"]["table1"]["dual_bound"], o["table1"]["dual_bound"], 3),
+    *(
+        Row(
+            "003",
+            claim,
+            "mf_multi_epoch",
+            lambda o, k=key, n=digits: sig(o["paper"]["table1"][k], n),
+            lambda o, k=key: sig(o["table1"][k], 4),
+            lambda o, k=key, n=digits: same_to_digits(o["paper"]["table1"][k], o["table1"][k], n),
+        )
+        for key, digits, claim in (
+            (
+                "loss",
+                2,
+                "Table 1: loss of the optimal factorization MF(k = 20, n = 2000) of the prefix "
+                "sum, (k, b) = (20, 100)",
+            ),
+            ("dual_bound", 3, "Table 1 (caption): dual lower bound on the optimal loss"),
+        )
     ),
     *(
         Row(
@@ -277,22 +279,15 @@ ROWS: tuple[Row, ...] = (
     *(
         Row(
             "004",
-            f"Table 4: M-NMI of the colluding neighbours, Alg. 1, ε = {eps} (random x(0))",
+            f"Table 4: {what} of Alg. 1, ε = {eps} (random x(0))",
             "leakage_table4",
-            lambda o, e=eps: sig(_table4(o, e, "hbc")[0], 2),
-            lambda o, e=eps: sig(_table4(o, e, "hbc")[1], 3),
-            lambda o, e=eps: within(*_table4(o, e, "hbc"), 0.1),
+            lambda o, e=eps, k=key: sig(_table4(o, e, k)[0], 2),
+            lambda o, e=eps, k=key: sig(_table4(o, e, k)[1], 3),
+            lambda o, e=eps, k=key: within(*_table4(o, e, k), 0.1),
         )
-        for eps in ("10", "1", "0.1")
-    ),
-    *(
-        Row(
-            "004",
-            f"Table 4: accuracy ‖x(K) − 1x*ᵀ‖² of Alg. 1, ε = {eps}",
-            "leakage_table4",
-            lambda o, e=eps: sig(_table4(o, e, "accuracy")[0], 2),
-            lambda o, e=eps: sig(_table4(o, e, "accuracy")[1], 3),
-            lambda o, e=eps: within(*_table4(o, e, "accuracy"), 0.1),
+        for key, what in (
+            ("hbc", "M-NMI of the colluding neighbours"),
+            ("accuracy", "accuracy ‖x(K) − 1x*ᵀ‖²"),
         )
         for eps in ("10", "1", "0.1")
     ),
