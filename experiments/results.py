@@ -146,9 +146,7 @@ def record_duration(experiment: Experiment, *, quick: bool, load: float) -> None
         "git_revision": (env.get("git_revision") or "")[:10],
     }
     ordered = {e.name: table[e.name] for e in EXPERIMENTS if e.name in table}
-    DURATIONS.write_text(
-        json.dumps({"about": DURATIONS_ABOUT, "experiments": ordered}, indent=1) + "\n"
-    )
+    provenance.write_json(DURATIONS, {"about": DURATIONS_ABOUT, "experiments": ordered})
 
 
 def expected_seconds(experiment: Experiment, *, quick: bool) -> float | None:
