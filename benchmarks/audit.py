@@ -94,7 +94,10 @@ def memory(args) -> None:
             for name, tree, chunk in variants:
                 env = dict(os.environ, PYTHONPATH=tree)
                 cmd = [sys.executable, "-c", CHILD, str(path), str(args.memory_trials), chunk]
-                done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+                # cwd = the tree: ``python -c`` puts the working folder first on sys.path
+                done = subprocess.run(
+                    cmd, capture_output=True, text=True, env=env, cwd=tree, check=True
+                )
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 rate = args.memory_trials / r["seconds"]
                 first = first or (r["peak_mb"], rate)
