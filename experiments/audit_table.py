@@ -18,12 +18,13 @@ its 95% interval, the exact μ of the attacker's view (μ_view) or, for Laplace,
 victim's inverted releases (ε_view). Writes
 experiments/out/audit_table.json, .md and .png; progress on stderr.
 
-Run: python experiments/audit_table.py [--trials 10000] [--example-trials 4000]
+Run: python experiments/audit_table.py [--trials 10000] [--example-trials 4000] [--replot]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -157,17 +158,30 @@ def plot(result: dict, path: Path) -> None:
     for j, att in enumerate(ATTACKERS):
         lb = [result["gradient"][m]["attackers"][j]["epsilon_lb"] for m in mechs]
         axes[0].bar(x + (j - 1) * width, lb, width, label=f"eps_lb, {att}")
-        ratio = [
-            (result["gradient"][m]["attackers"][j].get("mu_hat") or math.nan)
-            / (result["gradient"][m]["attackers"][j].get("mu") or math.nan)
-            for m in mechs
-        ]
-        axes[1].bar(x + (j - 1) * width, ratio, width, label=att)
+        cells = [result["gradient"][m]["attackers"][j] for m in mechs]
+        mu = [e.get("mu") or math.nan for e in cells]
+        ratio = [(e.get("mu_hat") or math.nan) / c for e, c in zip(cells, mu, strict=True)]
+        axes[1].bar(x + (j - 1) * width, ratio, width, label=f"mu_hat / mu, {att}")
+        lb = [(e.get("mu_lb") or math.nan) / c for e, c in zip(cells, mu, strict=True)]
+        axes[1].plot(
+            x + (j - 1) * width,
+            lb,
+            "v",
+            color="k",
+            ms=4,
+            label="mu_lb / mu (the verdict's bound)" if j == 0 else None,
+        )
     eps = [result["gradient"][m]["attackers"][0]["epsilon"] for m in mechs]
     axes[0].plot(x, eps, "k_", markersize=18, label="certified eps (eavesdropper)")
     axes[0].set_ylabel("epsilon")
     axes[1].axhline(1.0, color="k", lw=0.8)
-    axes[1].set_ylabel("mu_hat / certified mu (Gaussian)")
+    axes[1].set_ylabel("fraction of the certified mu (Gaussian)")
+    flagged = [m for m in mechs if result["gradient"][m]["verdict"]["violation"]]
+    axes[1].set_title(
+        f"flagged when mu_lb / mu > 1: {', '.join(flagged) or 'none'}"
+        " (any bound above its certificate)",
+        fontsize=9,
+    )
     for ax in axes:
         ax.set_xticks(x)
         ax.set_xticklabels(mechs, rotation=45, ha="right")
@@ -187,7 +201,15 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=10000)
     ap.add_argument("--example-trials", type=int, default=4000, help="0: skip")
     ap.add_argument("--out", default=str(OUT / "audit_table.json"))
+    ap.add_argument("--replot", action="store_true", help="only redraw .md and .png from --out")
     args = ap.parse_args()
+    if args.replot:
+        out = Path(args.out)
+        result = json.loads(out.read_text())
+        out.with_suffix(".md").write_text(markdown(result))
+        plot(result, out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.md')}, {out.with_suffix('.png')}")
+        return
     started = time.perf_counter()
     result = {
         "setting": {
