@@ -64,7 +64,9 @@ def log(line: str) -> None:
 def plan_for(certified: float, true: float):
     """DP-D-SGD with σ = 1/certified; the stored sensitivity scaled so the noise gives ``true``."""
     base = audit_plans.build("dp-dsgd", SETTING)
-    sound = dataclasses.replace(base, noise_multiplier=1.0 / certified, sensitivity=2.0)
+    sound = dataclasses.replace(
+        base, noise_multiplier=1.0 / certified, sensitivity=2.0, target_epsilon=None, delta=DELTA
+    )
     assert sound.guarantee().mu == certified and sound.guarantee().sensitivity == 2.0
     return dataclasses.replace(sound, sensitivity=2.0 * certified / true)
 

@@ -148,7 +148,10 @@ def test_family_counts_only_attackers_with_a_statistic():
 # ---------------------------------------------------------------- whole audits
 def _tiny_plans():
     sound = audit_plans.build("dp-dsgd", TINY)
-    sound = dataclasses.replace(sound, noise_multiplier=1.0, sensitivity=2.0)  # μ = 1: σ = 1
+    # μ = 1 (σ = 1) at δ = 1e-6, set by σ (no ε target to re-check on load)
+    sound = dataclasses.replace(
+        sound, noise_multiplier=1.0, sensitivity=2.0, target_epsilon=None, delta=DELTA
+    )
     assert sound.guarantee().mu == 1.0 and sound.guarantee().sensitivity == 2.0  # √k, k = 4
     return sound, dataclasses.replace(sound, sensitivity=1.0)  # half the noise, same certificate
 
