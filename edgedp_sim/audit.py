@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -228,14 +229,26 @@ def run(
     }
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class _Setup:
-    """What every block of trials needs (plan, canary, views, data)."""
+    """What every block of trials needs (scenario, attackers and their views, canary, data)."""
 
-    def __init__(self, sc, attackers, views, can, model, src, data, engine_name):
-        self.sc, self.plan, self.attackers, self.views = sc, sc.plan, attackers, views
-        self.canary, self.model, self.src, self.data = can, model, src, data
-        self.engine_name = engine_name
-        self.keys = runtime.simulation_keys(sc.plan)
+    sc: Any
+    attackers: Sequence[Attacker]
+    views: Sequence[audit_view.View]
+    canary: canary_mod.Canary
+    model: Any
+    src: linear_view.Sources
+    data: Any
+    engine_name: str
+
+    @property
+    def plan(self):
+        return self.sc.plan
+
+    @property
+    def keys(self):
+        return runtime.simulation_keys(self.sc.plan)
 
 
 def _block_scores(setup: _Setup, block: range, seconds: dict) -> list[np.ndarray]:
