@@ -628,6 +628,7 @@ _AUDIT_KEYS = (
     "epsilon_lb",
     "confidence",
     "test",
+    "mu_lb",
     "mu_hat",
     "mu_low",
     "mu_high",
