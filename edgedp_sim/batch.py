@@ -107,7 +107,7 @@ def run(
     if per_trial and data.x.shape[0] < first_trial + trials:
         raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
     algo = algorithms.for_mechanism(plan.mechanism)
-    faulty = _faulty(faults, network)
+    faulty = faults is not None and round_faults.faulty(faults, network)
     adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
     if faulty and adaptive:
         raise ValueError(
@@ -270,12 +270,6 @@ def _gather(message: np.ndarray, index: np.ndarray, buffers: dict) -> np.ndarray
         buffers.clear()
         buffers[key] = np.empty(shape, dtype=message.dtype)
     return np.take(message, index, axis=-2, out=buffers[key], mode="clip")
-
-
-def _faulty(faults: Faults | None, network: Network | None) -> bool:
-    """Whether the run has any fault (dropout, crash, churn or loss) to draw."""
-    f = faults or Faults()
-    return bool(f.dropout or f.crashes or f.churn_rate_per_s or (network and network.loss))
 
 
 def _check_messages(

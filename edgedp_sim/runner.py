@@ -15,7 +15,14 @@ import numpy as np
 
 from edgedp import _validate, mechanisms, models
 from edgedp.accounting import laplace
-from edgedp_sim import batch, engine, provenance, sweep_summary, training_check
+from edgedp_sim import (
+    batch,
+    engine,
+    provenance,
+    round_faults,
+    sweep_summary,
+    training_check,
+)
 from edgedp_sim.scenarios import Scenario, ScenarioError, parse
 
 __all__ = [
@@ -55,19 +62,13 @@ def choose_engine(sc: Scenario) -> tuple[str, str]:
     if sc.engine != "auto":
         return sc.engine, "engine key of the scenario"
     net, f = sc.network, sc.faults
-    lat = net.latency
-    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
-    zero |= lat.kind == "table" and not any(lat.table.values())
-    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
-    if not zero:
-        return "event", f"latency ({lat.kind}) makes timing matter"
-    if math.isfinite(net.bandwidth_mbps):
-        return "event", f"bandwidth_mbps = {net.bandwidth_mbps:g} makes timing matter"
+    why = round_faults.timing(net)
+    if why is not None:
+        return "event", why
     if (f.crashes or f.churn_rate_per_s) and not net.compute_s > 0:
         return "event", "crashes need a round clock (network.compute_s > 0) in the batch engine"
-    faulty = f.dropout or f.crashes or f.churn_rate_per_s or net.loss
     return "batch", "zero latency and infinite bandwidth" + (
-        " (faults as round masks)" if faulty else ""
+        " (faults as round masks)" if round_faults.faulty(f, net) else ""
     )
 
 
