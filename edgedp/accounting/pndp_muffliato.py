@@ -120,27 +120,36 @@ class MuffliatoResult:
         return np.asarray(eps)[inv.ravel()]
 
 
-def _symmetric_mixing(W) -> np.ndarray:
+def _stochastic_mixing(W) -> np.ndarray:
     W = np.asarray(W, dtype=np.float64)
     if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] == 0:
         raise ValueError(f"Expected mixing to be a square n x n matrix, got shape {W.shape}.")
     if not np.all(np.isfinite(W)) or np.any(W < 0):
         raise ValueError("Expected mixing to be finite and non-negative.")
+    if not np.allclose(W.sum(axis=1), 1.0, atol=1e-9, rtol=0):
+        raise ValueError("Expected a row-stochastic mixing matrix (rows summing to 1).")
+    return W
+
+
+def _symmetric_mixing(W) -> np.ndarray:
+    W = _stochastic_mixing(W)
     if not np.allclose(W, W.T, atol=_SYMMETRY_TOL, rtol=0):
         raise ValueError(
             "Expected a symmetric mixing matrix: Cyffers et al.'s theorem assumes a symmetric "
             "gossip matrix (use Metropolis-Hastings or max-degree weights)."
         )
-    if not np.allclose(W.sum(axis=1), 1.0, atol=1e-9, rtol=0):
-        raise ValueError("Expected a doubly stochastic mixing matrix (rows summing to 1).")
     return W
 
 
 def pair_sums(mixing, *, steps: int, edges=None) -> np.ndarray:
     """S_{u→v} for every victim u (rows) and attacker v (columns), before the cap at T.
 
+    A W that is not symmetric is evaluated as paper 000's Fig. 2 code evaluates it, entry
+    (u, w) of W^s over the squared norm of column w; the theorem is proved for symmetric W
+    only, so :func:`pndp_guarantees` refuses such a W (this function certifies nothing).
+
     Args:
-        mixing: W, symmetric doubly stochastic n × n gossip matrix.
+        mixing: W, row-stochastic n × n gossip matrix.
         steps: T, the number of gradient steps (one gossip step each).
         edges: Optional (E, 2) communication edges added to W's support.
 
@@ -152,7 +161,7 @@ def pair_sums(mixing, *, steps: int, edges=None) -> np.ndarray:
     >>> print(f"{S[2, 0]:.6f} {S[1, 0]:.6f}")  # by hand: (1/3)/(1/3); 2 + (1/3)/(1/3) + (1/3)/(5/9)
     1.000000 3.600000
     """
-    W = _symmetric_mixing(mixing)
+    W = _stochastic_mixing(mixing)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"Expected steps to be an integer >= 1, got {steps!r}.")
     n = W.shape[0]

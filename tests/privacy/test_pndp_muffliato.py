@@ -131,7 +131,9 @@ def test_refuses_what_the_theorem_does_not_cover():
         pndp_muffliato.pndp_guarantees(pndp.PNDPSetting(W, antipgd, Participation(4, 1), 1.0))
     skew = np.array([[0.5, 0.5, 0.0], [0.25, 0.5, 0.25], [0.0, 0.5, 0.5]])
     with pytest.raises(ValueError, match="symmetric"):
-        pndp_muffliato.pair_sums(skew, steps=3)
+        pndp_muffliato.pndp_guarantees(pndp.PNDPSetting(skew, np.eye(3), Participation(3, 1), 1.0))
+    with pytest.raises(ValueError, match="row-stochastic"):
+        pndp_muffliato.pair_sums(2 * skew, steps=3)
     with pytest.raises(ValueError, match="steps"):
         pndp_muffliato.pair_sums(W, steps=0)
     with pytest.raises(ValueError, match="attackers"):
