@@ -15,7 +15,8 @@ for every other node the RDP ε_{u→0}(2) from
 grouped by hop distance from the attacker (min / mean / max per distance).
 
 Graphs. ER(100, 0.2) (networkx G(n, p) with seed 42, as we read the paper's code; that this
-is its exact instance is not verified) and the Florentine families (15 nodes) are the paper's. The Facebook ego graph (148 nodes) and the PeerTube graph
+is its exact instance is not verified) and the Florentine families (15 nodes) are the paper's.
+The Facebook ego graph (148 nodes) and the PeerTube graph
 (271 nodes, largest component) are not obtainable here (no package ships them); we generate
 stand-ins of the same size (Holme–Kim power-law cluster graphs, networkx seeds below): only
 the node counts match the paper, the degree sequences do not. Two weightings: the paper's
@@ -29,7 +30,7 @@ Run: python experiments/pndp_fig2.py [--quick] [--out-dir DIR]
 """
 
 # Paper letter W (gossip matrix); see docs/NOTATION.md.
-# ruff: noqa: N806
+# ruff: noqa: N803, N806
 
 from __future__ import annotations
 
@@ -289,7 +290,9 @@ def main() -> int:
     provenance.write_json(json_path, result, indent=2, sort_keys=True)
     plot(result, png_path)
     for row in result["table"]:
-        print(f"{row['verdict']:>10}  {row['item']}: paper: {row['paper']}; edgedp: {row['edgedp']}")
+        print(
+            f"{row['verdict']:>10}  {row['item']}: paper: {row['paper']}; edgedp: {row['edgedp']}"
+        )
     print(f"wrote {json_path} and {png_path} ({result['seconds']:.1f} s)")
     return 0
 

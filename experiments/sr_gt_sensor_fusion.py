@@ -213,9 +213,7 @@ def main() -> None:
             f"sr-gt {a['reached_threshold']:.0%} (median it {_med(a)}), "
             f"DPOP {b['reached_threshold']:.0%} (median it {_med(b)})"
         )
-    print(
-        f"wrote {OUT}/sr_gt_sensor_fusion{SUFFIX}.json, .png and sr_gt_iterations{SUFFIX}.png"
-    )
+    print(f"wrote {OUT}/sr_gt_sensor_fusion{SUFFIX}.json, .png and sr_gt_iterations{SUFFIX}.png")
 
 
 def _med(r: dict):

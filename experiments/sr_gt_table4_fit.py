@@ -31,7 +31,7 @@ Run: python experiments/sr_gt_table4_fit.py [--quick] [--out-dir DIR]
 """
 
 # Paper letters W, A, F, G, P (matrices of the update rules).
-# ruff: noqa: N803, N806
+# ruff: noqa: N803, N806, E741
 
 from __future__ import annotations
 
@@ -97,10 +97,14 @@ def moments(curv, offset, W, sched: LaplaceSchedule, steps: int, *, start_mean=N
     one = np.ones(n) / n
     curves = {m: [] for m in METRICS}
     with np.errstate(over="ignore", invalid="ignore"):
-        return _propagate(n, A, b, I, x_star, beta, mean, P_start, P_noise, scale, one, curves, sched, W, steps)
+        return _propagate(
+            n, A, b, I, x_star, beta, mean, P_start, P_noise, scale, one, curves, sched, W, steps
+        )
 
 
-def _propagate(n, A, b, I, x_star, beta, mean, P_start, P_noise, scale, one, curves, sched, W, steps):
+def _propagate(
+    n, A, b, I, x_star, beta, mean, P_start, P_noise, scale, one, curves, sched, W, steps
+):
     for t in range(steps):
         alpha = sched.stepsize(t)
         Wk = W - alpha * A - alpha * beta * (I - W)
@@ -116,7 +120,10 @@ def _propagate(n, A, b, I, x_star, beta, mean, P_start, P_noise, scale, one, cur
         curves["network average"].append(float((one @ err) ** 2 + one @ (Ps + Pn) @ one))
     err = mean[:n] - x_star
     Ps, Pn = P_start[:n, :n], P_noise[:n, :n]
-    R = {"sum": float(err @ err + np.trace(Ps)), "network average": float((one @ err) ** 2 + one @ Ps @ one)}
+    R = {
+        "sum": float(err @ err + np.trace(Ps)),
+        "network average": float((one @ err) ** 2 + one @ Ps @ one),
+    }
     N = {"sum": float(np.trace(Pn)), "network average": float(one @ Pn @ one)}
     for d in (R, N):  # a diverging run (α_k a > 2 for too long) overflows: its accuracy is inf
         for m in METRICS:
@@ -217,7 +224,8 @@ def leakage_runs(sf, c: float, delta: float, trials: int, steps: int) -> dict:
             "seconds": round(time.perf_counter() - t0, 1),
         }
         print(
-            f"  eps={eps:g}: M-NMI {e['m_nmi']:.3f} (scalar {e.get('m_nmi_point', float('nan')):.3f}; "
+            f"  eps={eps:g}: M-NMI {e['m_nmi']:.3f} "
+            f"(scalar {e.get('m_nmi_point', float('nan')):.3f}; "
             f"paper {PAPER_M_NMI[eps]}), accuracy {rep['final_mean']:.3g} (paper "
             f"{PAPER_ACCURACY[eps]:.2g})",
             flush=True,
@@ -252,7 +260,8 @@ def main() -> int:
         decomposition[f"{eps:g}"]["stored_monte_carlo_sum"] = mc
         print(
             f"eps={eps:g}: sum = {R['sum']:.4g} (start) + δ² {N['sum']:.4g} (noise) = "
-            f"{R['sum'] + N['sum']:.4g} at δ = 1 (stored Monte Carlo {mc}); paper {PAPER_ACCURACY[eps]}"
+            f"{R['sum'] + N['sum']:.4g} at δ = 1 (stored Monte Carlo {mc}); "
+            f"paper {PAPER_ACCURACY[eps]}"
         )
 
     bounds = {}
@@ -273,7 +282,8 @@ def main() -> int:
     for m, f in fits.items():
         print(
             f"fit ({m}): stiffness x{f['stiffness']:.3g}, δ = {f['delta']:.3g}, log10 loss "
-            f"{f['loss']:.3g}: " + ", ".join(f"{k}: {v['model']:.3g}" for k, v in f["cells"].items())
+            f"{f['loss']:.3g}: "
+            + ", ".join(f"{k}: {v['model']:.3g}" for k, v in f["cells"].items())
         )
     c, delta = fits["sum"]["stiffness"], fits["sum"]["delta"]
     print(f"leakage runs at stiffness x{c:.3g}, δ = {delta:.3g}: {trials} trials x {steps} its")
@@ -354,13 +364,27 @@ def plot(result: dict, path: Path) -> None:
     eps = np.array(EPSILONS)
     ax1.loglog(eps, [PAPER_ACCURACY[e] for e in EPSILONS], "k*-", ms=10, label="paper 004 Table 4")
     d = result["decomposition"]
-    ax1.loglog(eps, [d[f"{e:g}"]["sum"]["total_delta1"] for e in EPSILONS], "o-", label="edgedp instance, δ = 1")
-    ax1.loglog(eps, [d[f"{e:g}"]["sum"]["start"] for e in EPSILONS], "o:", label="  its random-start term")
+    ax1.loglog(
+        eps,
+        [d[f"{e:g}"]["sum"]["total_delta1"] for e in EPSILONS],
+        "o-",
+        label="edgedp instance, δ = 1",
+    )
+    ax1.loglog(
+        eps, [d[f"{e:g}"]["sum"]["start"] for e in EPSILONS], "o:", label="  its random-start term"
+    )
     lb = result["lower_bound_homogeneous"]["1"]
-    ax1.loglog(eps, [lb[f"{e:g}"]["sum"]["value"] for e in EPSILONS], "s--", label="lower bound, homogeneous, δ = 1")
+    ax1.loglog(
+        eps,
+        [lb[f"{e:g}"]["sum"]["value"] for e in EPSILONS],
+        "s--",
+        label="lower bound, homogeneous, δ = 1",
+    )
     f = result["fit"]["sum"]
     ax1.loglog(
-        eps, [f["cells"][f"{e:g}"]["model"] for e in EPSILONS], "^-",
+        eps,
+        [f["cells"][f"{e:g}"]["model"] for e in EPSILONS],
+        "^-",
         label=f"fit: stiffness ×{f['stiffness']:.3g}, δ = {f['delta']:.2g}",
     )
     ax1.set_xlabel("ε")
@@ -369,12 +393,17 @@ def plot(result: dict, path: Path) -> None:
     ax1.grid(True, which="both", alpha=0.3)
     runs = result["leakage_at_fit"]
     ax2.semilogx(eps, [PAPER_M_NMI[e] for e in EPSILONS], "k*-", ms=10, label="paper 004 Table 4")
-    ax2.semilogx(eps, [runs[f"{e:g}"]["m_nmi"] for e in EPSILONS], "^-", label="edgedp at the fit (Eq. 44)")
+    ax2.semilogx(
+        eps, [runs[f"{e:g}"]["m_nmi"] for e in EPSILONS], "^-", label="edgedp at the fit (Eq. 44)"
+    )
     ax2.set_xlabel("ε")
     ax2.set_ylabel("M-NMI")
     ax2.legend(fontsize=8)
     ax2.grid(True, which="both", alpha=0.3)
-    fig.suptitle("Paper 004 Table 4: accuracy decomposition, lower bound, fitted stiffness and δ", fontsize=10)
+    fig.suptitle(
+        "Paper 004 Table 4: accuracy decomposition, lower bound, fitted stiffness and δ",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 

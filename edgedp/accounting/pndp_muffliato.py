@@ -49,7 +49,6 @@ import numpy as np
 
 from edgedp._validate import non_negative
 from edgedp.accounting import mf, pndp, rdp
-from edgedp.accounting.participation import Participation
 
 __all__ = [
     "MODEL",

@@ -48,7 +48,9 @@ def _message_coefficients(W, T):
         for j in range(T):
             half = theta.copy()
             if j == t:
-                half[x] += 1.0  # the unit input (sign of −x dropped: only squares and ratios matter)
+                half[x] += (
+                    1.0  # the unit input (sign of −x dropped: only squares and ratios matter)
+                )
             coef[t, x, j] = half
             theta = W @ half
     return coef
