@@ -198,6 +198,7 @@ def pndp_guarantees(
         ValueError: A strategy other than the identity, a mixing matrix that is not
             symmetric doubly stochastic, or node ids out of range.
 
+    >>> from edgedp.accounting.participation import Participation
     >>> W = np.array([[2, 1, 0], [1, 1, 1], [0, 1, 2]]) / 3
     >>> s = pndp.PNDPSetting(W, np.eye(2), Participation(2, 1), noise_multiplier=1.0)
     >>> r = pndp_guarantees(s, attackers=[0], victims=[2])
