@@ -302,7 +302,7 @@ def _observer(observer: str) -> str:
     return observer
 
 
-def _receive_lists(W: np.ndarray, edges) -> list[np.ndarray]:
+def receive_lists(W: np.ndarray, edges) -> list[np.ndarray]:
     """Whom each node hears: W's off-diagonal support (both directions) ∪ graph edges."""
     A = (W != 0) | (W.T != 0)
     if edges is not None:
@@ -315,7 +315,8 @@ def _receive_lists(W: np.ndarray, edges) -> list[np.ndarray]:
     return [np.flatnonzero(row) for row in A]
 
 
-def _distances(lists: list[np.ndarray], sources: tuple[int, ...]) -> np.ndarray:
+def hop_distances(lists: list[np.ndarray], sources: tuple[int, ...]) -> np.ndarray:
+    """Hop distance of every node from the nearest source (inf if unreachable)."""
     dist = np.full(len(lists), math.inf)
     frontier = list(sources)
     dist[frontier] = 0.0
@@ -366,7 +367,7 @@ def _split(W, A: tuple[int, ...], edges, observer: str):
     send to a member included (their messages travel on tapped links), and every node is noisy.
     """
     n = W.shape[0]
-    lists = _receive_lists(W, edges)
+    lists = receive_lists(W, edges)
     senders = set(np.concatenate([lists[a] for a in A]).tolist())  # lists exclude self
     known = set(A) if observer == "node" else set()
     O = sorted(senders - known)
@@ -532,7 +533,7 @@ def pndp_guarantees(
     wanted = tuple(range(n)) if victims is None else _nodes("victims", victims, n)
     if attackers is not None and set(wanted) & set(sets[0]) and victims is not None:
         raise ValueError(f"Expected victims outside the attacker set {list(sets[0])}.")
-    lists = _receive_lists(W, setting.edges)
+    lists = receive_lists(W, setting.edges)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("a", "v", "d", "s", "e", "c")}
     for i, A in enumerate(sets):
         vic = [v for v in wanted if v not in A]
@@ -563,7 +564,7 @@ def pndp_guarantees(
         cols["c"].append(capped)
         cols["a"].append(np.full(vic_arr.size, i, dtype=np.int64))
         cols["v"].append(vic_arr)
-        cols["d"].append(_distances(lists, A)[vic_arr])
+        cols["d"].append(hop_distances(lists, A)[vic_arr])
         if progress is not None:
             progress(i + 1, len(sets))
     sens = np.concatenate(cols["s"])
