@@ -222,6 +222,21 @@ def leakage_runs(sf, c: float, delta: float, trials: int, steps: int) -> dict:
     return rows
 
 
+def _fitted_verdict(close: bool, exact: float, run: dict, trials: int) -> str:
+    """A cell at the fitted stiffness and δ: the fit was chosen to match the paper's three
+    accuracies, so a close value there reproduces nothing unless the simulated run agrees
+    with the exact moments it was fitted on (within 3 standard errors of its Monte Carlo
+    mean); when they disagree the fitted instance is numerically unstable in float64 (a
+    first step size times the largest curvature above 2 amplifies the random start)."""
+    mc, std = run["accuracy_sum_mc"], run["accuracy_sum_mc_std"]
+    if abs(mc - exact) > 3 * std / np.sqrt(trials):
+        return (
+            f"not established: at the fitted instance the simulation gives {mc:.3g} against "
+            f"the exact {exact:.3g} (unstable fit)"
+        )
+    return "close to the paper at a fitted instance" if close else "differs"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="coarse grids, 200 trials x 300 its")
@@ -296,9 +311,12 @@ def main() -> int:
                 "item": f"accuracy (sum), eps = {k}, fitted stiffness and δ",
                 "paper": PAPER_ACCURACY[e],
                 "edgedp": fits["sum"]["cells"][k]["model"],
-                "verdict": "reproduced"
-                if abs(np.log10(fits["sum"]["cells"][k]["model"] / PAPER_ACCURACY[e])) < 0.15
-                else "differs",
+                "verdict": _fitted_verdict(
+                    abs(np.log10(fits["sum"]["cells"][k]["model"] / PAPER_ACCURACY[e])) < 0.15,
+                    fits["sum"]["cells"][k]["model"],
+                    runs[k],
+                    trials,
+                ),
             }
         )
         verdict_rows.append(
@@ -306,9 +324,12 @@ def main() -> int:
                 "item": f"M-NMI, eps = {k}, fitted stiffness and δ",
                 "paper": PAPER_M_NMI[e],
                 "edgedp": runs[k]["m_nmi"],
-                "verdict": "reproduced"
-                if abs(runs[k]["m_nmi"] - PAPER_M_NMI[e]) <= 0.25 * PAPER_M_NMI[e]
-                else "differs",
+                "verdict": _fitted_verdict(
+                    abs(runs[k]["m_nmi"] - PAPER_M_NMI[e]) <= 0.25 * PAPER_M_NMI[e],
+                    fits["sum"]["cells"][k]["model"],
+                    runs[k],
+                    trials,
+                ),
             }
         )
     result = {
