@@ -67,7 +67,7 @@ def test_the_sh_blocks_run(name, tmp_path):
 
 def _slug(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[`*]", "", heading.strip().lower())
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -141,6 +141,7 @@ def test_the_link_check_can_fail(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text(page)
     assert list(_links(doc)) == ["#keys-and-trust", "#nothing", "NOPE.md"]
+    assert _slug("`make_plan` — one builder") == "make_plan--one-builder"
     assert _slug("5. Resume, and what to do when an agent refuses") == (
         "5-resume-and-what-to-do-when-an-agent-refuses"
     )
