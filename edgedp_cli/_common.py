@@ -110,9 +110,14 @@ def out_folder(out: str) -> Path:
 
 
 def key_value_lines(payload: dict) -> str:
-    """``key  value`` lines with the values aligned after the longest key."""
+    """``key  value`` lines with the values aligned after the longest key; a list of
+    strings takes one line per item."""
     width = max((len(str(k)) for k in payload), default=0) + 2
-    return "\n".join(f"{k:<{width}}{v}" for k, v in payload.items())
+    lines = []
+    for k, v in payload.items():
+        items = v if isinstance(v, list) and v and all(isinstance(x, str) for x in v) else [v]
+        lines += [f"{k if i == 0 else '':<{width}}{x}" for i, x in enumerate(items)]
+    return "\n".join(lines)
 
 
 def emit(args, payload: dict, text: str) -> None:

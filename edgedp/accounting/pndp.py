@@ -98,9 +98,11 @@ __all__ = [
     "PNDPResult",
     "PNDPSetting",
     "PairGuarantee",
+    "check_size",
     "pndp_guarantees",
     "victim_grams",
     "view_matrices",
+    "working_bytes",
 ]
 
 OBSERVERS = ("node", "eavesdropper")
@@ -122,6 +124,30 @@ ASSUMPTION = (
 """The two models in one sentence, for reports."""
 
 _TOL = 1e-8  # relative slack of the numerical self-checks
+
+#: Largest working memory :func:`pndp_guarantees` takes on (bytes, estimated): one T × T
+#: Gram per victim and two temporaries of the same size (X, CᵀX, CᵀXC), plus C itself.
+MAX_WORKING_BYTES = 8 * 2**30
+
+
+def working_bytes(steps: int, victims: int) -> int:
+    """The estimated peak memory of the victim Grams of ``victims`` victims over ``steps``
+    steps: 8 bytes × T² × (3 per victim + C)."""
+    return 8 * steps * steps * (3 * victims + 1)
+
+
+def check_size(steps: int, victims: int) -> None:
+    """ValueError naming the size when :func:`working_bytes` exceeds the limit."""
+    need = working_bytes(steps, victims)
+    if need > MAX_WORKING_BYTES:
+        raise ValueError(
+            f"PNDP accounting keeps a T x T Gram per victim: about {need / 2**30:.1f} GiB at "
+            f"T = {steps} with {victims} victims, above the {MAX_WORKING_BYTES / 2**30:.0f} GiB "
+            "it takes on; it is not computed at this size (the LDP guarantee is: "
+            "edgedp account without --trust pndp)"
+        )
+
+
 _ROUND = 1e-12  # relative size below which an entry or a tie is rounding
 
 
@@ -510,7 +536,8 @@ def pndp_guarantees(
         non-adaptive gradients (``result.model``).
 
     Raises:
-        ValueError, TypeError: On invalid settings, node ids, observer or method.
+        ValueError, TypeError: On invalid settings, node ids, observer or method, or a
+            horizon whose Grams need more than :data:`MAX_WORKING_BYTES`.
 
     >>> W = np.array([[2, 1, 0], [1, 1, 1], [0, 1, 2]]) / 3  # path 0-1-2, MH weights
     >>> s = PNDPSetting(W, np.eye(2), Participation(2, 1), noise_multiplier=1.0)
@@ -518,9 +545,11 @@ def pndp_guarantees(
     >>> print(f"{r.mu[0]:.6f} ldp={r.ldp_mu}")  # closed form sqrt(1/10) / sqrt(2)
     0.223607 ldp=1.0
     """
-    if not isinstance(setting, PNDPSetting):
+    if not isinstance(setting, PNDPSetting):  # refused before C (T × T) is built
+        check_size(setting.steps, setting.n - (1 if attackers is None else len(attackers)))
         setting = PNDPSetting.from_plan(setting)
     W, C = _mixing(setting.mixing), _strategy(setting.strategy)
+    check_size(C.shape[0], W.shape[0] - (1 if attackers is None else len(set(attackers))))
     n = W.shape[0]
     if not isinstance(setting.participation, Participation):
         raise TypeError("Expected setting.participation to be a Participation.")
