@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
 from edgedp_cli._common import (
     RunFailedError,
     UsageError,
+    add_cluster_flags,
     add_delta_flag,
     add_output_flags,
     chatty,
+    cluster,
     delta_of,
     emit,
     key_value_lines,
@@ -30,18 +31,10 @@ def cmd_sim_run(args) -> None:
         runner.check_engine(sc, args.engine)
     except (scenarios.ScenarioError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    for flag in ("trials", "workers", "block_trials"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} {value} must be >= 1")
-    sharded = args.scheduler is not None or args.workers is not None
+    if args.trials is not None and args.trials < 1:
+        raise UsageError(f"--trials {args.trials} must be >= 1")
     try:
-        with contextlib.ExitStack() as stack:
-            client = (
-                stack.enter_context(shards.connect(args.scheduler, args.workers or 2))
-                if sharded
-                else None
-            )
+        with cluster(args) as client:
             summary = runner.run_scenario(
                 sc,
                 engine_name=args.engine,
@@ -176,20 +169,7 @@ def register(sub, add) -> None:
         help="independent noise draws of the plan (default 1); counts are summed, curves "
         "averaged over them",
     )
-    p.add_argument(
-        "--scheduler",
-        help="address of a running Dask scheduler: the trials run there in blocks",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        help="run the trials in blocks on a local Dask cluster of this many worker processes",
-    )
-    p.add_argument(
-        "--block-trials",
-        type=int,
-        help="trials per block on Dask (default: about four blocks per worker)",
-    )
+    add_cluster_flags(p, "trials")
     add_output_flags(p)
     p.set_defaults(func=cmd_sim_run)
     p = simsub.add_parser("sweep", help="run a grid of scenarios and seeds on Dask")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -131,6 +130,7 @@ def run_scenario(
     Laplace plans), its ``adjacency`` and the ``attacker`` it holds against;
     ``final_models.npy`` in ``out`` is trial 0's θ per node.
     """
+    from edgedp_sim import shards
     from edgedp_sim import trials as trials_mod
 
     _validate.integer(1, trials=trials)
@@ -142,7 +142,7 @@ def run_scenario(
     started = time.perf_counter()
     blocks = None
     if client is not None and show_progress:
-        blocks = _block_lines(sc.name, trials)
+        blocks = shards.block_lines(sc.name)
     try:
         res = trials_mod.run(
             sc,
@@ -265,22 +265,6 @@ def warnings_for(sc: Scenario, res) -> list[str]:
 def _mean_rows(rows: np.ndarray) -> list[float]:
     """The mean over trials of each column (one trial: its row, as floats)."""
     return [float(v) for v in (rows[0] if rows.shape[0] == 1 else rows.mean(axis=0))]
-
-
-def _block_lines(label: str, trials: int):
-    """A progress line on stderr after each block of a sharded run."""
-    started = time.perf_counter()
-
-    def line(done: int, total: int, info) -> None:
-        rate = done / max(time.perf_counter() - started, 1e-9)
-        print(
-            f"{label}: {done}/{total} trials ({rate:.2f}/s); block of {info.count} at trial "
-            f"{info.first} on {info.worker}, peak {info.peak_mb:.0f} MB",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return line
 
 
 def _plot(metrics: dict, out: Path, title: str) -> None:

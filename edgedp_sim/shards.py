@@ -42,7 +42,16 @@ from typing import Any
 
 from edgedp import _validate
 
-__all__ = ["Block", "BlockInfo", "ShardError", "connect", "finished", "run_blocks", "split"]
+__all__ = [
+    "Block",
+    "BlockInfo",
+    "ShardError",
+    "block_lines",
+    "connect",
+    "finished",
+    "run_blocks",
+    "split",
+]
 
 
 class ShardError(RuntimeError):
@@ -70,6 +79,23 @@ class BlockInfo:
     pid: int
     peak_mb: float
     seconds: float
+
+
+def block_lines(label: str) -> Callable[[int, int, BlockInfo], None]:
+    """A progress line on stderr after each block of a sharded run: trials done, the rate,
+    where the block ran and its worker's peak memory."""
+    started = time.perf_counter()
+
+    def line(done: int, total: int, info: BlockInfo) -> None:
+        rate = done / max(time.perf_counter() - started, 1e-9)
+        print(
+            f"{label}: {done}/{total} trials ({rate:.2f}/s); block of {info.count} at trial "
+            f"{info.first} on {info.worker}, peak {info.peak_mb:.0f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return line
 
 
 def split(trials: int, block_trials: int) -> tuple[Block, ...]:

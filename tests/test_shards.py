@@ -1,5 +1,5 @@
 """Trials in keyed blocks: merged bit for bit, in this process and on a real Dask cluster
-whose worker is killed mid-run (for ``sim run --trials`` and for a sweep)."""
+whose worker is killed mid-run (for ``sim run --trials``, a sweep and an audit)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import edgedp
-from edgedp_sim import batch, runner, scenarios, shards, trials
+from edgedp import strict_json
+from edgedp_sim import adversary, audit, batch, runner, scenarios, shards, trials
 
 # every mechanism family: plain, temporal factor, cross-agent, sketched, Laplace
 PLANS = {
@@ -62,6 +63,17 @@ dataset = "synthetic-logistic:30:4000"
 [privacy]
 mechanism = "dp-dsgd"
 noise_multiplier = 1.0
+"""
+AUDIT = """name = "audit"
+steps = 10
+[topology]
+spec = "ring:8"
+[task]
+dataset = "synthetic-logistic:10:400"
+[privacy]
+mechanism = "dp-dsgd"
+noise_multiplier = 1.0
+participation = "10,1"
 """
 DASK = str(Path(sys.executable).with_name("dask"))  # the `dask` command of this environment
 
@@ -194,6 +206,32 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
                 alone = runner.run_scenario(scenarios.parse(raw, base=tmp_path))
                 assert row["model_digest"] == alone["model_digest"]
                 assert row["final_test_loss"] == alone["final_test_loss"]
+            # an audit on the same cluster: a fresh worker joins, and is killed mid-audit
+            procs.append(_worker(address, "w3", tmp_path))
+            _wait_workers(watch, 2)
+            (tmp_path / "audit.toml").write_text(AUDIT)
+            run = subprocess.Popen(
+                [sys.executable, "-m", "edgedp_cli", "audit", str(tmp_path / "audit.toml")]
+                + ["--attacker", "hbc:1", "--attacker", "eavesdropper:all", "--trials", "480"]
+                + ["--block-trials", "60", "--scheduler", address, "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            _, killed = _kill_when_busy(watch, "w3", procs[4], time.monotonic() + 240)
+            stdout, stderr = run.communicate(timeout=600)
+            assert run.returncode == 0, stderr[-3000:]
+            merged = json.loads(stdout)
+            assert killed and all(k.startswith("audit-trials-") for k in killed)
+            alone = audit.run(
+                scenarios.load(tmp_path / "audit.toml"),
+                [adversary.parse_attacker("hbc:1"), adversary.tap_all()],
+                trials=480,
+            )
+            assert len(merged["blocks"]) == 8 and merged["peak_worker_mb"] > 0
+            for key in ("n_trials", "canary_rounds", "delta"):
+                assert merged[key] == alone[key]
+            assert merged["attackers"] == json.loads(strict_json.dumps(alone["attackers"]))
     finally:
         for p in procs[::-1]:
             if p.poll() is None:
