@@ -103,6 +103,16 @@ def _kill_when_busy(client, name: str, proc: subprocess.Popen, deadline: float):
     raise AssertionError(f"worker {name} never ran a task")
 
 
+def _cli(*argv: str) -> subprocess.Popen:
+    """``edgedp ARGV --json`` in a child process, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgedp_cli", *argv, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _wait_workers(client, count: int) -> None:
     deadline = time.monotonic() + 120
     while len(client.scheduler_info()["workers"]) < count:
@@ -134,27 +144,9 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
         procs += [_worker(address, "w0", tmp_path), _worker(address, "w1", tmp_path)]
         with Client(address, set_as_default=False) as watch:
             _wait_workers(watch, 2)
-            run = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "edgedp_cli",
-                    "sim",
-                    "run",
-                    str(tmp_path / "kill.toml"),
-                    "--trials",
-                    "6",
-                    "--block-trials",
-                    "1",
-                    "--scheduler",
-                    address,
-                    "--json",
-                    "--out",
-                    str(tmp_path / "o"),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+            run = _cli(
+                *("sim", "run", str(tmp_path / "kill.toml"), "--trials", "6"),
+                *("--block-trials", "1", "--scheduler", address, "--out", str(tmp_path / "o")),
             )
             dead, killed = _kill_when_busy(watch, "w0", procs[1], time.monotonic() + 240)
             stdout, stderr = run.communicate(timeout=600)
@@ -175,23 +167,9 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
             (tmp_path / "sweep.toml").write_text(
                 'scenario = "kill.toml"\nseeds = [1, 2]\n[grid]\n"faults.dropout" = [0.0, 0.1]\n'
             )
-            run = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "edgedp_cli",
-                    "sim",
-                    "sweep",
-                    str(tmp_path / "sweep.toml"),
-                    "--scheduler",
-                    address,
-                    "--json",
-                    "--out",
-                    str(tmp_path / "s"),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+            run = _cli(
+                *("sim", "sweep", str(tmp_path / "sweep.toml"), "--scheduler", address),
+                *("--out", str(tmp_path / "s")),
             )
             _, killed = _kill_when_busy(watch, "w2", procs[3], time.monotonic() + 240)
             stdout, stderr = run.communicate(timeout=600)
@@ -210,13 +188,10 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
             procs.append(_worker(address, "w3", tmp_path))
             _wait_workers(watch, 2)
             (tmp_path / "audit.toml").write_text(AUDIT)
-            run = subprocess.Popen(
-                [sys.executable, "-m", "edgedp_cli", "audit", str(tmp_path / "audit.toml")]
-                + ["--attacker", "hbc:1", "--attacker", "eavesdropper:all", "--trials", "480"]
-                + ["--block-trials", "60", "--scheduler", address, "--json"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+            run = _cli(
+                *("audit", str(tmp_path / "audit.toml"), "--attacker", "hbc:1"),
+                *("--attacker", "eavesdropper:all", "--trials", "480", "--block-trials", "60"),
+                *("--scheduler", address),
             )
             _, killed = _kill_when_busy(watch, "w3", procs[4], time.monotonic() + 240)
             stdout, stderr = run.communicate(timeout=600)
