@@ -19,8 +19,9 @@ import json
 import os
 import resource
 import time
+from pathlib import Path
 
-from edgedp_sim import adversary, audit, scenarios, shards
+from edgedp_sim import adversary, audit, provenance, scenarios, shards
 
 SCENARIO = {
     "name": "audit-bench",
@@ -86,21 +87,19 @@ def main() -> None:
         )
     print(f"load average {os.getloadavg()[0]:.1f} after")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(
-                {
-                    "trials": args.trials,
-                    "subset": args.subset,
-                    "seconds_one": one_s,
-                    "seconds_cluster": many_s,
-                    "ratio": rate_many / rate_one,
-                    "peak_mb_one": one_mb,
-                    "peak_mb_workers": per_worker,
-                    "same": same,
-                },
-                fh,
-                indent=1,
-            )
+        provenance.write_json(
+            Path(args.json),
+            {
+                "trials": args.trials,
+                "subset": args.subset,
+                "seconds_one": one_s,
+                "seconds_cluster": many_s,
+                "ratio": rate_many / rate_one,
+                "peak_mb_one": one_mb,
+                "peak_mb_workers": per_worker,
+                "same": same,
+            },
+        )
     if not same:
         raise SystemExit("the merged statistics differ from the single process's")
 

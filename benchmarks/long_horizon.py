@@ -113,7 +113,9 @@ def main() -> None:
                 _print(rows[-1])
     print(f"load average {os.getloadavg()[0]:.1f} after")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str) + "\n")
+        from edgedp_sim import provenance
+
+        provenance.write_json(Path(args.json), {"rows": rows})
 
 
 def _print(row: dict) -> None:

@@ -9,9 +9,11 @@ for every engine and mechanism family). :func:`run_blocks` runs a block function
 client — or in this process with ``client=None``, the same blocks one after the other —
 and hands the results in block order to the caller's ``merge``.
 
-The payload is bytes (a scenario: :mod:`edgedp_sim.scenario_bytes`), scattered to every
-worker once; workers need none of the client's files. Each block is a Dask task whose key
-names the payload digest and the trials, so a worker that dies takes no result with it:
+The payload is bytes (a scenario: :mod:`edgedp_sim.scenario_bytes`), sent once as a task
+of its own that every block depends on (not scattered data, which Dask cannot recover when
+the worker holding it dies); workers need none of the client's files. Each block is a Dask
+task whose key names the payload digest and the trials, so a worker that dies takes no
+result with it:
 the scheduler re-runs its blocks on the workers left (``distributed``'s
 ``allowed-failures``, 3 by default, bounds how often one block may kill a worker before it
 is reported as failed). Every block returns, beside its value, where it ran and that
@@ -165,7 +167,9 @@ def run_blocks(
         from edgedp_sim import scenario_bytes
 
         tag = f"{label}-{scenario_bytes.digest(payload)}-{_args_tag(args)}"
-        [shared] = client.scatter([payload], broadcast=True, hash=True)
+        # the payload as a task of its own (not scattered data): a worker that dies holding
+        # its only copy takes nothing the scheduler cannot make again
+        shared = client.submit(_payload, payload, key=f"{tag}-payload", pure=False)
         futures = {
             client.submit(
                 _run_one, fn, shared, b.first, b.count, args, key=f"{tag}-{b.first}-{b.count}"
@@ -186,6 +190,10 @@ def run_blocks(
             client.cancel(list(futures))
     ordered = [values[b.index] for b in blocks]
     return merge(ordered), [infos[b.index] for b in blocks]
+
+
+def _payload(data: bytes) -> bytes:
+    return data
 
 
 def _args_tag(args: tuple) -> str:

@@ -90,17 +90,21 @@ def _worker(address: str, name: str, tmp: Path) -> subprocess.Popen:
     return _start(cmd, tmp / f"{name}.log")
 
 
-def _kill_when_busy(client, name: str, proc: subprocess.Popen, deadline: float):
-    """SIGKILL worker ``name`` as soon as it is running a task: (its address, the keys)."""
+def _kill_when_busy(client, alive: dict[str, subprocess.Popen], deadline: float):
+    """SIGKILL the first of the ``alive`` workers (name → process) seen running a task and
+    drop it from ``alive``: (its address, the keys it was running)."""
     while time.monotonic() < deadline:
         names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
-        for address, keys in client.processing().items():
-            if names.get(address) == name and keys:
+        for address, running in client.processing().items():
+            name = names.get(address)
+            keys = [k for k in running if not str(k).endswith("-payload")]  # a block, a point
+            if name in alive and keys:
+                proc = alive.pop(name)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
                 return address, [str(k) for k in keys]
         time.sleep(0.05)
-    raise AssertionError(f"worker {name} never ran a task")
+    raise AssertionError(f"none of the workers {sorted(alive)} ran a task")
 
 
 def _cli(*argv: str) -> subprocess.Popen:
@@ -141,14 +145,15 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
             time.sleep(0.1)
         address = json.loads(info.read_text())["address"]
         assert address.startswith("tcp://127.0.0.1:")
-        procs += [_worker(address, "w0", tmp_path), _worker(address, "w1", tmp_path)]
+        alive = {name: _worker(address, name, tmp_path) for name in ("w0", "w1")}
+        procs += list(alive.values())
         with Client(address, set_as_default=False) as watch:
             _wait_workers(watch, 2)
             run = _cli(
                 *("sim", "run", str(tmp_path / "kill.toml"), "--trials", "6"),
                 *("--block-trials", "1", "--scheduler", address, "--out", str(tmp_path / "o")),
             )
-            dead, killed = _kill_when_busy(watch, "w0", procs[1], time.monotonic() + 240)
+            dead, killed = _kill_when_busy(watch, alive, time.monotonic() + 240)
             stdout, stderr = run.communicate(timeout=600)
             assert run.returncode == 0, stderr[-3000:]
             summary = json.loads(stdout)
@@ -161,8 +166,9 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
             where = {b["first_trial"]: b["worker"] for b in summary["blocks"]}
             assert all(where[t] != dead for t in lost)
             assert summary["peak_worker_mb"] > 0
-            # a sweep on the same cluster: a fresh worker joins, and is killed mid-sweep
-            procs.append(_worker(address, "w2", tmp_path))
+            # a sweep on the same cluster: a fresh worker joins, and a busy one is killed mid-sweep
+            alive["w2"] = _worker(address, "w2", tmp_path)
+            procs.append(alive["w2"])
             _wait_workers(watch, 2)
             (tmp_path / "sweep.toml").write_text(
                 'scenario = "kill.toml"\nseeds = [1, 2]\n[grid]\n"faults.dropout" = [0.0, 0.1]\n'
@@ -171,7 +177,7 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
                 *("sim", "sweep", str(tmp_path / "sweep.toml"), "--scheduler", address),
                 *("--out", str(tmp_path / "s")),
             )
-            _, killed = _kill_when_busy(watch, "w2", procs[3], time.monotonic() + 240)
+            _, killed = _kill_when_busy(watch, alive, time.monotonic() + 240)
             stdout, stderr = run.communicate(timeout=600)
             assert run.returncode == 0, stderr[-3000:]
             rows = json.loads(stdout)["runs"]
@@ -184,8 +190,9 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
                 alone = runner.run_scenario(scenarios.parse(raw, base=tmp_path))
                 assert row["model_digest"] == alone["model_digest"]
                 assert row["final_test_loss"] == alone["final_test_loss"]
-            # an audit on the same cluster: a fresh worker joins, and is killed mid-audit
-            procs.append(_worker(address, "w3", tmp_path))
+            # an audit on the same cluster: a fresh worker joins, and a busy one is killed mid-audit
+            alive["w3"] = _worker(address, "w3", tmp_path)
+            procs.append(alive["w3"])
             _wait_workers(watch, 2)
             (tmp_path / "audit.toml").write_text(AUDIT)
             run = _cli(
@@ -193,7 +200,7 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
                 *("--attacker", "eavesdropper:all", "--trials", "480", "--block-trials", "60"),
                 *("--scheduler", address),
             )
-            _, killed = _kill_when_busy(watch, "w3", procs[4], time.monotonic() + 240)
+            _, killed = _kill_when_busy(watch, alive, time.monotonic() + 240)
             stdout, stderr = run.communicate(timeout=600)
             assert run.returncode == 0, stderr[-3000:]
             merged = json.loads(stdout)

@@ -136,6 +136,16 @@ def working_bytes(steps: int, victims: int) -> int:
     return 8 * steps * steps * (3 * victims + 1)
 
 
+def _check_plan_size(plan, attackers) -> None:
+    """:func:`check_size` of a plan, before its T × T strategy is built (attackers that
+    are not a sequence of ids are left to the argument checks)."""
+    try:
+        count = 1 if attackers is None else len(set(attackers))
+    except TypeError:
+        return
+    check_size(plan.steps, plan.n - count)
+
+
 def check_size(steps: int, victims: int) -> None:
     """ValueError naming the size when :func:`working_bytes` exceeds the limit."""
     need = working_bytes(steps, victims)
@@ -546,10 +556,9 @@ def pndp_guarantees(
     0.223607 ldp=1.0
     """
     if not isinstance(setting, PNDPSetting):  # refused before C (T × T) is built
-        check_size(setting.steps, setting.n - (1 if attackers is None else len(attackers)))
+        _check_plan_size(setting, attackers)
         setting = PNDPSetting.from_plan(setting)
     W, C = _mixing(setting.mixing), _strategy(setting.strategy)
-    check_size(C.shape[0], W.shape[0] - (1 if attackers is None else len(set(attackers))))
     n = W.shape[0]
     if not isinstance(setting.participation, Participation):
         raise TypeError("Expected setting.participation to be a Participation.")
@@ -558,6 +567,7 @@ def pndp_guarantees(
         C, participation=setting.participation, noise_multiplier=setting.noise_multiplier
     )
     sets = [(u,) for u in range(n)] if attackers is None else [_nodes("attackers", attackers, n)]
+    check_size(C.shape[0], n - min(len(set(A)) for A in sets))
     wanted = tuple(range(n)) if victims is None else _nodes("victims", victims, n)
     if attackers is not None and set(wanted) & set(sets[0]) and victims is not None:
         raise ValueError(f"Expected victims outside the attacker set {list(sets[0])}.")
