@@ -4,6 +4,7 @@ lower bounds on μ and ε per attacker, beside the certified μ and ε.
     edgedp audit PLAN_OR_SCENARIO --attacker eavesdropper:all --attacker hbc:1,7
         [--victim U] [--canary gradient|example] [--background zero|data] [--trials N]
         [--confidence 0.95] [--delta D] [--engine auto|batch|event] [--plot roc.png] [--json]
+        [--workers W | --scheduler ADDRESS] [--block-trials K]
 
 Runs N trials, half of them with a canary in the victim's data (the plan's certified
 adjacency), lets each attacker run the strongest test its view allows and reports, per
@@ -12,6 +13,8 @@ certified μ and ε_lb at δ against the certified ε — Clopper–Pearson boun
 all tests so that a sound plan is flagged with probability at most 1 − confidence — beside
 μ̂ with its interval, the exact μ of the view, and the most and the typical ε_lb of these
 trials (:mod:`edgedp_sim.audit`). Every ε is printed with its δ, adjacency and attacker.
+With ``--workers`` (a local Dask cluster) or ``--scheduler`` the trials run in keyed blocks
+and the report is the single process's, plus where each block ran and its memory.
 Progress lines go to stderr (none with --json or -q).
 """
 
@@ -24,8 +27,10 @@ from pathlib import Path
 from edgedp_cli._common import (
     RunFailedError,
     UsageError,
+    add_cluster_flags,
     add_delta_flag,
     chatty,
+    cluster,
     delta_of,
     emit,
     load_target,
@@ -234,24 +239,30 @@ def cmd_audit(args) -> None:
             sys.stderr.write(f"edgedp audit: {line}\n")
             sys.stderr.flush()
 
+    from edgedp_sim import shards
+
     try:
-        report = audit.run(
-            sc,
-            attackers,
-            trials=args.trials,
-            victim=victim,
-            canary=args.canary,
-            background=args.background,
-            confidence=args.confidence,
-            delta=delta,
-            engine_name=args.engine,
-            chunk=args.chunk,
-            progress=progress,
-            keep_scores=bool(args.plot),
-        )
+        with cluster(args) as client:
+            report = audit.run(
+                sc,
+                attackers,
+                trials=args.trials,
+                victim=victim,
+                canary=args.canary,
+                background=args.background,
+                confidence=args.confidence,
+                delta=delta,
+                engine_name=args.engine,
+                chunk=args.chunk,
+                progress=progress,
+                keep_scores=bool(args.plot),
+                client=client,
+                block_trials=args.block_trials,
+                block_progress=shards.block_lines("edgedp audit") if chatty(args) else None,
+            )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    except FloatingPointError as exc:
+    except (FloatingPointError, shards.ShardError) as exc:
         raise RunFailedError(str(exc)) from None
     if args.plot:
         report["plot_caption"] = plot(report, Path(args.plot))
@@ -307,4 +318,5 @@ def register(sub, add) -> None:
         type=int,
         help="trials per batch-engine call (default: as many as fit a 96 MB working set)",
     )
+    add_cluster_flags(p, "trials")
     p.add_argument("--plot", help="write the attackers' ROC curves to this PNG (default: none)")

@@ -60,8 +60,10 @@ __all__ = [
     "CHUNK_BYTES",
     "MAX_CHUNK",
     "MIN_CHUNK",
+    "block",
     "bytes_per_trial",
     "chunk_for",
+    "merge",
     "run",
 ]
 
@@ -114,6 +116,9 @@ def run(
     progress: Callable[[str], None] | None = None,
     data: Any = None,
     keep_scores: bool = False,
+    client: Any = None,
+    block_trials: int | None = None,
+    block_progress: Callable | None = None,
 ) -> dict[str, Any]:
     """Audit ``sc``'s plan against each attacker (module docstring); a JSON-ready report.
 
@@ -135,6 +140,11 @@ def run(
       progress: called with a line of text now and then.
       data: the engines' data instead of ``sc.data()``.
       keep_scores: also return each attacker's statistic and worlds (``scores``, not JSON).
+      client: a Dask client (:func:`edgedp_sim.shards.connect`): the trials run there in
+        blocks of ``block_trials`` (default about four per worker); the report is the one of
+        this process bit for bit, plus ``blocks`` (where each ran, its worker's peak memory),
+        ``workers`` and ``peak_worker_mb``.
+      block_progress: called with (trials done, trials, BlockInfo) after each block.
     """
     plan = sc.plan
     if trials < 8:
@@ -157,44 +167,37 @@ def run(
     if engine_name not in ("batch", "event"):
         raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
     delta = 0.0 if plan.laplace is not None else float(delta)
-    data = sc.data() if data is None else data
-    model = models.for_task(plan.task, data.features)
-    d = model.dim
-    theta0 = np.asarray(model.init_params(), dtype=np.float64)
-    can = canary_mod.for_plan(
-        plan,
-        victim=victim,
-        local_size=data.local_size,
-        dim=d,
-        kind=canary,
-        background=background,
-        model=model,
-        data=data,
-    )
+    if client is not None and data is not None:
+        raise ValueError("data cannot be shipped to workers: give it in the scenario instead.")
     started = time.perf_counter()
-    tr = linear_view.trace(plan, batch_size=can.batch_size, dim=d, theta0=theta0)
-    src = linear_view.sources(plan, slots=tr.slots)
-    views = [
-        audit_view.build(attacker=a, plan=plan, tr=tr, src=src, canary=can, theta0=theta0)
-        for a in attackers
-    ]
-    del tr  # the impulse responses live on in the views' weights
-    setup = _Setup(sc, attackers, views, can, model, src, data, engine_name)
+    setup = _make_setup(sc, tuple(attackers), victim, canary, background, engine_name, data)
+    can, d, views = setup.canary, setup.model.dim, setup.views
     if chunk is None:
         chunk = chunk_for(plan, attackers, dim=d, batch_size=can.batch_size)
     ids = range(first_trial, first_trial + trials)
-    scores = [np.empty(trials) for _ in attackers]
     seconds = {"simulation": 0.0, "statistic": time.perf_counter() - started}
-    step = chunk if engine_name == "batch" else 1
-    for start in range(ids.start, ids.stop, step):
-        block = range(start, min(start + step, ids.stop))
-        for j, s in enumerate(_block_scores(setup, block, seconds)):
-            scores[j][block.start - ids.start : block.stop - ids.start] = s
-        done = block.stop - ids.start
-        if progress is not None and (
-            step > 1 or done % max(1, trials // 20) == 0 or done == trials
-        ):
-            progress(f"simulated {done}/{trials} trials ({engine_name} engine)")
+    blocks = None
+    if client is None:
+        scores = _scores(setup, ids, chunk, seconds, progress)
+    else:
+        from edgedp_sim import scenario_bytes, shards
+
+        workers = max(1, len(client.scheduler_info()["workers"]))
+        size = block_trials or max(1, -(-trials // (4 * workers)))
+        options = (tuple(attackers), victim, canary, background, engine_name, chunk, first_trial)
+        merged, blocks = shards.run_blocks(
+            client,
+            block,
+            scenario_bytes.dump(sc),
+            shards.split(trials, size),
+            merge,
+            args=options,
+            label="audit-trials",
+            progress=block_progress,
+        )
+        scores = list(merged["scores"])
+        for key in seconds:
+            seconds[key] += merged["seconds"][key]
     results, verdict = audit_report.evaluate(
         plan, attackers, views, scores, ids, confidence=confidence, delta=delta
     )
@@ -226,6 +229,92 @@ def run(
         "trials_per_second": trials / total if total > 0 else None,
         "method": audit_report.METHOD,
         "attackers": results,
+        **({} if blocks is None else _where(blocks)),
+    }
+
+
+def _make_setup(sc, attackers, victim, canary, background, engine_name, data) -> _Setup:
+    """The canary, every attacker's view and the noise sources of an audit of ``sc``."""
+    plan = sc.plan
+    data = sc.data() if data is None else data
+    model = models.for_task(plan.task, data.features)
+    d = model.dim
+    theta0 = np.asarray(model.init_params(), dtype=np.float64)
+    can = canary_mod.for_plan(
+        plan,
+        victim=victim,
+        local_size=data.local_size,
+        dim=d,
+        kind=canary,
+        background=background,
+        model=model,
+        data=data,
+    )
+    tr = linear_view.trace(plan, batch_size=can.batch_size, dim=d, theta0=theta0)
+    src = linear_view.sources(plan, slots=tr.slots)
+    views = [
+        audit_view.build(attacker=a, plan=plan, tr=tr, src=src, canary=can, theta0=theta0)
+        for a in attackers
+    ]
+    del tr  # the impulse responses live on in the views' weights
+    return _Setup(sc, attackers, views, can, model, src, data, engine_name)
+
+
+def _scores(setup, ids: range, chunk: int, seconds: dict, progress) -> list[np.ndarray]:
+    """Every attacker's statistic on trials ``ids``, in chunks of ``chunk`` trials on the
+    batch engine (one at a time on the event engine)."""
+    trials = len(ids)
+    scores = [np.empty(trials) for _ in setup.attackers]
+    step = chunk if setup.engine_name == "batch" else 1
+    for start in range(ids.start, ids.stop, step):
+        part = range(start, min(start + step, ids.stop))
+        for j, s in enumerate(_block_scores(setup, part, seconds)):
+            scores[j][part.start - ids.start : part.stop - ids.start] = s
+        done = part.stop - ids.start
+        if progress is not None and (
+            step > 1 or done % max(1, trials // 20) == 0 or done == trials
+        ):
+            progress(f"simulated {done}/{trials} trials ({setup.engine_name} engine)")
+    return scores
+
+
+_CACHE: dict[tuple, _Setup] = {}  # a worker's set-up of the audit it is running (one entry)
+
+
+def block(payload: bytes, first: int, count: int, attackers, victim, canary, background,
+          engine_name: str, chunk: int, first_trial: int) -> dict[str, Any]:  # fmt: skip
+    """Trials ``first_trial + first`` … of an audit on a worker (the Dask task of
+    :func:`edgedp_sim.shards.run_blocks`): the scenario arrives as bytes
+    (:mod:`edgedp_sim.scenario_bytes`); the set-up is built once per worker and audit."""
+    from edgedp_sim import scenario_bytes
+
+    key = (scenario_bytes.digest(payload), attackers, victim, canary, background, engine_name)
+    if key not in _CACHE:
+        _CACHE.clear()
+        sc = scenario_bytes.load(payload)
+        _CACHE[key] = _make_setup(sc, attackers, victim, canary, background, engine_name, None)
+    seconds = {"simulation": 0.0, "statistic": 0.0}
+    ids = range(first_trial + first, first_trial + first + count)
+    return {"scores": _scores(_CACHE[key], ids, chunk, seconds, None), "seconds": seconds}
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Blocks in trial order → each attacker's statistics over all trials, seconds summed."""
+    return {
+        "scores": np.concatenate([np.array(p["scores"]) for p in parts], axis=1),
+        "seconds": {k: sum(p["seconds"][k] for p in parts) for k in parts[0]["seconds"]},
+    }
+
+
+def _where(blocks) -> dict[str, Any]:
+    """Where each block ran and the largest peak memory of a worker process."""
+    return {
+        "blocks": [
+            {"first_trial": b.first, "trials": b.count, "worker": b.worker, "peak_mb": b.peak_mb}
+            for b in blocks
+        ],
+        "workers": sorted({b.worker for b in blocks}),
+        "peak_worker_mb": max(b.peak_mb for b in blocks),
     }
 
 

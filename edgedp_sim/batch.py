@@ -40,6 +40,8 @@ class BatchResult:
     test_accuracy: list[np.ndarray] = field(default_factory=list)
     consensus_distance: list[np.ndarray] = field(default_factory=list)
     clipped_fraction: float = 0.0
+    clipped: int = 0  # examples clipped, of clip_slots = steps · trials · nodes · batch size
+    clip_slots: int = 0
     nonfinite: int = 0  # examples (over all steps, trials, nodes) with a non-finite gradient
     messages: int = 0
     bytes_sent: int = 0
@@ -246,7 +248,8 @@ def run(
         if progress is not None:
             progress(t + 1)
     result.models = theta
-    result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
+    result.clipped, result.clip_slots = int(clipped), plan.steps * trials * plan.n * batch
+    result.clipped_fraction = clipped / result.clip_slots
     result.nonfinite = nonfinite
     result.messages = degree_sum * plan.steps * trials
     if rf is not None:

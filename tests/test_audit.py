@@ -421,3 +421,18 @@ def test_scenario_initial_state_reaches_leak_and_the_attackers(tmp_path):
     # formal ε, empirical ε and M-NMI side by side
     assert 0 <= e["epsilon_lb"] <= e["epsilon"] and e["audit_trials"] == 200
     assert rep["audit"]["canary"] == "gradient"
+
+
+@pytest.mark.parametrize("mechanism", ["dp-dsgd", "decor"])
+def test_audit_blocks_merge_into_the_single_run(plans, mechanism):
+    from edgedp_sim import scenario_bytes
+
+    sc = scenarios.from_plan(plans[mechanism])
+    attackers = (adversary.tap_all(), adversary.honest_but_curious(1))
+    whole = audit.run(sc, attackers, trials=40, keep_scores=True)
+    payload = scenario_bytes.dump(sc)
+    options = (attackers, 0, "gradient", None, "batch", 7, 0)  # chunks of 7 in each block
+    parts = [audit.block(payload, first, count, *options) for first, count in ((0, 13), (13, 27))]
+    merged = audit.merge(parts)["scores"]
+    for row, entry in zip(merged, whole["attackers"], strict=True):
+        assert row.tobytes() == entry["scores"].tobytes()

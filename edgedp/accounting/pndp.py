@@ -98,9 +98,11 @@ __all__ = [
     "PNDPResult",
     "PNDPSetting",
     "PairGuarantee",
+    "check_size",
     "pndp_guarantees",
     "victim_grams",
     "view_matrices",
+    "working_bytes",
 ]
 
 OBSERVERS = ("node", "eavesdropper")
@@ -122,6 +124,40 @@ ASSUMPTION = (
 """The two models in one sentence, for reports."""
 
 _TOL = 1e-8  # relative slack of the numerical self-checks
+
+#: Largest working memory :func:`pndp_guarantees` takes on (bytes, estimated): one T × T
+#: Gram per victim and two temporaries of the same size (X, CᵀX, CᵀXC), plus C itself.
+MAX_WORKING_BYTES = 8 * 2**30
+
+
+def working_bytes(steps: int, victims: int) -> int:
+    """The estimated peak memory of the victim Grams of ``victims`` victims over ``steps``
+    steps: 8 bytes × T² × (3 per victim + C)."""
+    return 8 * steps * steps * (3 * victims + 1)
+
+
+def _check_plan_size(plan, attackers) -> None:
+    """:func:`check_size` of a plan, before its T × T strategy is built (attackers that
+    are not a sequence of ids are left to the argument checks)."""
+    try:
+        count = 1 if attackers is None else len(set(attackers))
+    except TypeError:
+        return
+    check_size(plan.steps, plan.n - count)
+
+
+def check_size(steps: int, victims: int) -> None:
+    """ValueError naming the size when :func:`working_bytes` exceeds the limit."""
+    need = working_bytes(steps, victims)
+    if need > MAX_WORKING_BYTES:
+        raise ValueError(
+            f"PNDP accounting keeps a T x T Gram per victim: about {need / 2**30:.1f} GiB at "
+            f"T = {steps} with {victims} victims, above the {MAX_WORKING_BYTES / 2**30:.0f} GiB "
+            "it takes on; it is not computed at this size (the LDP guarantee is: "
+            "edgedp account without --trust pndp)"
+        )
+
+
 _ROUND = 1e-12  # relative size below which an entry or a tie is rounding
 
 
@@ -511,7 +547,8 @@ def pndp_guarantees(
         non-adaptive gradients (``result.model``).
 
     Raises:
-        ValueError, TypeError: On invalid settings, node ids, observer or method.
+        ValueError, TypeError: On invalid settings, node ids, observer or method, or a
+            horizon whose Grams need more than :data:`MAX_WORKING_BYTES`.
 
     >>> W = np.array([[2, 1, 0], [1, 1, 1], [0, 1, 2]]) / 3  # path 0-1-2, MH weights
     >>> s = PNDPSetting(W, np.eye(2), Participation(2, 1), noise_multiplier=1.0)
@@ -519,7 +556,8 @@ def pndp_guarantees(
     >>> print(f"{r.mu[0]:.6f} ldp={r.ldp_mu}")  # closed form sqrt(1/10) / sqrt(2)
     0.223607 ldp=1.0
     """
-    if not isinstance(setting, PNDPSetting):
+    if not isinstance(setting, PNDPSetting):  # refused before C (T × T) is built
+        _check_plan_size(setting, attackers)
         setting = PNDPSetting.from_plan(setting)
     W, C = _mixing(setting.mixing), _strategy(setting.strategy)
     n = W.shape[0]
@@ -530,6 +568,7 @@ def pndp_guarantees(
         C, participation=setting.participation, noise_multiplier=setting.noise_multiplier
     )
     sets = [(u,) for u in range(n)] if attackers is None else [_nodes("attackers", attackers, n)]
+    check_size(C.shape[0], n - min(len(set(A)) for A in sets))
     wanted = tuple(range(n)) if victims is None else _nodes("victims", victims, n)
     if attackers is not None and set(wanted) & set(sets[0]) and victims is not None:
         raise ValueError(f"Expected victims outside the attacker set {list(sets[0])}.")
