@@ -1,41 +1,119 @@
-"""Trials per second of a privacy audit on the batch engine, and the audit table's wall time.
+"""Trials per second and peak memory of a privacy audit, with ratios measured in the same run.
 
-Setting: the audit table's (:mod:`edgedp_sim.audit_plans`, ring:8, T = 20, d = 2, three attackers:
-eavesdropper:all, one link, hbc neighbours; gradient canary). For each mechanism measured,
-N trials of ``edgedp_sim.audit.run`` split into the simulation (batch engine with the canary and
-three probes) and the statistics (linear view, regenerated secrets, tests); beside it the
-plain batch engine on the same plan and trials (no canary, no probes), measured in the same
-run, and their ratio. The audit table's own wall time is read from
-experiments/out/audit_table.json when it exists (measured when the table was produced) and
-estimated from this run's rates (Σ N / rate over the mechanisms measured).
+1. **Memory and speed of one audit** (``--memory``, default on): the demo's 16-node re-plan
+   of MAFALDA (smallworld:16:4:0.1:7, logistic regression on digits-parity with d = 65, local
+   batches of 22, ε = 4 at δ = 1e-6; :func:`edgedp_sim.demo.make_plans`) at each horizon of
+   ``--steps``, audited with N = 1,000 trials by the demo's attackers (the victim's two
+   neighbours colluding, every link tapped, every link tapped but encrypted). Each audit runs
+   in its own child process, which reports its peak resident memory (``ru_maxrss``: the
+   interpreter and imports included) and time: this tree with its default chunk (a memory
+   budget, :func:`edgedp_sim.audit.chunk_for`), this tree with the former fixed chunk of
+   1,000 trials, and with ``--before TREE`` the audit of another checkout (e.g.
+   ``git archive main | tar -x -C /tmp/before``). Ratios are against the first row.
+2. **Trials per second per mechanism** (``--mechanisms``): the audit table's setting
+   (:mod:`edgedp_sim.audit_plans`, ring:8, T = 20, d = 2, three attackers: eavesdropper:all,
+   one link, hbc neighbours; gradient canary), N trials of ``edgedp_sim.audit.run`` split
+   into the simulation (batch engine with the canary and three probes) and the statistics
+   (linear view, regenerated secrets, tests); beside it the plain batch engine on the same
+   plan and trials (no canary, no probes), and their ratio.
 
-Run: python benchmarks/audit.py [--trials 2000] [--mechanisms dp-dsgd,antipgd,...]
+Run: python benchmarks/audit.py [--before TREE] [--steps 20,100] [--trials 2000]
+     [--mechanisms dp-dsgd,antipgd,...] [--no-memory]
 """
 
 from __future__ import annotations
 
+import edgedp  # noqa: F401  (first: the numpy dispatch every edgedp process uses)
+
+# isort: split
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 from edgedp_sim import adversary, audit, audit_plans, batch, scenarios
 
-TABLE = Path(__file__).resolve().parents[1] / "experiments" / "out" / "audit_table.json"
+HERE = Path(__file__).resolve().parents[1]
 ATTACKERS = ("eavesdropper:all", "eavesdropper:0-1", "hbc:1,7")
 
+CHILD = r"""
+import edgedp  # noqa
+import json, resource, sys, time
+from edgedp.plan import NoisePlan
+from edgedp_sim import adversary, audit, demo, scenarios
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=2000)
-    ap.add_argument("--mechanisms", default="dp-dsgd,antipgd,mafalda,whisper,zipdl,dome,sr-gt")
-    args = ap.parse_args()
+path, trials, chunk = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+plan = NoisePlan.from_bytes(open(path, "rb").read())
+attackers = [adversary.parse_attacker(a) for a in demo._attackers(demo.DemoConfig().leak_topology)]
+kw = {} if chunk == "default" else {"chunk": int(chunk)}
+started = time.perf_counter()
+rep = audit.run(scenarios.from_plan(plan), attackers, trials=trials, delta=1e-6, **kw)
+print(json.dumps({
+    "seconds": time.perf_counter() - started,
+    "simulation": rep["simulation_seconds"],
+    "statistic": rep["statistic_seconds"],
+    "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "chunk": rep.get("chunk", 1000),
+}))
+"""
+
+
+def memory(args) -> None:
+    from edgedp_sim import demo
+
+    cfg = demo.DemoConfig()
+    variants = [("this tree, default chunk", str(HERE), "default")]
+    variants.append(("this tree, chunk 1000", str(HERE), "1000"))
+    if args.before:
+        variants.append(("before (--before)", str(Path(args.before).resolve()), "default"))
+    print(
+        f"audit of the demo's 16-node MAFALDA re-plan ({cfg.leak_topology}, d = 65, batch "
+        f"{cfg.leak_batch_size}), N = {args.memory_trials} trials, 3 attackers (hbc pair, "
+        f"every link, every link encrypted); load average {os.getloadavg()[0]:.1f}"
+    )
+    head = f"{'T':>4}  {'code':<26}{'peak MB':>9}{'x first':>8}{'trials/s':>10}{'x first':>8}"
+    head += f"{'sim s':>8}{'stats s':>8}{'chunk':>7}"
+    print(head)
+    print("-" * len(head))
+    with tempfile.TemporaryDirectory(prefix="edgedp-bench-audit-") as tmp:
+        for steps in (int(s) for s in args.steps.split(",")):
+            plan = demo.make_plans(
+                cfg,
+                topology=cfg.leak_topology,
+                steps=steps,
+                batch_size=cfg.leak_batch_size,
+                mechanisms=("mafalda",),
+            )["mafalda"]["plan"]
+            path = Path(tmp) / f"mafalda-{steps}.plan"
+            path.write_bytes(plan.to_bytes())
+            first = None
+            for name, tree, chunk in variants:
+                env = dict(os.environ, PYTHONPATH=tree)
+                cmd = [sys.executable, "-c", CHILD, str(path), str(args.memory_trials), chunk]
+                # cwd = the tree: ``python -c`` puts the working folder first on sys.path
+                done = subprocess.run(
+                    cmd, capture_output=True, text=True, env=env, cwd=tree, check=True
+                )
+                r = json.loads(done.stdout.strip().splitlines()[-1])
+                rate = args.memory_trials / r["seconds"]
+                first = first or (r["peak_mb"], rate)
+                print(
+                    f"{steps:>4}  {name:<26}{r['peak_mb']:>9.0f}{r['peak_mb'] / first[0]:>8.2f}"
+                    f"{rate:>10.1f}{rate / first[1]:>8.2f}{r['simulation']:>8.1f}"
+                    f"{r['statistic']:>8.1f}{r['chunk']:>7}"
+                )
+
+
+def mechanisms(args) -> None:
     attackers = [adversary.parse_attacker(a) for a in ATTACKERS]
     print(f"audit on the batch engine, N = {args.trials} trials, 3 attackers (ring:8, T = 20)")
     head = f"{'mechanism':<11}{'audit/s':>9}{'sim/s':>9}{'stats/s':>9}{'plain/s':>9}{'ratio':>7}"
     print(head)
     print("-" * len(head))
-    estimate = 0.0
     for mech in args.mechanisms.split(","):
         plan = audit_plans.build(mech)
         sc = scenarios.from_plan(plan)
@@ -44,30 +122,36 @@ def main() -> None:
         t0 = time.perf_counter()
         done = 0
         while done < args.trials:
-            count = min(1000, args.trials - done)
+            count = min(rep["chunk"], args.trials - done)
             batch.run(plan, data, trials=count, first_trial=done, eval_every=plan.steps)
             done += count
         plain = args.trials / (time.perf_counter() - t0)
         rate = rep["trials_per_second"]
-        estimate += 10000 / rate
         print(
             f"{mech:<11}{rate:>9.0f}{args.trials / rep['simulation_seconds']:>9.0f}"
             f"{args.trials / rep['statistic_seconds']:>9.0f}{plain:>9.0f}{rate / plain:>7.2f}"
         )
     print(
-        "audit/s: whole audit (simulation + statistics); edgedp_sim/s: the batch engine with the "
+        "audit/s: whole audit (simulation + statistics); sim/s: the batch engine with the "
         "canary and probes; stats/s: linear views, regenerated secrets and tests; plain/s: the "
-        "batch engine alone; ratio = audit/s / plain/s"
+        "batch engine alone in the audit's chunks; ratio = audit/s / plain/s"
     )
-    print(f"estimated 10^4-trial table over these mechanisms: {estimate:.0f} s")
-    if TABLE.exists():
-        table = json.loads(TABLE.read_text())
-        print(
-            f"experiments/out/audit_table.json: {len(table['gradient'])} mechanisms x 3 "
-            f"attackers, N = {table['trials']}: {table['gradient_seconds']:.0f} s "
-            f"(with the example canary, N = {table.get('example_trials')}: "
-            f"{table['total_seconds']:.0f} s)"
-        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", default="", help="another checkout to audit the same plans with")
+    ap.add_argument("--steps", default="20,100", help="horizons T of the memory measurement")
+    ap.add_argument("--memory-trials", type=int, default=1000)
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--mechanisms", default="dp-dsgd,antipgd,mafalda,whisper,zipdl,dome,sr-gt")
+    args = ap.parse_args()
+    if not args.no_memory:
+        memory(args)
+        print()
+    if args.mechanisms:
+        mechanisms(args)
 
 
 if __name__ == "__main__":

@@ -439,6 +439,8 @@ def simulate(
     trials: int = 1,
     eval_every: int | None = None,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> SimulationResult:
     """Run ``plan`` in a simulator (``edgedp sim run``).
 
@@ -452,7 +454,10 @@ def simulate(
       trials: independent noise draws: the plan's noise streams of trials 0..N-1 in either
         engine (on an ideal network the event engine's trial i is the batch engine's).
       eval_every: rounds between evaluations (default: the scenario's).
-      progress: called with the number of rounds done (trial 0).
+      progress: called with the number of rounds done (trial 0; in this process only).
+      workers: run the trials in blocks on a local Dask cluster of this many processes.
+      scheduler: run them on the Dask scheduler at this address. Either way the result is
+        the one of this process, bit for bit (:mod:`edgedp_sim.trials`).
 
     Raises:
       ValueError: a bad engine, trials or scenario (the message names the field).
@@ -462,99 +467,57 @@ def simulate(
         raise ValueError(f"engine={engine!r}; expected 'auto', 'batch' or 'event'.")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"Expected trials={trials!r} to be an integer >= 1.")
-    import numpy as np
-
     sc = scenario_for(plan, scenario)
     every = sc.eval_every if eval_every is None else eval_every
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"Expected eval_every={every!r} to be an integer >= 1.")
+    sc = dataclasses.replace(sc, eval_every=every)
+    trials_mod = _need("edgedp_sim.trials")
+    shards = _need("edgedp_sim.shards")
     runner = _need("edgedp_sim.runner")
-    engine, _ = runner.resolve_engine(sc, engine)  # ScenarioError is a ValueError
-    data = sc.data()
-    if engine == "batch":
-        batch = _need("edgedp_sim.batch")
-        res = batch.run(
-            plan,
-            data,
-            trials=trials,
-            eval_every=every,
-            progress=progress,
-            initial_state=sc.initial_state,
-            faults=sc.faults,
-            network=sc.network,
-            seed=sc.seed,
-        )
-        loss = np.array(res.test_loss).T
-        acc = np.array(res.test_accuracy).T
-        cons = np.array(res.consensus_distance).T
-        rounds, digests, final_models = res.eval_steps, res.digests, np.asarray(res.models)
-        metrics = {"nonfinite_examples": res.nonfinite, "clipped_fraction": res.clipped_fraction}
-        for key in ("lost_messages", "offline_drops", "missing", "skipped_rounds", "crashes"):
-            metrics[key] = getattr(res, key)
-        bytes_sent, messages, sim_s = res.bytes_sent // trials, res.messages // trials, None
+    runner.check_engine(sc, engine)  # ScenarioError is a ValueError
+    if scheduler is None and workers is None:
+        res = trials_mod.run(sc, trials, engine_name=engine, progress=progress)
     else:
-        eng = _need("edgedp_sim.engine")
-        runs = []
-        for i in range(trials):
-            runs.append(
-                eng.run(
-                    plan,
-                    data,
-                    trial=i,
-                    network=sc.network,
-                    faults=sc.faults,
-                    seed=sc.seed,
-                    eval_every=every,
-                    progress=progress if i == 0 else None,
-                    initial_state=sc.initial_state,
-                )
-            )
-        first = runs[0]
-        loss = np.array([r.test_loss for r in runs])
-        acc = np.array([r.test_accuracy for r in runs])
-        cons = np.array([r.consensus_distance for r in runs])
-        rounds, digests = first.eval_rounds, [r.model_digest for r in runs]
-        final_models = np.stack([r.models for r in runs])
+        with shards.connect(scheduler, workers or 2) as client:
+            res = trials_mod.run(sc, trials, engine_name=engine, client=client)
+    first = {k: int(v[0]) for k, v in res.counters.items()}
+    metrics: dict[str, Any] = {"nonfinite_examples": res.totals["nonfinite_examples"]}
+    if res.engine == "batch":
+        metrics["clipped_fraction"] = res.totals["clipped"] / res.totals["clip_slots"]
+        keys: tuple[str, ...] = ("lost_messages", "offline_drops", "missing")
+    else:
+        first["rejected"] = first.pop("late_or_rejected")
         keys = ("dropped_messages", "lost_messages", "offline_drops", "rejected", "missing")
-        metrics = {k: getattr(first, k) for k in (*keys, "skipped_rounds", "crashes", "events")}
-        metrics["nonfinite_examples"] = first.nonfinite
-        metrics["round_seconds"] = list(first.round_seconds)
-        bytes_sent, messages, sim_s = first.bytes_sent, first.messages, first.simulated_seconds
+    for key in (*keys, "skipped_rounds", "crashes", *(("events",) if "events" in first else ())):
+        metrics[key] = first[key]
+    if res.round_seconds is not None:
+        metrics["round_seconds"] = list(res.round_seconds)
+    loss, acc = res.test_loss, res.test_accuracy
     final = loss[:, -1]
-    check = _need("edgedp_sim.training_check")
-    models = _need("edgedp.models")
-    warning = check.worse_than_start(
-        plan,
-        float(loss[:, 0].mean()),
-        float(final.mean()),
-        dim=models.for_task(plan.task, data.features).dim,
-        local_size=data.local_size,
-        worse_trials=int(np.sum(final > loss[:, 0])),
-        trials=trials,
-        skipped_rounds=int(metrics.get("skipped_rounds", 0)),
-        dropout=sc.faults.dropout,
-    )
+    sim_s = None if res.simulated_seconds is None else float(res.simulated_seconds[0])
+    warnings = runner.warnings_for(sc, res)
     return SimulationResult(
         mechanism=plan.mechanism,
-        engine=engine,
+        engine=res.engine,
         scenario=sc.name,
         trials=trials,
-        rounds=tuple(int(r) for r in rounds),
+        rounds=tuple(int(r) for r in res.rounds),
         test_loss=loss,
         test_accuracy=acc,
-        consensus_distance=cons,
-        final_models=final_models,
+        consensus_distance=res.consensus_distance,
+        final_models=res.models,
         final_test_loss=float(final.mean()),
         final_test_loss_std=float(final.std()),
         final_test_accuracy=float(acc[:, -1].mean()) if acc.size else None,
-        bytes_sent=int(bytes_sent),
-        messages=int(messages),
-        model_digests=tuple(digests),
+        bytes_sent=first["bytes"],
+        messages=first["messages"],
+        model_digests=tuple(res.digests),
         simulated_seconds=sim_s,
         plan_hash=plan.plan_hash,
         metrics=metrics,
-        step_size=check.step_size_line(plan),
-        warnings=() if warning is None else (warning,),
+        step_size=_need("edgedp_sim.training_check").step_size_line(plan),
+        warnings=tuple(warnings),
     )
 
 

@@ -19,7 +19,13 @@ Every factor exposes the same names (CONVENTIONS C3/C4):
 * ``noise_row_norms(steps)``           — ‖C⁻¹[t, :]‖ for t < steps: the std of one
                                         coordinate of the noise at step t, per unit ν;
 * ``state_bytes(d)``                   — memory the streaming state needs for dimension d;
-* ``to_dict()``                        — plain data for the plan; :func:`from_dict` inverts it.
+* ``sensitivity(participation, steps)`` — the Thm 7 sensitivity of ``strategy(steps)``
+                                        (:mod:`edgedp.accounting.factor_sensitivity`);
+* ``to_dict()``                        — plain data for the plan; ``from_dict`` (a class
+                                        method; :func:`from_dict` picks the class by
+                                        ``kind``) inverts it, ``load_bytes`` sizes it.
+
+A new factor is one class with these names and one entry in :data:`KINDS`.
 
 | factor      | C                              | state                 | draws / step |
 |-------------|--------------------------------|-----------------------|--------------|
@@ -52,11 +58,12 @@ __all__ = [
     "BLT",
     "Banded",
     "Dense",
-    "FACTORS",
+    "KINDS",
     "Identity",
     "StreamState",
     "blt_inverse_radius",
     "from_dict",
+    "load_bytes",
     "noise_matrix_product",
     "stream_error",
 ]
@@ -80,6 +87,10 @@ class TemporalFactor(Protocol):
     def next(self, draw: Draw, state: StreamState) -> tuple[np.ndarray, StreamState]: ...
 
     def state_at(self, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState: ...
+
+    def state_bytes(self, d: int) -> int: ...
+
+    def sensitivity(self, participation: Any, steps: int) -> Any: ...
 
 
 def _check_steps(steps: int) -> None:
@@ -117,6 +128,21 @@ class Identity:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind}
+
+    def sensitivity(self, participation, steps: int):
+        """Thm 7 sensitivity of :meth:`strategy` (:mod:`edgedp.accounting.factor_sensitivity`)."""
+        from edgedp.accounting import factor_sensitivity as fs
+
+        return fs.identity(participation, steps)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Identity:
+        return cls()
+
+    @staticmethod
+    def load_bytes(d: Mapping[str, Any]) -> tuple[int, str]:
+        """(bytes, shape) decoding :meth:`to_dict` output ``d`` takes, from its sizes alone."""
+        return 0, ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +187,21 @@ class AntiPGD:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind}
+
+    def sensitivity(self, participation, steps: int):
+        """Thm 7 sensitivity of :meth:`strategy` (:mod:`edgedp.accounting.factor_sensitivity`)."""
+        from edgedp.accounting import factor_sensitivity as fs
+
+        return fs.toeplitz(np.ones(steps), participation, steps)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AntiPGD:
+        return cls()
+
+    @staticmethod
+    def load_bytes(d: Mapping[str, Any]) -> tuple[int, str]:
+        """(bytes, shape) decoding :meth:`to_dict` output ``d`` takes, from its sizes alone."""
+        return 0, ""
 
 
 def _lower_triangular(name: str, C: np.ndarray) -> np.ndarray:
@@ -286,6 +327,23 @@ class Banded:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "bands": self.bands}
 
+    def sensitivity(self, participation, steps: int):
+        """Thm 7 sensitivity of :meth:`strategy` (:mod:`edgedp.accounting.factor_sensitivity`)."""
+        from edgedp.accounting import factor_sensitivity as fs
+
+        return fs.banded(self.bands, participation, steps)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Banded:
+        return cls(np.asarray(d["bands"], dtype=np.float64))
+
+    @staticmethod
+    def load_bytes(d: Mapping[str, Any]) -> tuple[int, str]:
+        """(bytes, shape) decoding :meth:`to_dict` output ``d`` takes, from its sizes alone."""
+        rows, *rest = _shape(d.get("bands")) or (0,)
+        width = rest[0] if rest else 1
+        return 3 * 8 * rows * width, f" {rows:,}x{width}"
+
 
 #: Largest ‖C·M − I‖₂ (M: the inverse a Dense factor streams) it accepts: the noise that
 #: runs realises C' = (I + R)⁻¹C, whose sensitivity is at most 1/(1 − ‖R‖₂) times C's — the
@@ -393,6 +451,22 @@ class Dense:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "matrix": self.matrix}
+
+    def sensitivity(self, participation, steps: int):
+        """Thm 7 sensitivity of :meth:`strategy` (:mod:`edgedp.accounting.factor_sensitivity`)."""
+        from edgedp.accounting import factor_sensitivity as fs
+
+        return fs.dense(self.matrix, participation, steps)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Dense:
+        return cls(np.asarray(d["matrix"], dtype=np.float64))
+
+    @staticmethod
+    def load_bytes(d: Mapping[str, Any]) -> tuple[int, str]:
+        """(bytes, shape) decoding :meth:`to_dict` output ``d`` takes, from its sizes alone."""
+        rows = (_shape(d.get("matrix")) or (0,))[0]
+        return 6 * 8 * rows * rows, f" {rows:,}x{rows:,}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +600,21 @@ class BLT:
             "weights": np.array(self.weights),
         }
 
+    def sensitivity(self, participation, steps: int):
+        """Thm 7 sensitivity of :meth:`strategy` (:mod:`edgedp.accounting.factor_sensitivity`)."""
+        from edgedp.accounting import factor_sensitivity as fs
+
+        return fs.toeplitz(self.coefficients(steps), participation, steps)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BLT:
+        return cls(tuple(np.asarray(d["decays"])), tuple(np.asarray(d["weights"])))
+
+    @staticmethod
+    def load_bytes(d: Mapping[str, Any]) -> tuple[int, str]:
+        """(bytes, shape) decoding :meth:`to_dict` output ``d`` takes, from its sizes alone."""
+        return 0, ""
+
 
 def _replay(factor, draw: Draw, step: int, shape: tuple[int, ...]) -> StreamState:
     """The streaming state at ``step``, rebuilt by running the factor from its start."""
@@ -575,30 +664,39 @@ def _lower_toeplitz(column: np.ndarray) -> np.ndarray:
     return np.where(lag >= 0, column[np.clip(lag, 0, T - 1)], 0.0)
 
 
-def _identity(d: Mapping[str, Any]) -> Identity:
-    return Identity()
-
-
-def _antipgd(d: Mapping[str, Any]) -> AntiPGD:
-    return AntiPGD()
-
-
-def _banded(d: Mapping[str, Any]) -> Banded:
-    return Banded(np.asarray(d["bands"], dtype=np.float64))
-
-
-def _dense(d: Mapping[str, Any]) -> Dense:
-    return Dense(np.asarray(d["matrix"], dtype=np.float64))
-
-
-def _blt(d: Mapping[str, Any]) -> BLT:
-    return BLT(tuple(np.asarray(d["decays"])), tuple(np.asarray(d["weights"])))
-
-
-#: Static, read-only mapping from a factor's ``kind`` to its decoder.
-FACTORS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = MappingProxyType(
-    {"identity": _identity, "antipgd": _antipgd, "banded": _banded, "blt": _blt, "dense": _dense}
+#: Static, read-only mapping from a factor's ``kind`` to its class (which decodes itself,
+#: certifies itself and sizes itself): a new factor is one class and one entry here.
+KINDS: Mapping[str, Any] = MappingProxyType(
+    {"identity": Identity, "antipgd": AntiPGD, "banded": Banded, "blt": BLT, "dense": Dense}
 )
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return tuple(int(s) for s in shape)
+    if isinstance(value, list | tuple):
+        return (len(value),) + (_shape(value[0]) if value else ())
+    return ()
+
+
+def _kind(data: Any) -> str:
+    kind = data.get("kind") if isinstance(data, Mapping) else None
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"Unknown temporal factor kind={kind!r}; expected one of {sorted(KINDS)}.")
+    return kind
+
+
+def load_bytes(data: Mapping[str, Any]) -> tuple[int, str]:
+    """(bytes, description) decoding the plain factor ``data`` takes, from sizes alone;
+    unknown kinds raise ValueError.
+
+    >>> load_bytes({"kind": "dense", "matrix": [[1.0, 0.0], [0.5, 1.0]]})
+    (192, 'dense factor 2x2')
+    """
+    kind = _kind(data)
+    size, shape = KINDS[kind].load_bytes(data)
+    return size, f"{kind} factor{shape}"
 
 
 def from_dict(data: Mapping[str, Any]):
@@ -607,13 +705,9 @@ def from_dict(data: Mapping[str, Any]):
     >>> from_dict(AntiPGD().to_dict()).kind
     'antipgd'
     """
-    kind = data.get("kind") if isinstance(data, Mapping) else None
-    if not isinstance(kind, str) or kind not in FACTORS:
-        raise ValueError(
-            f"Unknown temporal factor kind={kind!r}; expected one of {sorted(FACTORS)}."
-        )
+    kind = _kind(data)
     try:
-        return FACTORS[kind](data)
+        return KINDS[kind].from_dict(data)
     except KeyError as exc:
         raise ValueError(f"Temporal factor {kind!r} is missing field {exc.args[0]!r}.") from None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from edgedp import factors
 from edgedp.errors import PlanError
 
 __all__ = [
@@ -47,15 +48,6 @@ class PlanTooLargeError(PlanError):
     """A plan (or its model) needs more memory than the device allows."""
 
 
-def _shape(value: Any) -> tuple[int, ...]:
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        return tuple(int(s) for s in shape)
-    if isinstance(value, list | tuple):
-        return (len(value),) + (_shape(value[0]) if value else ())
-    return ()
-
-
 def plan_bytes(raw: Mapping[str, Any], file_size: int) -> tuple[int, str]:
     """(bytes, description) an upper estimate of loading the decoded plan ``raw``.
 
@@ -66,19 +58,9 @@ def plan_bytes(raw: Mapping[str, Any], file_size: int) -> tuple[int, str]:
     """
     steps = int(raw.get("steps", 0))
     factor: Mapping[str, Any] = raw["factor"] if isinstance(raw.get("factor"), Mapping) else {}
-    kind = str(factor.get("kind", "?"))
-    total = 2 * int(file_size) + PER_STEP * max(steps, 0)
-    what = f"steps T={steps:,}, {kind} factor"
-    if kind == "banded":
-        rows, *rest = _shape(factor.get("bands")) or (0,)
-        width = rest[0] if rest else 1
-        total += 3 * 8 * rows * width
-        what += f" {rows:,}x{width}"
-    elif kind == "dense":
-        rows = (_shape(factor.get("matrix")) or (0,))[0]
-        total += 6 * 8 * rows * rows
-        what += f" {rows:,}x{rows:,}"
-    return total, what
+    size, shape = factors.load_bytes(factor)  # ValueError for an unknown kind
+    total = 2 * int(file_size) + PER_STEP * max(steps, 0) + size
+    return total, f"steps T={steps:,}, {shape}"
 
 
 #: Floats of per-example gradients an agent holds at once (``edgedp.agent`` clips in chunks

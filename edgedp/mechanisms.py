@@ -18,6 +18,7 @@ one: its module and one entry in :data:`edgedp.algorithms.MODULES`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -205,20 +206,26 @@ def unregister(name: str) -> None:
 
 
 _BUILTIN_LOADED = False
+#: Held while the built-in mechanisms are entered (threads of one process, e.g. a Dask
+#: worker's, may look up their first mechanism at once).
+_LOADING = threading.Lock()
 
 
 def _loaded() -> dict[str, Mechanism]:
     """The registry, starting with the built-in mechanisms of the explicit list
     :data:`edgedp.algorithms.BUILTIN` (entered at the first look-up, once)."""
     global _BUILTIN_LOADED
-    if not _BUILTIN_LOADED:
-        from edgedp.algorithms import BUILTIN
+    if _BUILTIN_LOADED:
+        return _REGISTRY
+    with _LOADING:
+        if not _BUILTIN_LOADED:
+            from edgedp.algorithms import BUILTIN
 
-        for m in BUILTIN:
-            if m.name in _REGISTRY:
-                raise ValueError(f"Mechanism {m.name!r} is declared twice.")
-            _REGISTRY[m.name] = m
-        _BUILTIN_LOADED = True
+            taken = [m.name for m in BUILTIN if m.name in _REGISTRY]
+            if taken:
+                raise RuntimeError(f"Built-in mechanism names registered before: {taken}.")
+            _REGISTRY.update((m.name, m) for m in BUILTIN)
+            _BUILTIN_LOADED = True
     return _REGISTRY
 
 

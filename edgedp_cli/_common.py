@@ -110,9 +110,14 @@ def out_folder(out: str) -> Path:
 
 
 def key_value_lines(payload: dict) -> str:
-    """``key  value`` lines with the values aligned after the longest key."""
+    """``key  value`` lines with the values aligned after the longest key; a list of
+    strings takes one line per item."""
     width = max((len(str(k)) for k in payload), default=0) + 2
-    return "\n".join(f"{k:<{width}}{v}" for k, v in payload.items())
+    lines = []
+    for k, v in payload.items():
+        items = v if isinstance(v, list) and v and all(isinstance(x, str) for x in v) else [v]
+        lines += [f"{k if i == 0 else '':<{width}}{x}" for i, x in enumerate(items)]
+    return "\n".join(lines)
 
 
 def emit(args, payload: dict, text: str) -> None:
@@ -221,3 +226,38 @@ def delta_of(args) -> float | None:
     if args.delta is not None and not 0 < args.delta < 1:
         raise UsageError(f"--delta {args.delta} must be in (0, 1)")
     return args.delta
+
+
+def add_cluster_flags(p, what: str) -> None:
+    """``--workers N``, ``--scheduler ADDRESS``, ``--block-trials K``: run ``what`` in keyed
+    blocks on Dask (:func:`cluster`)."""
+    p.add_argument(
+        "--scheduler",
+        help=f"address of a running Dask scheduler: the {what} run there in blocks",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help=f"run the {what} in blocks on a local Dask cluster of this many worker processes",
+    )
+    p.add_argument(
+        "--block-trials",
+        type=int,
+        help="trials per block on Dask (default: about four blocks per worker)",
+    )
+
+
+def cluster(args):
+    """A context giving the Dask client of ``args`` (:func:`add_cluster_flags`), or None
+    when neither ``--workers`` nor ``--scheduler`` is given (UsageError for a count < 1)."""
+    import contextlib
+
+    for flag in ("workers", "block_trials"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} {value} must be >= 1")
+    if args.scheduler is None and args.workers is None:
+        return contextlib.nullcontext(None)
+    from edgedp_sim import shards
+
+    return shards.connect(args.scheduler, args.workers or 2)

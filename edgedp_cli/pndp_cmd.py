@@ -56,6 +56,10 @@ def cmd_account_pndp(p, args) -> None:
                 f"--attacker {args.attacker!r}: expected distinct node ids in [0, {p.n - 1}]"
             )
     show = chatty(args) and sys.stderr.isatty()
+    try:  # said before any T x T matrix is built
+        pndp.check_size(p.steps, p.n - (len(attackers) if attackers else 1))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     res = pndp.pndp_guarantees(
         p,
         attackers=attackers,

@@ -1,56 +1,103 @@
-"""Empirical privacy auditing: a statistically valid lower bound on ε, beside the certified ε.
+"""Empirical privacy auditing: tests of each attacker's certificate that have power, beside
+statistically valid lower bounds on μ and ε.
 
 :func:`run` (behind ``edgedp audit``) runs N trials of a scenario, trial i in world
 i mod 2 — canary absent (0) or present (1), the two neighbouring inputs of the plan's
 certified adjacency (:mod:`edgedp_sim.canary`) — with one :class:`~edgedp_sim.adversary.Probe` per
 attacker, computes each attacker's test statistic (:mod:`edgedp_sim.audit_view`: the
-Neyman–Pearson likelihood ratio its view allows) and turns the statistic into
+Neyman–Pearson likelihood ratio its view allows) and decides (:mod:`edgedp_sim.audit_verdict`):
 
-* ``epsilon_lb``: a lower bound on ε at the plan's δ holding with the stated confidence —
-  the threshold is chosen on the trials with (i // 2) mod 2 = 0 and the error rates are
-  counted on the others, with one-sided Clopper–Pearson bounds (:mod:`edgedp_sim.audit_stats`);
-* ``mu_hat`` with its interval (Gaussian mechanisms): the GDP parameter fitted to the two
-  distributions of the statistic, and ``epsilon_mu`` = ε(μ̂, δ);
-* ``mu_view`` (Gaussian) / ``epsilon_view`` (Laplace, full view): the exact privacy loss of
-  the attacker's view with this canary, from the linear view — what μ̂ / ε_lb estimate,
-  and never more than the certificate when the accountant is right;
+* ``mu_lb`` (Gaussian plans): a lower bound on the μ of the Gaussian trade-off the attacker's
+  test shows on held-out trials, against the certified μ — the test that catches a plan
+  adding less noise than it certifies, with a few hundred trials;
+* ``epsilon_lb``: a lower bound on ε at the report's δ (pure ε for Laplace plans), against
+  the certified ε; ``epsilon_lb_max`` the most these trials can show, ``epsilon_lb_typical``
+  what a mechanism exactly at the certified μ typically shows;
+* both at confidence 1 − α/m for the m tests of the report (Bonferroni), so that a sound
+  plan is flagged (``violation``) with probability at most α = 1 − confidence over all
+  attackers together;
+* ``mu_hat`` with its interval (Gaussian): the GDP parameter fitted to the two distributions
+  of the statistic (an estimate, not part of the verdict), ``mu_view`` / ``epsilon_view``
+  the exact privacy loss of the attacker's view with this canary, from the linear view;
 
 beside the certified ε (and μ) of the plan's accountant for that attacker
-(:func:`edgedp_sim.leak.formal_guarantee`) and the ratios ε_lb/ε, μ̂/μ. A certificate that is too
-small shows as ``epsilon_lb > epsilon``, a violation at the stated confidence.
+(:func:`edgedp_sim.leak.formal_guarantee`), each named with its δ, adjacency and attacker.
 
-Trials run on the batch engine in chunks, or on the event engine one at a time (a fresh
-plan seed each, as :mod:`edgedp_sim.leak`) when the scenario has latency, loss or faults; there
-the attacker's model of the mechanism is the ideal network's and unseen messages count as
-their expected value — a valid test, weaker when the network changes what is mixed.
+Trials are keyed blocks: trial i's noise, batches and canary position come from the plan's
+keys and i alone, its world and half from i (:func:`edgedp_sim.audit_verdict.layout`), so the
+statistics of trials [a, b) (``first_trial``) can be computed anywhere and joined — how the
+audit shards over workers. The batch engine runs them in chunks sized to a memory budget
+(:data:`CHUNK_BYTES`, :func:`chunk_for`); the event engine one at a time (the plan's keys of
+that trial) when the scenario has latency, loss or faults — there the attacker's model of the
+mechanism is the ideal network's and unseen messages count as their expected value, a valid
+test, weaker when the network changes what is mixed.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from edgedp import models, runtime
-from edgedp.accounting import gdp
-from edgedp_sim import adversary, audit_stats, audit_view, batch, engine, leak, linear_view
+from edgedp_sim import (
+    adversary,
+    audit_report,
+    audit_verdict,
+    audit_view,
+    batch,
+    engine,
+    leak,
+    linear_view,
+)
 from edgedp_sim import canary as canary_mod
 from edgedp_sim.adversary import Attacker
 
-__all__ = ["run"]
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_CHUNK",
+    "MIN_CHUNK",
+    "block",
+    "bytes_per_trial",
+    "chunk_for",
+    "merge",
+    "run",
+]
+
+#: Working memory of one chunk of trials on the batch engine when no chunk is given.
+CHUNK_BYTES = 96 * 2**20
+#: Bounds of the chunk :func:`chunk_for` picks.
+MIN_CHUNK, MAX_CHUNK = 8, 1000
 
 
-def world(trial: int) -> bool:
-    """Trial i runs with the canary present iff i is odd."""
-    return trial % 2 == 1
+def bytes_per_trial(plan, attackers: Sequence[Attacker], *, dim: int, batch_size: int) -> int:
+    """Bytes one trial of a batch-engine chunk holds at its peak (an estimate from the array
+    shapes): the engine's per-example gradients and their copies (4 × nodes × B × d), states
+    and noise buffers, each probe's record (messages seen and its members' own values over
+    T rounds) and the statistic's working copy of the widest record."""
+    n, steps, d = plan.n, plan.steps, int(dim)
+    state = getattr(plan.factor, "state_bytes", None)
+    engine_bytes = 8 * n * d * (4 * max(1, batch_size) + 8) + (n * state(d) if state else 0)
+    per_slot = plan.cross_agent is not None and plan.cross_agent.message_variance > 0
+    record = widest = 0
+    for a in attackers:
+        links, senders, members = a.resolve(plan.edges, plan.n)
+        seen = 0 if a.encrypted else (len(links) if per_slot else len(senders))
+        record += 8 * steps * d * (seen + 4 * len(members))
+        widest = max(widest, seen)
+    return engine_bytes + record + 2 * 8 * steps * d * widest
 
 
-def selection(trial: int) -> bool:
-    """Trial i selects the threshold iff (i // 2) is even; the others evaluate it."""
-    return (trial // 2) % 2 == 0
+def chunk_for(
+    plan, attackers: Sequence[Attacker], *, dim: int, batch_size: int, budget: int = CHUNK_BYTES
+) -> int:
+    """Trials per batch-engine call: as many as fit ``budget`` bytes (:func:`bytes_per_trial`),
+    between :data:`MIN_CHUNK` and :data:`MAX_CHUNK`."""
+    per = bytes_per_trial(plan, attackers, dim=dim, batch_size=batch_size)
+    return int(min(MAX_CHUNK, max(MIN_CHUNK, budget // max(1, per))))
 
 
 def run(
@@ -58,16 +105,20 @@ def run(
     attackers: Sequence[Attacker],
     *,
     trials: int,
+    first_trial: int = 0,
     victim: int = 0,
     canary: str = "gradient",
     background: str | None = None,
     confidence: float = 0.95,
     delta: float | None = None,
     engine_name: str = "auto",
-    chunk: int = 1000,
+    chunk: int | None = None,
     progress: Callable[[str], None] | None = None,
     data: Any = None,
     keep_scores: bool = False,
+    client: Any = None,
+    block_trials: int | None = None,
+    block_progress: Callable | None = None,
 ) -> dict[str, Any]:
     """Audit ``sc``'s plan against each attacker (module docstring); a JSON-ready report.
 
@@ -75,23 +126,38 @@ def run(
       sc: a :class:`~edgedp_sim.scenarios.Scenario` (``scenarios.from_plan`` for a bare plan).
       attackers: who attacks (:func:`edgedp_sim.adversary.parse_attacker`).
       trials: N ≥ 8 (half of them per world; half of each world selects the threshold).
+      first_trial: the first trial's index: trials ``first_trial ..`` (disjoint ranges are
+        independent audits, and blocks of one audit).
       victim: the node holding the canary.
       canary: ``"gradient"`` (white-box) or ``"example"`` (black-box, crafted input).
       background: ``"zero"`` or ``"data"`` (:mod:`edgedp_sim.canary`; default by canary kind).
-      confidence: 1 − α of ε_lb and of the μ interval.
-      delta: δ of the certified (ε, δ) and of ε_lb, in (0, 1); default the plan's δ
-        (ignored for pure-ε Laplace plans: 0).
+      confidence: 1 − α: the probability that a sound plan is not flagged, over all
+        attackers together; also of the μ̂ interval.
+      delta: δ ∈ (0, 1) of the certified (ε, δ) and of ε_lb; default the plan's δ
+        (pure-ε Laplace plans: reported at δ = 0).
       engine_name: ``"auto"``, ``"batch"`` or ``"event"``.
-      chunk: trials per batch-engine call (memory).
+      chunk: trials per batch-engine call (default: :func:`chunk_for`, a memory budget).
       progress: called with a line of text now and then.
       data: the engines' data instead of ``sc.data()``.
       keep_scores: also return each attacker's statistic and worlds (``scores``, not JSON).
+      client: a Dask client (:func:`edgedp_sim.shards.connect`): the trials run there in
+        blocks of ``block_trials`` (default about four per worker); the report is the one of
+        this process bit for bit, plus ``blocks`` (where each ran, its worker's peak memory),
+        ``workers`` and ``peak_worker_mb``.
+      block_progress: called with (trials done, trials, BlockInfo) after each block.
     """
     plan = sc.plan
     if trials < 8:
         raise ValueError(f"Expected trials={trials} >= 8 (both worlds in both halves).")
+    if first_trial < 0:
+        raise ValueError(f"Expected first_trial={first_trial} >= 0.")
     if not 0 < confidence < 1:
         raise ValueError(f"Expected confidence={confidence} in (0, 1).")
+    delta = plan.delta if delta is None else delta
+    if not 0 < delta < 1:  # also refuses NaN
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"Expected chunk={chunk} >= 1.")
     if not plan.private:
         raise ValueError("The plan adds no noise: there is no finite epsilon to audit.")
     if engine_name == "auto":
@@ -100,10 +166,76 @@ def run(
         raise ValueError("The scenario has network effects; the batch engine cannot run them.")
     if engine_name not in ("batch", "event"):
         raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
-    delta = plan.delta if delta is None else delta
-    if not 0 < delta < 1:
-        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
     delta = 0.0 if plan.laplace is not None else float(delta)
+    if client is not None and data is not None:
+        raise ValueError("data cannot be shipped to workers: give it in the scenario instead.")
+    started = time.perf_counter()
+    setup = _make_setup(sc, tuple(attackers), victim, canary, background, engine_name, data)
+    can, d, views = setup.canary, setup.model.dim, setup.views
+    if chunk is None:
+        chunk = chunk_for(plan, attackers, dim=d, batch_size=can.batch_size)
+    ids = range(first_trial, first_trial + trials)
+    seconds = {"simulation": 0.0, "statistic": time.perf_counter() - started}
+    blocks = None
+    if client is None:
+        scores = _scores(setup, ids, chunk, seconds, progress)
+    else:
+        from edgedp_sim import scenario_bytes, shards
+
+        workers = max(1, len(client.scheduler_info()["workers"]))
+        size = block_trials or max(1, -(-trials // (4 * workers)))
+        options = (tuple(attackers), victim, canary, background, engine_name, chunk, first_trial)
+        merged, blocks = shards.run_blocks(
+            client,
+            block,
+            scenario_bytes.dump(sc),
+            shards.split(trials, size),
+            merge,
+            args=options,
+            label="audit-trials",
+            progress=block_progress,
+        )
+        scores = list(merged["scores"])
+        for key in seconds:
+            seconds[key] += merged["seconds"][key]
+    results, verdict = audit_report.evaluate(
+        plan, attackers, views, scores, ids, confidence=confidence, delta=delta
+    )
+    for entry, s in zip(results, scores, strict=True):
+        if keep_scores:
+            entry["scores"], entry["present"] = s, audit_verdict.layout(ids)[0]
+        if progress is not None:
+            progress(audit_report.summary(entry))
+    total = time.perf_counter() - started
+    return {
+        "scenario": sc.name,
+        "mechanism": plan.mechanism,
+        "adjacency": plan.adjacency,
+        "engine": engine_name,
+        "victim": victim,
+        "canary": can.kind,
+        "background": can.background,
+        "canary_rounds": list(can.steps),
+        "batch_size": can.batch_size,
+        "n_trials": trials,
+        "trial_ids": [ids.start, ids.stop],
+        "chunk": min(chunk, trials) if engine_name == "batch" else 1,
+        "confidence": confidence,
+        "delta": delta,
+        "verdict": verdict,
+        "seconds": round(total, 3),
+        "simulation_seconds": round(seconds["simulation"], 3),
+        "statistic_seconds": round(seconds["statistic"], 3),
+        "trials_per_second": trials / total if total > 0 else None,
+        "method": audit_report.METHOD,
+        "attackers": results,
+        **({} if blocks is None else _where(blocks)),
+    }
+
+
+def _make_setup(sc, attackers, victim, canary, background, engine_name, data) -> _Setup:
+    """The canary, every attacker's view and the noise sources of an audit of ``sc``."""
+    plan = sc.plan
     data = sc.data() if data is None else data
     model = models.for_task(plan.task, data.features)
     d = model.dim
@@ -118,168 +250,146 @@ def run(
         model=model,
         data=data,
     )
-    started = time.perf_counter()
     tr = linear_view.trace(plan, batch_size=can.batch_size, dim=d, theta0=theta0)
     src = linear_view.sources(plan, slots=tr.slots)
     views = [
         audit_view.build(attacker=a, plan=plan, tr=tr, src=src, canary=can, theta0=theta0)
         for a in attackers
     ]
-    view_seconds = time.perf_counter() - started
-    scores = [np.empty(trials) for _ in attackers]
-    sim_seconds = stat_seconds = 0.0
-    common = dict(plan=plan, canary=can, model=model, src=src)
-    if engine_name == "batch":
-        keys = runtime.simulation_keys(plan)
-        done = 0
-        while done < trials:
-            count = min(chunk, trials - done)
-            ids = range(done, done + count)
-            present = np.array([world(i) for i in ids])
-            positions = np.array([can.position(keys, i, data.local_size) for i in ids])
-            probes = [adversary.Probe(a, plan, trials=count, dim=d) for a in attackers]
-            t0 = time.perf_counter()
-            batch.run(
-                plan,
-                data,
-                trials=count,
-                first_trial=done,
-                eval_every=plan.steps,
-                observers=probes,
-                gradient_transform=can.batch_transform(model, present, positions),
-            )
-            t1 = time.perf_counter()
-            for i, (view, probe) in enumerate(zip(views, probes, strict=True)):
-                scores[i][done : done + count] = audit_view.statistic(
-                    view, probe.log, keys=[(keys, j) for j in ids], **common
-                )
-            sim_seconds += t1 - t0
-            stat_seconds += time.perf_counter() - t1
-            done += count
-            if progress is not None:
-                progress(f"simulated {done}/{trials} trials (batch engine)")
-    else:
-        keys = runtime.simulation_keys(plan)
-        for i in range(trials):
-            position = can.position(keys, i, data.local_size)
-            probes = [adversary.Probe(a, plan, trials=1, dim=d) for a in attackers]
-            t0 = time.perf_counter()
-            engine.run(
-                plan,
-                data,
-                trial=i,
-                network=sc.network,
-                faults=sc.faults,
-                seed=sc.seed + i,
-                eval_every=plan.steps,
-                observers=probes,
-                gradient_transforms={victim: can.node_transform(model, world(i), position)},
-            )
-            t1 = time.perf_counter()
-            for j, (view, probe) in enumerate(zip(views, probes, strict=True)):
-                scores[j][i] = audit_view.statistic(view, probe.log, keys=[(keys, i)], **common)[0]
-            sim_seconds += t1 - t0
-            stat_seconds += time.perf_counter() - t1
-            if progress is not None and ((i + 1) % max(1, trials // 20) == 0 or i + 1 == trials):
-                progress(f"simulated {i + 1}/{trials} trials (event engine)")
-    present = np.array([world(i) for i in range(trials)])
-    pick = np.array([selection(i) for i in range(trials)])
-    results = []
-    for att, view, s in zip(attackers, views, scores, strict=True):
-        entry = _evaluate(plan, att, view, s, present, pick, confidence=confidence, delta=delta)
-        if keep_scores:
-            entry["scores"] = s
-            entry["present"] = present
-        results.append(entry)
-        if progress is not None:
-            progress(
-                f"{att.label}: epsilon_lb {entry['epsilon_lb']:.3f} vs certified "
-                f"{entry['epsilon']:.3f}"
-            )
-    total = time.perf_counter() - started
+    del tr  # the impulse responses live on in the views' weights
+    return _Setup(sc, attackers, views, can, model, src, data, engine_name)
+
+
+def _scores(setup, ids: range, chunk: int, seconds: dict, progress) -> list[np.ndarray]:
+    """Every attacker's statistic on trials ``ids``, in chunks of ``chunk`` trials on the
+    batch engine (one at a time on the event engine)."""
+    trials = len(ids)
+    scores = [np.empty(trials) for _ in setup.attackers]
+    step = chunk if setup.engine_name == "batch" else 1
+    for start in range(ids.start, ids.stop, step):
+        part = range(start, min(start + step, ids.stop))
+        for j, s in enumerate(_block_scores(setup, part, seconds)):
+            scores[j][part.start - ids.start : part.stop - ids.start] = s
+        done = part.stop - ids.start
+        if progress is not None and (
+            step > 1 or done % max(1, trials // 20) == 0 or done == trials
+        ):
+            progress(f"simulated {done}/{trials} trials ({setup.engine_name} engine)")
+    return scores
+
+
+_CACHE: dict[tuple, _Setup] = {}  # a worker's set-up of the audit it is running (one entry)
+
+
+def block(payload: bytes, first: int, count: int, attackers, victim, canary, background,
+          engine_name: str, chunk: int, first_trial: int) -> dict[str, Any]:  # fmt: skip
+    """Trials ``first_trial + first`` … of an audit on a worker (the Dask task of
+    :func:`edgedp_sim.shards.run_blocks`): the scenario arrives as bytes
+    (:mod:`edgedp_sim.scenario_bytes`); the set-up is built once per worker and audit."""
+    from edgedp_sim import scenario_bytes
+
+    key = (scenario_bytes.digest(payload), attackers, victim, canary, background, engine_name)
+    if key not in _CACHE:
+        _CACHE.clear()
+        sc = scenario_bytes.load(payload)
+        _CACHE[key] = _make_setup(sc, attackers, victim, canary, background, engine_name, None)
+    seconds = {"simulation": 0.0, "statistic": 0.0}
+    ids = range(first_trial + first, first_trial + first + count)
+    return {"scores": _scores(_CACHE[key], ids, chunk, seconds, None), "seconds": seconds}
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Blocks in trial order → each attacker's statistics over all trials, seconds summed."""
     return {
-        "scenario": sc.name,
-        "mechanism": plan.mechanism,
-        "adjacency": plan.adjacency,
-        "engine": engine_name,
-        "victim": victim,
-        "canary": can.kind,
-        "background": can.background,
-        "canary_rounds": list(can.steps),
-        "batch_size": can.batch_size,
-        "n_trials": trials,
-        "confidence": confidence,
-        "delta": delta,
-        "seconds": round(total, 3),
-        "simulation_seconds": round(sim_seconds, 3),
-        "statistic_seconds": round(stat_seconds + view_seconds, 3),
-        "trials_per_second": trials / total if total > 0 else None,
-        "method": (
-            "threshold on half the trials ((i // 2) even), error counts on the other half, "
-            "one-sided Clopper-Pearson bounds at 1 - alpha/2 each (union bound), "
-            "eps_lb = max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR)); "
-            "mu: Gaussian fit of the statistic over all trials, noncentral-t interval"
-        ),
-        "attackers": results,
+        "scores": np.concatenate([np.array(p["scores"]) for p in parts], axis=1),
+        "seconds": {k: sum(p["seconds"][k] for p in parts) for k in parts[0]["seconds"]},
     }
 
 
-def _evaluate(plan, att, view, s, present, pick, *, confidence, delta) -> dict[str, Any]:
-    if not np.all(np.isfinite(s)):  # a test must decide every trial
-        raise FloatingPointError(f"{att.label}: the audit statistic is not finite in some trials.")
-    alpha = 1.0 - confidence
-    cert = leak.formal_guarantee(plan, att, delta=delta if delta > 0 else None)
-    eps = float(cert["epsilon"])
-    if delta == 0:  # pure ε (Laplace): the certificate has δ = 0
-        cert["delta"] = 0.0
-    th = audit_stats.choose_threshold(s[pick], present[pick], delta=delta, alpha=alpha)
-    held, yh = s[~pick], present[~pick]
-    fp = int(np.sum(held[~yh] > th.tau))
-    fn = int(np.sum(held[yh] <= th.tau))
-    n0, n1 = int((~yh).sum()), int(yh.sum())
-    lb, fpr, fnr = audit_stats.epsilon_lower_bound(fp, n0, fn, n1, delta=delta, alpha=alpha)
-    entry: dict[str, Any] = {
-        "attacker": att.label,
-        "test": view.method,
-        "epsilon": eps,
-        "delta": cert["delta"],
-        "adjacency": plan.adjacency,
-        "guarantee": cert["guarantee"],
-        "covers_attacker": cert.get("covers_attacker"),
-        "epsilon_lb": lb,
-        "confidence": confidence,
-        "ratio": lb / eps if eps > 0 and math.isfinite(eps) else None,
-        "threshold": th.tau,
-        "false_positives": fp,
-        "false_negatives": fn,
-        "heldout_negatives": n0,
-        "heldout_positives": n1,
-        "fpr_upper": fpr,
-        "fnr_upper": fnr,
-        "n_trials": int(len(s)),
-        "violation": bool(lb > eps),
+def _where(blocks) -> dict[str, Any]:
+    """Where each block ran and the largest peak memory of a worker process."""
+    return {
+        "blocks": [
+            {"first_trial": b.first, "trials": b.count, "worker": b.worker, "peak_mb": b.peak_mb}
+            for b in blocks
+        ],
+        "workers": sorted({b.worker for b in blocks}),
+        "peak_worker_mb": max(b.peak_mb for b in blocks),
     }
-    if plan.laplace is None:
-        mu_cert = float(cert.get("mu", math.nan))
-        fit = audit_stats.mu_fit(s, present, confidence=confidence)
-        entry.update(
-            mu=mu_cert,
-            mu_hat=fit.mu,
-            mu_low=fit.low,
-            mu_high=fit.high,
-            mu_ratio=fit.mu / mu_cert if mu_cert > 0 else None,
-            epsilon_mu=_eps(fit.mu, delta),
-            epsilon_mu_low=_eps(fit.low, delta),
-            mu_view=view.mu_view,
-            # what a perfect test of the certified μ could show with these trials
-            epsilon_lb_ceiling=audit_stats.gdp_ceiling(mu_cert, n0, n1, delta=delta, alpha=alpha),
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Setup:
+    """What every block of trials needs (scenario, attackers and their views, canary, data)."""
+
+    sc: Any
+    attackers: Sequence[Attacker]
+    views: Sequence[audit_view.View]
+    canary: canary_mod.Canary
+    model: Any
+    src: linear_view.Sources
+    data: Any
+    engine_name: str
+
+    @property
+    def plan(self):
+        return self.sc.plan
+
+    @property
+    def keys(self):
+        return runtime.simulation_keys(self.sc.plan)
+
+
+def _block_scores(setup: _Setup, block: range, seconds: dict) -> list[np.ndarray]:
+    """Every attacker's statistic on trials ``block`` (a function of the plan, the canary
+    and the trials' indices only)."""
+    plan, can, model, keys = setup.plan, setup.canary, setup.model, setup.keys
+    d = model.dim
+    present, _ = audit_verdict.layout(block)
+    probes = [adversary.Probe(a, plan, trials=len(block), dim=d) for a in setup.attackers]
+    t0 = time.perf_counter()
+    if setup.engine_name == "batch":
+        positions = np.array([can.position(keys, i, setup.data.local_size) for i in block])
+        batch.run(
+            plan,
+            setup.data,
+            trials=len(block),
+            first_trial=block.start,
+            eval_every=plan.steps,
+            observers=probes,
+            gradient_transform=can.batch_transform(model, present, positions),
         )
     else:
-        entry.update(epsilon_view=view.epsilon_view)
-    return entry
-
-
-def _eps(mu: float, delta: float) -> float:
-    if not mu > 0:
-        return 0.0
-    return gdp.epsilon(mu, delta=delta) if math.isfinite(mu) else math.inf
+        (i,) = block
+        sc = setup.sc
+        engine.run(
+            plan,
+            setup.data,
+            trial=i,
+            network=sc.network,
+            faults=sc.faults,
+            seed=sc.seed + i,
+            eval_every=plan.steps,
+            observers=probes,
+            gradient_transforms={
+                can.victim: can.node_transform(
+                    model, bool(present[0]), can.position(keys, i, setup.data.local_size)
+                )
+            },
+        )
+    t1 = time.perf_counter()
+    out = [
+        audit_view.statistic(
+            view,
+            probe.log,
+            keys=[(keys, i) for i in block],
+            plan=plan,
+            canary=can,
+            model=model,
+            src=setup.src,
+        )
+        for view, probe in zip(setup.views, probes, strict=True)
+    ]
+    seconds["simulation"] += t1 - t0
+    seconds["statistic"] += time.perf_counter() - t1
+    return out

@@ -67,6 +67,11 @@ class View:
     null: bool = False
     per_slot: bool = False
 
+    @property
+    def informative(self) -> bool:
+        """The statistic depends on the observations (not an encrypted tap, not blind)."""
+        return self.weights is not None or self.epsilon_view is not None
+
 
 def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndarray) -> View:
     """The :class:`View` of ``attacker`` auditing ``canary`` on ``plan`` (module docstring)."""
@@ -92,8 +97,7 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
     cd = 1 if tr.isotropic else tr.ndim
     gd = 1 if tr.isotropic else tr.gdim
     noise_cols = tr.noise_offset.reshape(-1)  # (E,) scalar noise entries, first coordinate
-    Rn = np.stack([gain[:, noise_cols + c] for c in range(cd)], axis=-1)  # (R, E, cd)
-    Rs = np.einsum("rec,es->rsc", Rn, src.coef)  # (R, S, cd)
+    Rs = np.stack([gain[:, noise_cols + c] @ src.coef for c in range(cd)], axis=-1)  # (R, S, cd)
     held = linear_view.known(
         src,
         members=members,
@@ -104,6 +108,7 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
     unk = ~held
     Ru = (Rs[:, unk] * np.sqrt(src.var[unk])[None, :, None]).reshape(len(rows), -1)
     Sigma = Ru @ Ru.T
+    del Ru  # (the arrays of a whole-network view are large: each is freed once used)
     victim_cols = tr.grad_offset[:, canary.victim]  # (T,)
     Rv = np.stack([gain[:, victim_cols + c] for c in range(gd)], axis=-1)  # (R, T, gd)
     if tr.isotropic:  # per model coordinate j: Δm_j = Σ_t shift[t, j] R_g[:, (t, U)]
@@ -115,7 +120,6 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
             raise ValueError("A dome audit expects zero-out adjacency (world 0 adds nothing).")
         dm = np.einsum("rtc,tc->r", Rv, canary.shift)[None]
         const = gain[:, :1]
-    w, mu2, null = _whiten(Sigma, dm)
     mem_cols = [(t, u) for t in range(T) for u in members]
     member_gain = None
     if mem_cols and canary.background == "data":
@@ -126,6 +130,9 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
             ],
             axis=1,
         )
+    known_gain = Rs[:, held]
+    del gain, Rs, Rv
+    w, mu2, null = _whiten(Sigma, dm)
     laplace = plan.laplace is not None
     method = (
         "linear test, Laplace noise approximated by its covariance (valid, not optimal)"
@@ -142,7 +149,7 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
         weights=w,
         const=const,
         known=np.flatnonzero(held),
-        known_gain=Rs[:, held],
+        known_gain=known_gain,
         member_gain=member_gain,
         member_cols=tuple(mem_cols),
         half_mu2=0.0 if null else 0.5 * mu2,
@@ -210,18 +217,18 @@ def statistic(view: View, log: ObservationLog, *, plan, canary, model, src, keys
         return np.zeros(trials)
     if view.epsilon_view is not None:
         return _laplace_statistic(log, plan=plan, canary=canary, model=model)
-    obs = _observed(view, log, coupled=plan.sketch is not None)  # (n, R, vd)
+    resid = _observed(view, log, coupled=plan.sketch is not None)  # (n, R, vd), a copy
     vd = view.const.shape[1]
-    pred = np.broadcast_to(view.const, obs.shape).copy()
+    resid -= view.const  # in place: one (n, R, vd) array (NaN where nothing was seen)
     if view.known.size:
         vals = linear_view.regenerate(plan, src, view.known, keys, dim=_value_dim(view, vd))
-        pred += _apply(view.known_gain, vals, vd)
+        resid -= _apply(view.known_gain, vals, vd)
     if view.member_gain is not None and "gradient" in log.own:
         g = log.own["gradient"] * log.batch_size  # (n, T, members, gd)
         vals = np.stack([g[:, t, log.members.index(u)] for t, u in view.member_cols], axis=1)
         vals = np.where(np.isfinite(vals), vals, 0.0)  # rounds without a gradient (Muffliato)
-        pred += _apply(view.member_gain, vals, vd)
-    resid = np.where(np.isfinite(obs), obs - pred, 0.0)
+        resid -= _apply(view.member_gain, vals, vd)
+    np.copyto(resid, 0.0, where=~np.isfinite(resid))  # unseen: their expected value
     return np.einsum("nrj,jr->n", resid, view.weights) - view.half_mu2
 
 

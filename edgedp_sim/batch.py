@@ -40,6 +40,8 @@ class BatchResult:
     test_accuracy: list[np.ndarray] = field(default_factory=list)
     consensus_distance: list[np.ndarray] = field(default_factory=list)
     clipped_fraction: float = 0.0
+    clipped: int = 0  # examples clipped, of clip_slots = steps · trials · nodes · batch size
+    clip_slots: int = 0
     nonfinite: int = 0  # examples (over all steps, trials, nodes) with a non-finite gradient
     messages: int = 0
     bytes_sent: int = 0
@@ -107,7 +109,7 @@ def run(
     if per_trial and data.x.shape[0] < first_trial + trials:
         raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
     algo = algorithms.for_mechanism(plan.mechanism)
-    faulty = _faulty(faults, network)
+    faulty = faults is not None and round_faults.faulty(faults, network)
     adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
     if faulty and adaptive:
         raise ValueError(
@@ -246,7 +248,8 @@ def run(
         if progress is not None:
             progress(t + 1)
     result.models = theta
-    result.clipped_fraction = clipped / (plan.steps * trials * plan.n * batch)
+    result.clipped, result.clip_slots = int(clipped), plan.steps * trials * plan.n * batch
+    result.clipped_fraction = clipped / result.clip_slots
     result.nonfinite = nonfinite
     result.messages = degree_sum * plan.steps * trials
     if rf is not None:
@@ -270,12 +273,6 @@ def _gather(message: np.ndarray, index: np.ndarray, buffers: dict) -> np.ndarray
         buffers.clear()
         buffers[key] = np.empty(shape, dtype=message.dtype)
     return np.take(message, index, axis=-2, out=buffers[key], mode="clip")
-
-
-def _faulty(faults: Faults | None, network: Network | None) -> bool:
-    """Whether the run has any fault (dropout, crash, churn or loss) to draw."""
-    f = faults or Faults()
-    return bool(f.dropout or f.crashes or f.churn_rate_per_s or (network and network.loss))
 
 
 def _check_messages(

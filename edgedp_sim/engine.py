@@ -47,7 +47,7 @@ import numpy as np
 from edgedp import models, rng, rounds, runtime, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
-from edgedp_sim import evaluation, initial
+from edgedp_sim import evaluation, initial, round_faults
 from edgedp_sim.churn import Crash, Faults
 from edgedp_sim.clock import Clock, TieError, Turns, Uplink
 from edgedp_sim.datasets import FederatedData
@@ -168,9 +168,7 @@ class _Sim:
         self.delivery_observers = tuple(o for o in self.observers if hasattr(o, "on_delivery"))
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
         adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
-        if adaptive and (
-            faults.dropout or faults.crashes or faults.churn_rate_per_s or network.loss
-        ):
+        if adaptive and round_faults.faulty(faults, network):
             raise ValueError(
                 "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
                 "churn and message loss are not supported with it (use a block or gaussian "

@@ -46,6 +46,7 @@ from edgedp_sim import (
     leak_coverage,
     leakage,
     linear_attack,
+    round_faults,
 )
 from edgedp_sim.adversary import Attacker, ObservationLog
 
@@ -71,11 +72,9 @@ _DSGD_FAMILIES = ("sgd", "mf")
 
 
 def has_network_effects(sc) -> bool:
-    """Latency, loss, dropouts, crashes or churn: only the event engine simulates them."""
-    net, f = sc.network, sc.faults
-    lat = net.latency
-    no_latency = lat.kind == "constant" and not lat.params.get("ms", 0)
-    return bool(net.loss or f.dropout or f.crashes or f.churn_rate_per_s or not no_latency)
+    """Latency, bandwidth, loss, dropouts, crashes or churn: leakage runs them on the event
+    engine (the batch engine's observers see fault-free rounds only)."""
+    return round_faults.timing(sc.network) is not None or round_faults.faulty(sc.faults, sc.network)
 
 
 def formal_guarantee(plan, attacker: Attacker, *, delta: float | None = None) -> dict[str, Any]:
@@ -628,6 +627,7 @@ _AUDIT_KEYS = (
     "epsilon_lb",
     "confidence",
     "test",
+    "mu_lb",
     "mu_hat",
     "mu_low",
     "mu_high",

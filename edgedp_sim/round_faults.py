@@ -27,6 +27,8 @@ first mixes without the waiting node's next message.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from edgedp import rng
@@ -34,7 +36,32 @@ from edgedp.plan import NoisePlan
 from edgedp_sim.churn import Faults, crash_rounds
 from edgedp_sim.links import Network
 
-__all__ = ["RoundFaults", "network_secret"]
+__all__ = ["RoundFaults", "faulty", "network_secret", "timing"]
+
+
+def faulty(faults: Faults, network: Network | None = None) -> bool:
+    """Whether a run has faults to draw: dropouts, crashes, churn or message loss. Every
+    engine and runner asks here (the batch engine draws them as round masks)."""
+    return bool(
+        faults.dropout
+        or faults.crashes
+        or faults.churn_rate_per_s
+        or (network is not None and network.loss)
+    )
+
+
+def timing(network: Network) -> str | None:
+    """Why timing matters on ``network`` (a latency that is not zero anywhere, a finite
+    bandwidth), or None: only the event engine, which has a clock, can run it then."""
+    lat = network.latency
+    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
+    zero |= lat.kind == "table" and not any(lat.table.values())
+    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
+    if not zero:
+        return f"latency ({lat.kind}) makes timing matter"
+    if math.isfinite(network.bandwidth_mbps):
+        return f"bandwidth_mbps = {network.bandwidth_mbps:g} makes timing matter"
+    return None
 
 
 def network_secret(seed: int) -> bytes:

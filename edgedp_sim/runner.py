@@ -1,12 +1,9 @@
-"""Run a scenario in an engine, write its metrics (JSON) and plots (PNG); sweeps on Dask."""
+"""Run a scenario in an engine, write its metrics (JSON) and plots (PNG)."""
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import time
-import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,21 +12,11 @@ import numpy as np
 
 from edgedp import _validate, mechanisms, models
 from edgedp.accounting import laplace
-from edgedp_sim import batch, engine, provenance, sweep_summary, training_check
-from edgedp_sim.scenarios import Scenario, ScenarioError, parse
+from edgedp_sim import provenance, round_faults, training_check
+from edgedp_sim.scenarios import Scenario, ScenarioError
 
-__all__ = [
-    "choose_engine",
-    "guarantee",
-    "resolve_engine",
-    "run_scenario",
-    "run_sweep",
-    "sweep_points",
-]
+__all__ = ["check_engine", "choose_engine", "guarantee", "run_scenario", "warnings_for"]
 
-#: The keys a sweep file may hold (each ``[grid]`` key is a dotted scenario key, checked by
-#: parsing every grid point).
-SWEEP_KEYS = ("scenario", "seeds", "grid", "engine")
 ENGINES = ("auto", "event", "batch")
 
 
@@ -55,36 +42,31 @@ def choose_engine(sc: Scenario) -> tuple[str, str]:
     if sc.engine != "auto":
         return sc.engine, "engine key of the scenario"
     net, f = sc.network, sc.faults
-    lat = net.latency
-    zero = lat.kind == "constant" and float(lat.params.get("ms", 0)) == 0
-    zero |= lat.kind == "table" and not any(lat.table.values())
-    zero &= lat.kind != "table" or float(lat.params.get("default_ms", 0)) == 0
-    if not zero:
-        return "event", f"latency ({lat.kind}) makes timing matter"
-    if math.isfinite(net.bandwidth_mbps):
-        return "event", f"bandwidth_mbps = {net.bandwidth_mbps:g} makes timing matter"
+    why = round_faults.timing(net)
+    if why is not None:
+        return "event", why
     if (f.crashes or f.churn_rate_per_s) and not net.compute_s > 0:
         return "event", "crashes need a round clock (network.compute_s > 0) in the batch engine"
-    faulty = f.dropout or f.crashes or f.churn_rate_per_s or net.loss
     return "batch", "zero latency and infinite bandwidth" + (
-        " (faults as round masks)" if faulty else ""
+        " (faults as round masks)" if round_faults.faulty(f, net) else ""
     )
 
 
-def resolve_engine(sc: Scenario, engine_name: str = "auto") -> tuple[str, str]:
-    """(engine, why) that runs ``sc``: ``"auto"`` is :func:`choose_engine`; ``"batch"`` (asked
-    for, or the scenario's ``engine`` key) is refused where timing matters, since the batch
-    engine has no clock: it would drop the latency or bandwidth without a word.
-
-    Raises:
-      ScenarioError: an unknown engine, or the batch engine on a scenario it cannot run.
-    """
+def check_engine(sc: Scenario, engine_name: str = "auto") -> tuple[str, str]:
+    """(engine, why) that runs ``sc``: ``engine_name`` ``"auto"`` (the scenario's ``engine``
+    key, else :func:`choose_engine`), ``"batch"`` or ``"event"``. Raises ScenarioError, before
+    any work, for what the engine or the plan cannot run: the batch engine where timing
+    matters (it has no clock: it would drop the latency or bandwidth without a word), faults
+    with an adaptive dome basis, ``reuse-last`` with a refreshed dome sketch, a crash of a
+    node the topology lacks, a sensor-fusion task for another n."""
     if engine_name == "auto":
         engine_name, why = choose_engine(sc)
     elif engine_name in ENGINES:
         why = "chosen by the caller"
     else:
         raise ScenarioError(f"unknown engine {engine_name!r}; use auto, event or batch")
+    net, f, plan = sc.network, sc.faults, sc.plan
+    faulty = bool(net.loss or f.dropout or f.crashes or f.churn_rate_per_s)
     if engine_name == "batch":
         auto, reason = choose_engine(replace(sc, engine="auto"))
         if auto == "event":
@@ -92,6 +74,29 @@ def resolve_engine(sc: Scenario, engine_name: str = "auto") -> tuple[str, str]:
                 f"the batch engine cannot run this scenario: {reason} (it has no clock); "
                 'use --engine event (engine = "event")'
             )
+    sketch = plan.sketch
+    if faulty and sketch is not None and sketch.basis == "adaptive":
+        raise ScenarioError(
+            "an adaptive dome basis needs every spanning-tree frame: dropouts, crashes, churn "
+            "and message loss are not supported with it (use a block or gaussian basis)"
+        )
+    if f.dropout_rule == "reuse-last" and sketch is not None and sketch.refresh:
+        raise ScenarioError(
+            "faults.dropout_rule = 'reuse-last' would mix a dome message from an earlier "
+            "round, in another sketch basis; use 'renormalize' or 'self' (or refresh = 0)"
+        )
+    for c in f.crashes:
+        if not 0 <= c.node < plan.n:
+            raise ScenarioError(f"faults.crashes: node {c.node} but the topology has {plan.n}")
+    if plan.task.dataset.startswith("sensor-fusion:"):
+        from edgedp_sim import sensor_fusion
+
+        try:
+            n = sensor_fusion.parse_spec(plan.task.dataset)[0]
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
+        if n != plan.n:
+            raise ScenarioError(f"task.dataset {plan.task.dataset!r} has {n} sensors, not {plan.n}")
     return engine_name, why
 
 
@@ -101,92 +106,80 @@ def run_scenario(
     engine_name: str = "auto",
     out: Path | None = None,
     show_progress: bool = False,
+    trials: int = 1,
+    client: Any = None,
+    block_trials: int | None = None,
     delta: float | None = None,
 ) -> dict[str, Any]:
-    """Run one scenario; returns the summary (and writes files into ``out`` if given).
+    """Run ``trials`` noise draws of one scenario; returns the summary (and writes
+    ``metrics.json`` and ``loss.png`` into ``out`` if given).
 
-    ``engine_name``: ``"auto"`` (the scenario's ``engine`` key, else
-    :func:`choose_engine`), ``"batch"`` or ``"event"``; the summary says
-    which engine ran and why. The summary holds the plan's certified ``epsilon`` at
-    ``delta`` (default the plan's δ; 0 for the pure ε of Laplace plans), its ``adjacency``
-    and the ``attacker`` it holds against.
+    ``engine_name``: ``"auto"``, ``"batch"`` or ``"event"`` (:func:`check_engine`); the
+    summary says which engine ran and why. With ``client`` (a Dask client,
+    :func:`edgedp_sim.shards.connect`) the trials run in blocks of ``block_trials`` on its
+    workers and are merged into the arrays of a run in this process
+    (:mod:`edgedp_sim.trials`). Counts (messages, bytes, losses …) are totals over the
+    trials; the curves are the mean over trials of the mean over nodes. The summary holds
+    the plan's certified ``epsilon`` at ``delta`` (default the plan's δ; 0 for the pure ε of
+    Laplace plans), its ``adjacency`` and the ``attacker`` it holds against;
+    ``final_models.npy`` in ``out`` is trial 0's θ per node.
     """
+    from edgedp_sim import shards
+    from edgedp_sim import trials as trials_mod
+
+    _validate.integer(1, trials=trials)
     delta = sc.plan.delta if delta is None else delta
     if not 0 < delta < 1:
         raise ValueError(f"Expected delta={delta!r} in (0, 1).")
-    engine_name, why = resolve_engine(sc, engine_name)
-    net = sc.network
-    data = sc.data()
-    update, close = _progress(sc.name, sc.plan.steps, show_progress)
+    check_engine(sc, engine_name)
+    update, close = _progress(sc.name, sc.plan.steps, show_progress and client is None)
     started = time.perf_counter()
-    if engine_name == "batch":
-        res = batch.run(
-            sc.plan,
-            data,
-            eval_every=sc.eval_every,
+    blocks = None
+    if client is not None and show_progress:
+        blocks = shards.block_lines(sc.name)
+    try:
+        res = trials_mod.run(
+            sc,
+            trials,
+            engine_name=engine_name,
+            client=client,
+            block_trials=block_trials,
             progress=update,
-            initial_state=sc.initial_state,
-            faults=sc.faults,
-            network=net,
-            seed=sc.seed,
+            block_progress=blocks,
         )
-        metrics = {
-            "rounds": res.eval_steps,
-            "test_loss": [float(v[0]) for v in res.test_loss],
-            "test_accuracy": [float(v[0]) for v in res.test_accuracy],
-            "consensus_distance": [float(v[0]) for v in res.consensus_distance],
+    finally:
+        close()
+    metrics = {
+        "rounds": res.rounds,
+        "test_loss": _mean_rows(res.test_loss),
+        "test_accuracy": _mean_rows(res.test_accuracy),
+        "consensus_distance": _mean_rows(res.consensus_distance),
+    }
+    if res.round_seconds is not None:
+        metrics["round_seconds"] = res.round_seconds
+    if trials > 1:
+        metrics["per_trial"] = {
+            "test_loss": res.test_loss.tolist(),
+            "test_accuracy": res.test_accuracy.tolist(),
+            "consensus_distance": res.consensus_distance.tolist(),
         }
-        summary = {
-            "messages": res.messages,
-            "bytes": res.bytes_sent,
-            "dropped_messages": res.lost_messages + res.offline_drops,
-            "lost_messages": res.lost_messages,
-            "offline_drops": res.offline_drops,
-            "missing": res.missing,
-            "skipped_rounds": res.skipped_rounds,
-            "crashes": res.crashes,
-            "nonfinite_examples": res.nonfinite,
-            "model_digest": res.digests[0],
-            "simulated_seconds": None,
-        }
-    elif engine_name == "event":
-        res = engine.run(
-            sc.plan,
-            data,
-            network=sc.network,
-            faults=sc.faults,
-            seed=sc.seed,
-            eval_every=sc.eval_every,
-            progress=update,
-            initial_state=sc.initial_state,
-        )
-        metrics = {
-            "rounds": res.eval_rounds,
-            "test_loss": res.test_loss,
-            "test_accuracy": res.test_accuracy,
-            "consensus_distance": res.consensus_distance,
-            "round_seconds": res.round_seconds,
-        }
-        summary = {
-            "messages": res.messages,
-            "bytes": res.bytes_sent,
-            "dropped_messages": res.dropped_messages,
-            "lost_messages": res.lost_messages,
-            "offline_drops": res.offline_drops,
-            "late_or_rejected": res.rejected,
-            "missing": res.missing,
-            "skipped_rounds": res.skipped_rounds,
-            "nonfinite_examples": res.nonfinite,
-            "crashes": res.crashes,
-            "events": res.events,
-            "simulated_seconds": res.simulated_seconds,
-            "model_digest": res.model_digest,
-        }
-    close()
+    counts = {k: int(v.sum()) for k, v in res.counters.items()}
+    summary: dict[str, Any] = {
+        "messages": counts.pop("messages"),
+        "bytes": counts.pop("bytes"),
+        "dropped_messages": counts.pop("dropped_messages"),
+        **counts,
+        "nonfinite_examples": res.totals["nonfinite_examples"],
+        "model_digest": res.digests[0],
+        "simulated_seconds": (
+            None if res.simulated_seconds is None else float(res.simulated_seconds.mean())
+        ),
+    }
+    final = res.test_loss[:, -1]
     summary = {
         "scenario": sc.name,
-        "engine": engine_name,
-        "engine_reason": why,
+        "engine": res.engine,
+        "engine_reason": res.engine_reason,
         "seed": sc.seed,
         "rounds": sc.plan.steps,
         "nodes": sc.plan.n,
@@ -199,16 +192,26 @@ def run_scenario(
         **summary,
         **training_check.step_size_entry(sc.plan),
         "step_size": training_check.step_size_line(sc.plan),
-        "warnings": _warnings(
-            sc.plan, metrics["test_loss"], data, summary["skipped_rounds"], sc.faults.dropout
-        ),
+        "warnings": warnings_for(sc, res),
     }
+    if trials > 1:
+        summary.update(
+            trials=trials,
+            final_test_loss_std=float(final.std()),
+            model_digests=res.digests,
+        )
+    if client is not None:  # where each block ran, and the memory it took
+        summary["blocks"] = [
+            {"first_trial": i.first, "trials": i.count, "worker": i.worker, "peak_mb": i.peak_mb}
+            for i in res.blocks
+        ]
+        summary["peak_worker_mb"] = max(i.peak_mb for i in res.blocks)
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         provenance.write_json(out / "metrics.json", {"summary": summary, **metrics})
         _plot(metrics, out, sc.name)
-        np.save(out / "final_models.npy", np.asarray(res.models).reshape(sc.plan.n, -1))
+        np.save(out / "final_models.npy", res.models[0].reshape(sc.plan.n, -1))
         summary["files"] = [str(out / f) for f in ("metrics.json", "loss.png", "final_models.npy")]
     return summary
 
@@ -233,20 +236,29 @@ def guarantee(plan, delta: float) -> dict[str, Any]:
     }
 
 
-def _warnings(plan, losses: list[float], data, skipped: int, dropout: float) -> list[str]:
-    """The run's warnings: a final test loss above the starting model's
+def warnings_for(sc: Scenario, res) -> list[str]:
+    """A run's warnings (:class:`edgedp_sim.trials.Trials` of ``sc``): a final test loss,
+    mean over trials, above the starting model's
     (:func:`edgedp_sim.training_check.worse_than_start`)."""
-    dim = models.for_task(plan.task, data.features).dim
+    plan, data = sc.plan, sc.data()
+    loss = res.test_loss
     line = training_check.worse_than_start(
         plan,
-        losses[0],
-        losses[-1],
-        dim=dim,
+        float(loss[:, 0].mean()),
+        float(loss[:, -1].mean()),
+        dim=models.for_task(plan.task, data.features).dim,
         local_size=data.local_size,
-        skipped_rounds=skipped,
-        dropout=dropout,
+        worse_trials=int(np.sum(loss[:, -1] > loss[:, 0])),
+        trials=len(loss),
+        skipped_rounds=int(res.counters["skipped_rounds"].sum()),
+        dropout=sc.faults.dropout,
     )
     return [] if line is None else [line]
+
+
+def _mean_rows(rows: np.ndarray) -> list[float]:
+    """The mean over trials of each column (one trial: its row, as floats)."""
+    return [float(v) for v in (rows[0] if rows.shape[0] == 1 else rows.mean(axis=0))]
 
 
 def _plot(metrics: dict, out: Path, title: str) -> None:
@@ -271,116 +283,3 @@ def _plot(metrics: dict, out: Path, title: str) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out / "loss.png", dpi=110)
-
-
-# ------------------------------------------------------------------ sweeps
-def sweep_points(sweep: dict[str, Any], base: Path) -> list[tuple[str, dict[str, Any]]]:
-    """The grid of a sweep file: ``scenario`` (a base scenario file), ``seeds`` and ``[grid]``
-    mapping dotted keys (e.g. ``"faults.dropout"``) to value lists, and ``engine``. Every key
-    is checked, and every grid point is parsed as a scenario before anything runs."""
-    _validate.known_keys(sweep, SWEEP_KEYS, error=ScenarioError)
-    if "scenario" not in sweep:
-        raise ScenarioError("sweep.scenario (the base scenario file) is required")
-    if sweep.get("engine", "auto") not in ENGINES:
-        raise ScenarioError(f"engine = {sweep['engine']!r}; choose one of {list(ENGINES)}")
-    path = Path(sweep["scenario"])
-    path = path if path.is_absolute() else base / path
-    try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ScenarioError(f"sweep.scenario {path}: {exc}") from None
-    grid = sweep.get("grid", {})
-    seeds = sweep.get("seeds", [raw.get("seed", 0)])
-    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
-        raise ScenarioError("[grid] must map dotted keys to non-empty lists of values")
-    if not isinstance(seeds, list) or not seeds:
-        raise ScenarioError(f"seeds = {seeds!r} must be a non-empty list of integers")
-    keys = sorted(grid)
-    points = []
-    for combo in itertools.product(*(grid[k] for k in keys)):
-        for seed in seeds:
-            point = json.loads(json.dumps(raw))
-            label = []
-            for k, v in zip(keys, combo, strict=True):
-                node = point
-                *parents, leaf = k.split(".")
-                for p in parents:
-                    node = node.setdefault(p, {})
-                    if not isinstance(node, dict):
-                        raise ScenarioError(f"[grid] key {k!r}: {p} is not a table")
-                node[leaf] = v
-                label.append(f"{k}={v}")
-            point["seed"] = seed
-            point["name"] = ",".join([*label, f"seed={seed}"])
-            points.append((point["name"], point))
-    for name, point in points:  # validate everything before any work is shipped
-        try:
-            resolve_engine(parse(point, base=path.parent), sweep.get("engine", "auto"))
-        except ScenarioError as exc:
-            raise ScenarioError(f"grid point {name}: {exc}") from None
-    return [(name, {"raw": point, "base": str(path.parent)}) for name, point in points]
-
-
-def _run_point(spec: dict[str, Any], engine_name: str) -> dict[str, Any]:
-    sc = parse(spec["raw"], base=Path(spec["base"]))
-    return run_scenario(sc, engine_name=engine_name)
-
-
-def run_sweep(
-    sweep_file: Path,
-    *,
-    out: Path,
-    scheduler: str | None = None,
-    workers: int = 2,
-    progress: bool = False,
-) -> list[dict[str, Any]]:
-    """Run every point of a sweep on a Dask cluster (local by default) and gather a table."""
-    from dask.distributed import Client, LocalCluster, as_completed
-
-    sweep_file = Path(sweep_file)
-    try:
-        sweep = tomllib.loads(sweep_file.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ScenarioError(f"{sweep_file}: {exc}") from None
-    points = sweep_points(sweep, sweep_file.parent)
-    engine_name = sweep.get("engine", "auto")
-    cluster = None
-    if scheduler is None:
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            host="127.0.0.1",
-        )
-        client = Client(cluster)
-    else:
-        client = Client(scheduler)
-    try:
-        futures = {
-            client.submit(_run_point, spec, engine_name, pure=False): name for name, spec in points
-        }
-        rows = []
-        for i, fut in enumerate(as_completed(futures), start=1):
-            rows.append(fut.result())
-            if progress:
-                print(
-                    f"[{i}/{len(points)}] {futures[fut]}: final test loss "
-                    f"{rows[-1]['final_test_loss']:.4f}"
-                    + (" (worse than the start: see warnings)" if rows[-1]["warnings"] else ""),
-                    flush=True,
-                )
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-    rows.sort(key=lambda r: r["scenario"])
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    points = sweep_summary.summarize(rows)
-    protocol = training_check.comparison_protocol(rows)
-    provenance.write_json(
-        out / "sweep.json", {"rows": rows, "points": points, "comparison_protocol": protocol}
-    )
-    sweep_summary.plot(rows, out / "sweep.png")
-    return rows

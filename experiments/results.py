@@ -25,6 +25,7 @@ a stale output, re-runs the quick versions marked ``ci`` and compares them with 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -84,6 +85,7 @@ class Experiment:
 
 
 EXPERIMENTS = (
+    Experiment("audit_power", ci=False),
     Experiment("audit_table"),
     Experiment("cross_agent_dropout"),
     Experiment("cross_agent_side_by_side"),
@@ -95,8 +97,10 @@ EXPERIMENTS = (
     Experiment("mafalda_comparison"),
     Experiment("mf_multi_epoch"),
     Experiment("pndp_distance"),
+    Experiment("pndp_fig2"),
     Experiment("sr_gt_digits"),
     Experiment("sr_gt_sensor_fusion"),
+    Experiment("sr_gt_table4_fit"),
     Experiment("step_size", ci=False),
     Experiment("whisper_fig1"),
     Experiment("whisper_tasks"),
@@ -137,6 +141,14 @@ def record_duration(experiment: Experiment, *, quick: bool, load: float) -> None
     """Store in :data:`DURATIONS` how long the run that wrote ``experiment``'s stored output
     took (its environment's wall and CPU seconds) and the load average when it started."""
     env = json.loads(experiment.output(quick=quick).read_text())["environment"]
+    with open(DURATIONS.with_suffix(".lock"), "a") as lock:  # runs in parallel lanes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _store_duration(experiment, quick=quick, load=load, env=env)
+
+
+def _store_duration(
+    experiment: Experiment, *, quick: bool, load: float, env: dict[str, Any]
+) -> None:
     table = durations()
     table.setdefault(experiment.name, {})[_mode(quick)] = {
         "wall_seconds": round(env["wall_seconds"], 1),

@@ -11,19 +11,23 @@ mean ± std over 1,000 trials of the batch engine (trials in chunks, two worker 
 Not stated by paper 004, our choices: δ ∈ {1, 0.1} with "problem" adjacency (Definition 1
 taken as given: adjacent problems change one sensor's cost with ‖∇fᵢ − ∇fᵢ′‖₁ ≤ δ
 everywhere — e.g. an observation change Δv with 2‖Mᵢᵀ Δv‖₁ ≤ δ); ν_k ∝ δ, so δ sets the
-noise floor; the problem's distributions (module docstring of edgedp_sim/sensor_fusion.py); every
-node starts at x(0) = 0 (the paper draws xᵢ(0) ~ N(0, I); the engines start all nodes at
-the model's init); horizon T = 300.
+noise floor; the problem's distributions (module docstring of edgedp_sim/sensor_fusion.py);
+horizon T = 300. Initial states as the paper draws them, xᵢ(0) ~ N(0, I) per node and trial
+(``--initial-state normal``, the default); ``--initial-state model`` starts every node at
+x(0) = 0 and writes sr_gt_sensor_fusion_x0zero.*.
 
 Fig. 5 style: per trial, the first iteration with residual < 1e-2, and the bytes sent until
 then (each iteration every node sends its p float64 to each neighbour).
 Writes experiments/out/sr_gt_sensor_fusion.json, sr_gt_sensor_fusion.png and
-sr_gt_iterations.png. Run: python experiments/sr_gt_sensor_fusion.py [--quick] [--out-dir DIR]
+sr_gt_iterations.png (suffix _x0zero with ``--initial-state model``: x(0) = 0).
+Run: python experiments/sr_gt_sensor_fusion.py [--quick] [--out-dir DIR]
+[--initial-state normal|model] [--plot-only]
 (``--quick``: 20 trials x 30 iterations, δ = 1)
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -58,6 +62,7 @@ PAPER_61 = {  # ε: (γ, β, q1, q2), paper 004 §6.1
 }
 MECHANISMS = ("sr-gt", "dpop")
 QUICK = {"TRIALS": 20, "CHUNK": 10, "STEPS": 30, "DELTAS": (1.0,)}
+SUFFIX = ""  # output-name suffix set by main ("_x0zero" with x(0) = 0)
 
 
 def plan_for(mechanism: str, eps: float, delta_grad: float):
@@ -84,11 +89,20 @@ def plan_for(mechanism: str, eps: float, delta_grad: float):
     )
 
 
-def run_chunk(mechanism: str, eps: float, delta: float, first: int) -> tuple[np.ndarray, int]:
+def run_chunk(
+    mechanism: str, eps: float, delta: float, first: int, initial_state: str
+) -> tuple[np.ndarray, int]:
     """Residuals ``(STEPS + 1, CHUNK)`` of trials first..first+CHUNK−1, and bytes per round."""
     sf = sensor_fusion.generate(100, seed=PROBLEM_SEED)
     plan = plan_for(mechanism, eps, delta)
-    res = batch.run(plan, sf.federated(), trials=CHUNK, first_trial=first, eval_every=1)
+    res = batch.run(
+        plan,
+        sf.federated(),
+        trials=CHUNK,
+        first_trial=first,
+        eval_every=1,
+        initial_state=initial_state,
+    )
     residual = plan.n * np.array(res.test_loss)  # mean over nodes of ‖xᵢ − x*‖², times n
     return residual, res.bytes_sent // (STEPS * CHUNK)
 
@@ -117,10 +131,18 @@ def summarize(residual: np.ndarray, bytes_per_round: int) -> dict:
 
 
 def main() -> None:
-    args = common.parser(__doc__).parse_args()
+    global SUFFIX
+    ap = common.parser(__doc__)
+    ap.add_argument("--initial-state", choices=("normal", "model"), default="normal")
+    ap.add_argument("--plot-only", action="store_true", help="redraw from a previous JSON")
+    args = ap.parse_args()
     if args.quick:
         globals().update(QUICK)
     out = common.out_dir(args)
+    SUFFIX = "_x0zero" if args.initial_state == "model" else ""
+    if args.plot_only:
+        plot(json.loads((out / f"sr_gt_sensor_fusion{SUFFIX}.json").read_text())["results"], out)
+        return
     sf = sensor_fusion.generate(100, seed=PROBLEM_SEED)
     print(
         f"sensor fusion: n=100 m=3 p=2, L={sf.smoothness:.4g} mu={sf.strong_convexity:.4g}, "
@@ -138,7 +160,7 @@ def main() -> None:
     bytes_per_round: dict[tuple, int] = {}
     start = time.time()
     with ProcessPoolExecutor(WORKERS) as pool:
-        futures = {pool.submit(run_chunk, *job): job for job in jobs}
+        futures = {pool.submit(run_chunk, *job, args.initial_state): job for job in jobs}
         for done, fut in enumerate(as_completed(futures), 1):
             m, e, dl, f = futures[fut]
             residual, bpr = fut.result()
@@ -168,6 +190,10 @@ def main() -> None:
             "steps": STEPS,
             "deltas": list(DELTAS),
             "threshold": THRESHOLD,
+            "initial_state": args.initial_state,
+            "command": "python experiments/sr_gt_sensor_fusion.py"
+            + (" --quick" if args.quick else "")
+            + ("" if args.initial_state == "normal" else " --initial-state model"),
             "paper_61": {f"{e:g}": v for e, v in PAPER_61.items()},
             "smoothness": sf.smoothness,
             "strong_convexity": sf.strong_convexity,
@@ -176,7 +202,7 @@ def main() -> None:
         },
         "results": results,
     }
-    provenance.write_json(out / "sr_gt_sensor_fusion.json", payload)
+    provenance.write_json(out / f"sr_gt_sensor_fusion{SUFFIX}.json", payload)
     plot(results, out)
     for dl, e, r in ((dl, e, r) for dl, rs in results.items() for e, r in rs.items()):
         a, b = r["sr-gt"], r["dpop"]
@@ -186,9 +212,7 @@ def main() -> None:
             f"sr-gt {a['reached_threshold']:.0%} (median it {_med(a)}), "
             f"DPOP {b['reached_threshold']:.0%} (median it {_med(b)})"
         )
-    print(
-        f"wrote {out / 'sr_gt_sensor_fusion.json'}, sr_gt_sensor_fusion.png, sr_gt_iterations.png"
-    )
+    print(f"wrote {out}/sr_gt_sensor_fusion{SUFFIX}.json, .png and sr_gt_iterations{SUFFIX}.png")
 
 
 def _med(r: dict):
@@ -221,7 +245,7 @@ def plot(results: dict, out) -> None:
     axes[0, 0].legend()
     fig.suptitle("Sensor fusion (paper 004 §6.1), 100 sensors, ER(0.1): same ε, same α_k, ν_k")
     fig.tight_layout()
-    fig.savefig(out / "sr_gt_sensor_fusion.png", dpi=120)
+    fig.savefig(out / f"sr_gt_sensor_fusion{SUFFIX}.png", dpi=120)
     plt.close(fig)
 
     fig, axes = plt.subplots(len(results), 2, figsize=(11, 3.8 * len(results)), squeeze=False)
@@ -261,7 +285,7 @@ def plot(results: dict, out) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle("Fig. 5 style: median and quartiles over the trials that reach 1e-2 (share below)")
     fig.tight_layout()
-    fig.savefig(out / "sr_gt_iterations.png", dpi=120)
+    fig.savefig(out / f"sr_gt_iterations{SUFFIX}.png", dpi=120)
     plt.close(fig)
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "LocalRun",
     "free_ports",
     "generate_keys",
+    "json_lines",
     "local_run",
     "read_endpoints",
     "node_config",
@@ -506,6 +507,17 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def json_lines(path: Path) -> list[dict]:
+    """The JSON objects of a JSON-lines file (metrics); a line torn by a kill is skipped."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 @dataclass
 class LocalRun:
     """Agents of one plan on 127.0.0.1. ``anchors``: the trust anchors' file they are
@@ -576,14 +588,7 @@ class LocalRun:
 
     def metrics(self, u: int) -> list[dict]:
         """Node u's metrics lines (a line torn by a kill -9 is skipped)."""
-        path = self.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl"
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return json_lines(self.directory / "configs" / "state" / f"node-{u}" / "metrics.jsonl")
 
 
 def local_run(

@@ -59,6 +59,7 @@ def test_public_modules():
         "mf",
         "participation",
         "pndp",
+        "pndp_muffliato",
         "rdp",
         "sensitivity",
     ]

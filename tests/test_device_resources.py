@@ -114,7 +114,8 @@ def _listener(agent_pid):
 
 
 def test_idle_connections_without_a_key_cannot_exhaust_an_agent(tmp_path):
-    _plan(tmp_path / "run.plan", steps=300)
+    # long enough to outlast the flood on an idle machine too (300 rounds took 2.5 s there)
+    _plan(tmp_path / "run.plan", steps=3000)
     run = deploy.local_run(tmp_path / "run.plan", tmp_path / "run", round_timeout=1.0)
     run.processes[0].kill()
     run.processes[0].wait()

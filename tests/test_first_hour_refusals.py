@@ -119,12 +119,12 @@ def test_batch_engine_on_a_latency_scenario_is_refused(tmp_path, capsys):
 
 
 def test_a_sweep_point_its_engine_cannot_run_fails_before_anything_runs(tmp_path):
-    from edgedp_sim import runner, scenarios
+    from edgedp_sim import scenarios, sweep
 
     (tmp_path / "lat.toml").write_text(textwrap.dedent(LATENCY))
-    sweep = {"scenario": "lat.toml", "engine": "batch", "grid": {"network.loss": [0.0]}}
+    grid = {"scenario": "lat.toml", "engine": "batch", "grid": {"network.loss": [0.0]}}
     with pytest.raises(scenarios.ScenarioError, match="grid point .*batch engine.*latency"):
-        runner.sweep_points(sweep, tmp_path)
+        sweep.points(grid, tmp_path)
 
 
 # ---------------------------------------------------------------- the parser

@@ -577,6 +577,9 @@ def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
     assert not leak.has_network_effects(scenarios.load(_small_table4(tmp_path, steps=6)))
     lan = Path(scenarios.__file__).parent / "lan_er100.toml"  # latency only
     assert leak.has_network_effects(scenarios.load(lan))
+    # a finite bandwidth: timing matters, as for sim run's engine choice (was run unclocked)
+    slow = _small_table4(tmp_path, steps=6, extra="\n[network]\nbandwidth_mbps = 5.0\n")
+    assert leak.has_network_effects(scenarios.load(slow))
     rep = leak.run(sc, [adversary.tap_all()], trials=12, victim=0)
     assert rep["engine"] == "event" and rep["n_trials"] == 12
     # a lost message leaves a hole: the attack then falls back to the messages it saw

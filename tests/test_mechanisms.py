@@ -308,3 +308,45 @@ def test_no_mechanism_name_branches_outside_the_registry():
         dataclasses.replace(sgd, name="x", correlated=True)
     with pytest.raises(ValueError, match="tracking describes a Laplace schedule"):
         dataclasses.replace(sgd, name="x", tracking=True)
+
+
+def test_threads_looking_up_their_first_mechanism_at_once_all_find_it():
+    """A Dask worker's threads may make the first look-up of a process together: while one
+    enters the built-in mechanisms the others wait (the import is slowed down here so that
+    they all arrive while it runs)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import importlib.abc, sys, threading, time
+
+        class Slow(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "edgedp.algorithms.zipdl":
+                    time.sleep(0.5)
+                return None
+
+        sys.meta_path.insert(0, Slow())
+        from edgedp import mechanisms
+
+        start, errors = threading.Barrier(4), []
+
+        def look_up():
+            start.wait()
+            try:
+                mechanisms.get("dp-dsgd")
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=look_up) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(errors, len(mechanisms.names()))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "[]", out.stdout

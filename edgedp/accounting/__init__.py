@@ -9,6 +9,8 @@ Modules (import the module, then call its functions):
 - :mod:`~edgedp.accounting.mf` — LDP guarantee of MF-D-SGD (paper 000, §5–6).
 - :mod:`~edgedp.accounting.pndp` — pairwise network DP per attacker set and victim, for
   non-adaptive gradients (000 §7.1, App. A).
+- :mod:`~edgedp.accounting.pndp_muffliato` — the pairwise accounting of Cyffers et al. 2022
+  (Muffliato, Thm 11) for DP-D-SGD, the baseline of 000 Fig. 2.
 - :mod:`~edgedp.accounting.laplace` — pure ε-DP of the Laplace schedules of sr-gt/DPOP (004).
 - :mod:`~edgedp.accounting.cross_agent` — GDP of noise correlated across agents (001, 000 A.4–A.6).
 - :mod:`~edgedp.accounting.dome` — LDP guarantee of DOME's sketched messages (002 on gossip).
@@ -22,6 +24,7 @@ from edgedp.accounting import (
     mf,
     participation,
     pndp,
+    pndp_muffliato,
     rdp,
     sensitivity,
 )
@@ -34,6 +37,7 @@ __all__ = [
     "mf",
     "participation",
     "pndp",
+    "pndp_muffliato",
     "rdp",
     "sensitivity",
 ]

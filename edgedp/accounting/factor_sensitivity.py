@@ -42,7 +42,17 @@ from edgedp._validate import integer
 from edgedp.accounting import sensitivity as sens_lib
 from edgedp.accounting.participation import Participation
 
-__all__ = ["DENSE_STEPS", "FactorSensitivity", "sensitivity", "strided_sums", "windows"]
+__all__ = [
+    "DENSE_STEPS",
+    "FactorSensitivity",
+    "banded",
+    "dense",
+    "identity",
+    "sensitivity",
+    "strided_sums",
+    "toeplitz",
+    "windows",
+]
 
 #: Largest T at which the exact value may still come from the T×T Gram matrix (8 MB).
 DENSE_STEPS = 1024
@@ -140,7 +150,8 @@ def _toeplitz_diagonal(c: np.ndarray, part: Participation, steps: int) -> float:
     return float(sums.max()) if sums.size else 0.0
 
 
-def _toeplitz(c: np.ndarray, part: Participation, steps: int) -> FactorSensitivity:
+def toeplitz(c: np.ndarray, part: Participation, steps: int) -> FactorSensitivity:
+    """A lower-Toeplitz C with first column ``c`` (AntiPGD, BLT): O(T) when c ≥ 0."""
     if np.all(c >= 0):
         v = math.sqrt(_toeplitz_energy(c, part, steps))
         return FactorSensitivity(sens_lib.Sensitivity(v, True), v, v)
@@ -168,8 +179,9 @@ def _maybe_dense(value, lower, upper, matrix, part, steps) -> FactorSensitivity:
     return FactorSensitivity(value, lower, upper)
 
 
-def _banded(bands: np.ndarray, part: Participation, steps: int) -> FactorSensitivity:
-    """X[s, s+ℓ] = Σ_{m=ℓ}^{p−1} B[s+m, m]·B[s+m, m−ℓ] (zero for ℓ >= p): O(T·p²)."""
+def banded(bands: np.ndarray, part: Participation, steps: int) -> FactorSensitivity:
+    """A banded C given by its ``bands`` B (row t, lag m), in O(T·p²):
+    X[s, s+ℓ] = Σ_{m=ℓ}^{p−1} B[s+m, m]·B[s+m, m−ℓ] (zero for ℓ >= p)."""
     B = bands[:steps]
     p, b = B.shape[1], part.b
     start, length = windows(part, steps)
@@ -215,7 +227,8 @@ def _column_windows(C: np.ndarray, part: Participation, steps: int, *, diagonal:
     return best
 
 
-def _dense(C: np.ndarray, part: Participation, steps: int) -> FactorSensitivity:
+def dense(C: np.ndarray, part: Participation, steps: int) -> FactorSensitivity:
+    """Any lower-triangular C, by column windows (O(T²) per residue, no Gram matrix)."""
     C = C[:steps, :steps]
     if np.all(C >= 0):
         v = math.sqrt(_column_windows(C, part, steps, diagonal=False))
@@ -247,16 +260,13 @@ def sensitivity(factor, participation: Participation, *, steps: int) -> FactorSe
     horizon = getattr(factor, "steps", None)
     if horizon is not None and steps > horizon:
         raise ValueError(f"Expected steps={steps} <= the factor's horizon {horizon}.")
-    kind = factor.kind
-    if kind == "identity":
-        v = math.sqrt(participation.count(steps))
-        return FactorSensitivity(sens_lib.Sensitivity(v, True), v, v)
-    if kind == "antipgd":
-        return _toeplitz(np.ones(steps), participation, steps)
-    if kind == "blt":
-        return _toeplitz(factor.coefficients(steps), participation, steps)
-    if kind == "banded":
-        return _banded(factor.bands, participation, steps)
-    if kind == "dense":
-        return _dense(factor.matrix, participation, steps)
-    raise ValueError(f"Unknown temporal factor kind={kind!r}.")
+    own = getattr(factor, "sensitivity", None)
+    if own is None:
+        raise ValueError(f"Unknown temporal factor kind={getattr(factor, 'kind', factor)!r}.")
+    return own(participation, steps)
+
+
+def identity(part: Participation, steps: int) -> FactorSensitivity:
+    """C = I: √(participations), exact."""
+    v = math.sqrt(part.count(steps))
+    return FactorSensitivity(sens_lib.Sensitivity(v, True), v, v)

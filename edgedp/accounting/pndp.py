@@ -98,9 +98,11 @@ __all__ = [
     "PNDPResult",
     "PNDPSetting",
     "PairGuarantee",
+    "check_size",
     "pndp_guarantees",
     "victim_grams",
     "view_matrices",
+    "working_bytes",
 ]
 
 OBSERVERS = ("node", "eavesdropper")
@@ -122,6 +124,40 @@ ASSUMPTION = (
 """The two models in one sentence, for reports."""
 
 _TOL = 1e-8  # relative slack of the numerical self-checks
+
+#: Largest working memory :func:`pndp_guarantees` takes on (bytes, estimated): one T × T
+#: Gram per victim and two temporaries of the same size (X, CᵀX, CᵀXC), plus C itself.
+MAX_WORKING_BYTES = 8 * 2**30
+
+
+def working_bytes(steps: int, victims: int) -> int:
+    """The estimated peak memory of the victim Grams of ``victims`` victims over ``steps``
+    steps: 8 bytes × T² × (3 per victim + C)."""
+    return 8 * steps * steps * (3 * victims + 1)
+
+
+def _check_plan_size(plan, attackers) -> None:
+    """:func:`check_size` of a plan, before its T × T strategy is built (attackers that
+    are not a sequence of ids are left to the argument checks)."""
+    try:
+        count = 1 if attackers is None else len(set(attackers))
+    except TypeError:
+        return
+    check_size(plan.steps, plan.n - count)
+
+
+def check_size(steps: int, victims: int) -> None:
+    """ValueError naming the size when :func:`working_bytes` exceeds the limit."""
+    need = working_bytes(steps, victims)
+    if need > MAX_WORKING_BYTES:
+        raise ValueError(
+            f"PNDP accounting keeps a T x T Gram per victim: about {need / 2**30:.1f} GiB at "
+            f"T = {steps} with {victims} victims, above the {MAX_WORKING_BYTES / 2**30:.0f} GiB "
+            "it takes on; it is not computed at this size (the LDP guarantee is: "
+            "edgedp account without --trust pndp)"
+        )
+
+
 _ROUND = 1e-12  # relative size below which an entry or a tie is rounding
 
 
@@ -302,7 +338,7 @@ def _observer(observer: str) -> str:
     return observer
 
 
-def _receive_lists(W: np.ndarray, edges) -> list[np.ndarray]:
+def receive_lists(W: np.ndarray, edges) -> list[np.ndarray]:
     """Whom each node hears: W's off-diagonal support (both directions) ∪ graph edges."""
     A = (W != 0) | (W.T != 0)
     if edges is not None:
@@ -315,7 +351,8 @@ def _receive_lists(W: np.ndarray, edges) -> list[np.ndarray]:
     return [np.flatnonzero(row) for row in A]
 
 
-def _distances(lists: list[np.ndarray], sources: tuple[int, ...]) -> np.ndarray:
+def hop_distances(lists: list[np.ndarray], sources: tuple[int, ...]) -> np.ndarray:
+    """Hop distance of every node from the nearest source (inf if unreachable)."""
     dist = np.full(len(lists), math.inf)
     frontier = list(sources)
     dist[frontier] = 0.0
@@ -366,7 +403,7 @@ def _split(W, A: tuple[int, ...], edges, observer: str):
     send to a member included (their messages travel on tapped links), and every node is noisy.
     """
     n = W.shape[0]
-    lists = _receive_lists(W, edges)
+    lists = receive_lists(W, edges)
     senders = set(np.concatenate([lists[a] for a in A]).tolist())  # lists exclude self
     known = set(A) if observer == "node" else set()
     O = sorted(senders - known)
@@ -510,7 +547,8 @@ def pndp_guarantees(
         non-adaptive gradients (``result.model``).
 
     Raises:
-        ValueError, TypeError: On invalid settings, node ids, observer or method.
+        ValueError, TypeError: On invalid settings, node ids, observer or method, or a
+            horizon whose Grams need more than :data:`MAX_WORKING_BYTES`.
 
     >>> W = np.array([[2, 1, 0], [1, 1, 1], [0, 1, 2]]) / 3  # path 0-1-2, MH weights
     >>> s = PNDPSetting(W, np.eye(2), Participation(2, 1), noise_multiplier=1.0)
@@ -518,7 +556,8 @@ def pndp_guarantees(
     >>> print(f"{r.mu[0]:.6f} ldp={r.ldp_mu}")  # closed form sqrt(1/10) / sqrt(2)
     0.223607 ldp=1.0
     """
-    if not isinstance(setting, PNDPSetting):
+    if not isinstance(setting, PNDPSetting):  # refused before C (T × T) is built
+        _check_plan_size(setting, attackers)
         setting = PNDPSetting.from_plan(setting)
     W, C = _mixing(setting.mixing), _strategy(setting.strategy)
     n = W.shape[0]
@@ -529,10 +568,11 @@ def pndp_guarantees(
         C, participation=setting.participation, noise_multiplier=setting.noise_multiplier
     )
     sets = [(u,) for u in range(n)] if attackers is None else [_nodes("attackers", attackers, n)]
+    check_size(C.shape[0], n - min(len(set(A)) for A in sets))
     wanted = tuple(range(n)) if victims is None else _nodes("victims", victims, n)
     if attackers is not None and set(wanted) & set(sets[0]) and victims is not None:
         raise ValueError(f"Expected victims outside the attacker set {list(sets[0])}.")
-    lists = _receive_lists(W, setting.edges)
+    lists = receive_lists(W, setting.edges)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("a", "v", "d", "s", "e", "c")}
     for i, A in enumerate(sets):
         vic = [v for v in wanted if v not in A]
@@ -563,7 +603,7 @@ def pndp_guarantees(
         cols["c"].append(capped)
         cols["a"].append(np.full(vic_arr.size, i, dtype=np.int64))
         cols["v"].append(vic_arr)
-        cols["d"].append(_distances(lists, A)[vic_arr])
+        cols["d"].append(hop_distances(lists, A)[vic_arr])
         if progress is not None:
             progress(i + 1, len(sets))
     sens = np.concatenate(cols["s"])

@@ -259,11 +259,4 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
 def rules(check_plan: Callable[[Any], None], *, send=send) -> mechanisms.Rules:
     """The D-SGD family's round rules (these functions) with a mechanism's own plan check
     (and, for Muffliato, its own ``send``)."""
-    return mechanisms.Rules(
-        init_state=init_state,
-        send=send,
-        receive=receive,
-        model=model,
-        check_plan=check_plan,
-        message_bound=message_bound,
-    )
+    return mechanisms.Rules(init_state, send, receive, model, check_plan, message_bound)

@@ -236,14 +236,7 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
 
 
 #: The round rules.
-RULES = mechanisms.Rules(
-    init_state=init_state,
-    send=send,
-    receive=receive,
-    model=model,
-    check_plan=check_plan,
-    message_bound=message_bound,
-)
+RULES = mechanisms.Rules(init_state, send, receive, model, check_plan, message_bound)
 #: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
 MECHANISMS = (
     mechanisms.Mechanism(

@@ -105,23 +105,34 @@ def build(
     if not report:
         return Built(plan, None)
     payload = report_mod.plan_report(plan)
+    skipped = list(planned.skipped) if planned is not None else []
     if plan.noise_multiplier > 0:
         payload["loss_ratio_to_dp_dsgd"] = report_mod.loss_ratio(plan, gram)
+        if payload["loss_ratio_to_dp_dsgd"] is None:
+            skipped.append(report_mod.LONG_HORIZON_NO_RATIO.format(limit=_dense_max()))
     if sketch is not None:
         payload.update(report_mod.dome_report(plan, model_dim))
     if planned is not None:
-        payload.update(
-            factorization_loss=planned.loss,
-            dual_bound=planned.dual_bound,
-            gap=planned.gap,
-            converged=planned.converged,
-            planner_seconds=planned.seconds,
-        )
+        payload["factorization_loss"] = planned.loss
+        if planned.gap is not None:  # the dense optimum's certificate (not at long horizons)
+            payload.update(
+                dual_bound=planned.dual_bound, gap=planned.gap, converged=planned.converged
+            )
+        payload["planner_seconds"] = planned.seconds
         if planned.loss_ratio_to_dense is not None:
             payload["loss_ratio_to_dense_optimum"] = planned.loss_ratio_to_dense
+        if planned.loss_ratio_to_dense is not None or planned.skipped:
             payload["device_state_floats_per_dim"] = plan.factor.state_bytes(1) // 8
     payload.update(report_mod.step_size_report(plan))
+    if skipped:  # what this horizon does not compute, said in the output
+        payload["skipped"] = skipped
     return Built(plan, payload)
+
+
+def _dense_max() -> int:
+    from edgedp.planning import workload
+
+    return workload.DENSE_MAX_STEPS
 
 
 # ------------------------------------------------------------------ the shared pieces
@@ -219,11 +230,14 @@ def _planned(mechanism: str) -> bool:
 def _planned_factor(request: PlanRequest, graph, participation, progress, warn):
     """(factor, planning result, (W, H) with H the MAFALDA workload Gram or None)."""
     from edgedp import topology
-    from edgedp.planning import factorization, mafalda
+    from edgedp.planning import factorization, mafalda, workload
 
     W = topology.WEIGHTINGS[request.weighting](graph)  # noqa: N806
-    H = None  # noqa: N806
-    if request.mechanism != "dmf":  # mafalda, banded, blt plan on H
+    H: Any = None  # noqa: N806  (the T × T Gram, a SpectralWorkload, or None for dmf)
+    long = request.steps > workload.DENSE_MAX_STEPS and request.mechanism in ("banded", "blt")
+    if long:  # the workload from W's eigenvalues: no T × T matrix
+        H = workload.SpectralWorkload.of_mixing(W, steps=request.steps)  # noqa: N806
+    elif request.mechanism != "dmf":  # mafalda, banded, blt plan on H
         H = mafalda.workload_gram(W, steps=request.steps)  # noqa: N806
     planned = factorization.plan_factor(
         request.mechanism,

@@ -25,6 +25,15 @@ column c (c₀ = 1) and C⁻¹ with first column β (β = impulse response of 1/
 * Gradients in c by the adjoint of the Toeplitz inverse: dβ = −β ⋆ β ⋆ dc, so
   ``∂(βᵀGβ)/∂c_s = −2 Σ_{t>=s} (Gβ)_t (β⋆β)_{t−s}`` (two FFT convolutions).
 
+**Long horizons** (a :class:`~edgedp.planning.workload.SpectralWorkload` instead of H,
+for T above ``workload.DENSE_MAX_STEPS``): the energy is O(T) per distinct eigenvalue of W
+(that module), and the sensitivity is the first window's, O(T) with its gradient — exact
+where the fits use it: for c >= 0 (X >= 0) the window {0, b, …} is the largest and
+Σ_{s,t∈π} X[s,t] = ‖C 1_π‖² with C 1_π = g − g shifted by k'b (g the b-strided cumulative
+sum of c); for a banded c no longer than b (co-participating columns never overlap), and
+for any c with one step per window, it is Σ_{s∈π} ‖C[:, s]‖². Signed BLTs (|X| over all
+pairs) and the dense optimum are not computed there; the fits say so (``CompactFit.skipped``).
+
 The fitters: :func:`edgedp.planning.compact_blt.fit_blt` and
 :func:`edgedp.planning.compact_banded.fit_banded`; both return a :class:`CompactFit`.
 """
@@ -38,9 +47,11 @@ import numpy as np
 import scipy.optimize as sopt
 import scipy.signal as ssig
 
+from edgedp.accounting import factor_sensitivity
 from edgedp.accounting import sensitivity as sens_mod
+from edgedp.accounting.factor_sensitivity import _strided_cumsum, windows
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mf_optimal
+from edgedp.planning import mf_optimal, workload
 
 __all__ = ["CompactFit", "toeplitz_loss"]
 
@@ -55,33 +66,43 @@ class CompactFit:
         factor: The fitted ``factors.Banded`` or ``factors.BLT``.
         loss: sens(C)²·tr(H (CᵀC)⁻¹) of ``factor.strategy(T)``, sensitivity from
             ``edgedp.accounting.sensitivity`` (what the plan's accountant certifies).
-        loss_ratio: loss / dense_loss (>= 1 up to the dense solver's tolerance).
-        dense_loss: Loss of the dense optimum (``mf_optimal.optimize``).
+        loss_ratio: loss / dense_loss (>= 1 up to the dense solver's tolerance); None when
+            the dense optimum was not computed (long horizons).
+        dense_loss: Loss of the dense optimum (``mf_optimal.optimize``), or None.
         sensitivity: sens(C) under the participation schema.
         exact: Whether that sensitivity is exact (X >= 0 on the maximizing window).
         seconds: Wall time of the fit (without the dense optimum).
         evaluations: Objective evaluations.
         method: "blt", "blt-signed", "banded-toeplitz", "banded" or "dense".
+        skipped: What was not computed at this horizon, one sentence each.
 
     ``factor, loss = fit`` unpacks the first two fields.
     """
 
     factor: Any
     loss: float
-    loss_ratio: float
-    dense_loss: float
+    loss_ratio: float | None
+    dense_loss: float | None
     sensitivity: float
     exact: bool
     seconds: float
     evaluations: int
     method: str
+    skipped: tuple[str, ...] = ()
 
     def __iter__(self):
         return iter((self.factor, self.loss))
 
 
-def _gram(H) -> np.ndarray:
+def _gram(H):
+    """H checked (a SpectralWorkload passes as it is)."""
+    if isinstance(H, workload.SpectralWorkload):
+        return H
     return mf_optimal._gram("workload_gram", H)
+
+
+def _steps(H) -> int:
+    return H.steps if isinstance(H, workload.SpectralWorkload) else H.shape[0]
 
 
 def _participation(participation) -> Participation:
@@ -93,7 +114,13 @@ def _participation(participation) -> Participation:
 class _Toeplitz:
     """Loss of a Toeplitz C (c₀ = 1) from its column c and C⁻¹'s column β, with ∂/∂c."""
 
-    def __init__(self, H: np.ndarray, part: Participation):
+    def __init__(self, H, part: Participation):
+        self.spectral = H if isinstance(H, workload.SpectralWorkload) else None
+        if self.spectral is not None:  # long horizons: no T × T matrix at all
+            self.T, self.prefix = H.steps, False
+            self.first = int(windows(part, H.steps)[1].max())  # k' of the window at 0
+            self.b = part.b
+            return
         T = self.T = H.shape[0]
         self.prefix = bool(np.array_equal(H, mf_optimal.prefix_sum_gram(T)))
         if not self.prefix:
@@ -116,6 +143,8 @@ class _Toeplitz:
 
     def energy(self, beta: np.ndarray) -> tuple[float, np.ndarray]:
         """tr(H (CᵀC)⁻¹) and its gradient in β."""
+        if self.spectral is not None:
+            return self.spectral.energy(beta)
         if self.prefix:
             s = np.cumsum(beta)
             ws = (self.T - np.arange(self.T)) * s
@@ -123,8 +152,33 @@ class _Toeplitz:
         g = self.G @ beta
         return float(beta @ g), 2.0 * g
 
+    def first_window(self, c: np.ndarray) -> tuple[float, np.ndarray]:
+        """The window {0, b, …}'s Σ|X| and its gradient in c (module docstring, *Long
+        horizons*): ‖C 1_π‖² for c >= 0, Σ_{s∈π} ‖C[:, s]‖² for c shorter than b."""
+        T, b, k = self.T, self.b, self.first
+        if np.all(c >= 0):
+            g = _strided_cumsum(c, b)
+            y = g.copy()
+            if k * b < T:
+                y[k * b :] -= g[: T - k * b]
+            h = _strided_cumsum(y[::-1], b)[::-1]  # h[u] = Σ_{i >= 0} y[u + ib]
+            grad = h.copy()
+            if k * b < T:
+                grad[: T - k * b] -= h[k * b :]
+            return float(y @ y), 2.0 * grad
+        if k > 1 and np.any(c[b:] != 0):
+            raise ValueError(
+                f"The sensitivity of a Toeplitz C with negative entries longer than b = {b} "
+                f"needs every pair of a window (|X| bound): T <= {workload.DENSE_MAX_STEPS}."
+            )
+        u = np.arange(T)
+        count = np.minimum(k, -(-(T - u) // b)).astype(np.float64)  # windows steps ib < T − u
+        return float(count @ (c * c)), 2.0 * count * c
+
     def sensitivity2(self, c: np.ndarray, smooth: float | None) -> tuple[float, np.ndarray]:
         """max_π Σ_{s,t∈π} |X[s,t]| (or its log-sum-exp smoothing) and the gradient in c."""
+        if self.spectral is not None:
+            return self.first_window(c)
         T, L = self.T, self.lags.size
         cum = np.zeros((L, T + 1))
         for i, lag in enumerate(self.lags):
@@ -202,14 +256,34 @@ def toeplitz_loss(column, workload_gram, *, participation: Participation) -> flo
     return float("inf") if out is None else float(out[0])
 
 
-def _certify(factor, H: np.ndarray, part: Participation):
+def _certify(factor, H, part: Participation):
+    """(loss, sensitivity) of ``factor``: from ``factor.strategy(T)`` with
+    ``accounting.sensitivity`` (what a plan's accountant certifies), or for a long horizon
+    from the factor's compact form (``accounting.factor_sensitivity``, the device's route)
+    and the spectral energy."""
+    if isinstance(H, workload.SpectralWorkload):
+        fs = factor_sensitivity.sensitivity(factor, part, steps=H.steps)
+        columns = workload.toeplitz_columns(factor, H.steps)
+        if fs.value is None or columns is None:
+            raise ValueError(f"{factor.kind} factor: no exact sensitivity at T = {H.steps}.")
+        return fs.value.value**2 * H.energy(columns[1])[0], fs.value
     C = factor.strategy(H.shape[0])
     s = sens_mod.sensitivity(C, part)
     return mf_optimal.loss(C, H, part), s
 
 
-def _dense_loss(H, part, dense_loss) -> float:
+#: What a long-horizon fit does not compute (CompactFit.skipped, the plan report).
+NO_DENSE_OPTIMUM = (
+    "the dense optimum (it needs T x T matrices, planned up to T = {limit}): no loss ratio "
+    "to it, duality gap or dual bound"
+)
+
+
+def _dense_loss(H, part, dense_loss) -> float | None:
+    """The dense optimum's loss: given, computed, or None for a long horizon."""
     if dense_loss is None:
+        if isinstance(H, workload.SpectralWorkload):
+            return None
         return mf_optimal.optimize(H, participation=part).loss
     if not (isinstance(dense_loss, (int, float)) and np.isfinite(dense_loss) and dense_loss > 0):
         raise ValueError(f"Expected dense_loss={dense_loss!r} > 0 and finite.")

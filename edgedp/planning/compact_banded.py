@@ -25,8 +25,9 @@ import scipy.linalg as sla
 from edgedp import factors
 from edgedp._validate import integer
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mf_optimal
+from edgedp.planning import mf_optimal, workload
 from edgedp.planning.compact import (
+    NO_DENSE_OPTIMUM,
     CompactFit,
     _certify,
     _Counter,
@@ -35,6 +36,7 @@ from edgedp.planning.compact import (
     _impulse,
     _lbfgs,
     _participation,
+    _steps,
     _Toeplitz,
 )
 
@@ -144,7 +146,9 @@ def fit_banded(
     for b < p < T a banded Toeplitz C >= 0; for p >= T the dense optimum.
 
     Args:
-        workload_gram: H, T × T symmetric positive definite.
+        workload_gram: H, T × T symmetric positive definite, or a
+            :class:`~edgedp.planning.workload.SpectralWorkload` (long horizons: no refinement
+            and no dense optimum; ``CompactFit.skipped`` says so).
         participation: The (k, b) participation schema.
         bandwidth: p >= 1, the number of diagonals (device state: p − 1 vectors).
         refine: Optimize all band entries after the Toeplitz stage (p <= b only).
@@ -176,8 +180,15 @@ def fit_banded(
 
 
 def _fit_banded(H, part, bandwidth, refine, max_iterations, dense_loss, progress) -> CompactFit:
-    T = H.shape[0]
+    T = _steps(H)
     p = min(bandwidth, T)
+    spectral = isinstance(H, workload.SpectralWorkload)
+    skipped: tuple[str, ...] = ()
+    if p >= T and spectral:
+        raise ValueError(
+            f"bandwidth {bandwidth} >= T is the dense optimum, planned up to T = "
+            f"{workload.DENSE_MAX_STEPS}; choose a bandwidth below T = {T}."
+        )
     if p >= T:
         t0 = time.perf_counter()
         dense = mf_optimal.optimize(H, participation=part)
@@ -194,9 +205,17 @@ def _fit_banded(H, part, bandwidth, refine, max_iterations, dense_loss, progress
             bounds = None if separated else [(0.0, None)] * (p - 1)
             c[1:] = _lbfgs(counter, c[1:], bounds, max_iterations)
             counter.record(np.exp(counter(c[1:])[0]), c[1:])
-        C = factors._lower_toeplitz(np.concatenate([c, np.zeros(T - p)]))
-        factor, method = factors.Banded.from_matrix(C, p), "banded-toeplitz"
-        if separated and refine and p > 1:
+        bands = np.zeros((T, p))  # the Toeplitz C's diagonals, without the T × T matrix
+        for j in range(p):
+            bands[j:, j] = c[j]
+        factor, method = factors.Banded(bands), "banded-toeplitz"
+        if separated and refine and p > 1 and spectral:
+            skipped += (
+                "the refinement of every band entry (it needs a T x T Cholesky factor of H, "
+                f"planned up to T = {workload.DENSE_MAX_STEPS}): the factor is the best "
+                "banded Toeplitz one",
+            )
+        elif separated and refine and p > 1:
             obj = _BandedObjective(H, p, part.count(T))
             x0 = np.broadcast_to(c, (T, p))[obj.valid]
             counter.fun = obj
@@ -210,14 +229,17 @@ def _fit_banded(H, part, bandwidth, refine, max_iterations, dense_loss, progress
     loss, s = _certify(factor, H, part)
     if progress is not None:
         progress(calls, loss)
+    if reference is None:
+        skipped = (NO_DENSE_OPTIMUM.format(limit=workload.DENSE_MAX_STEPS), *skipped)
     return CompactFit(
         factor=factor,
         loss=loss,
-        loss_ratio=loss / reference,
+        loss_ratio=None if reference is None else loss / reference,
         dense_loss=reference,
         sensitivity=s.value,
         exact=s.exact,
         seconds=time.perf_counter() - t0,
         evaluations=calls,
         method=method,
+        skipped=skipped,
     )

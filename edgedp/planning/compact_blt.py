@@ -27,8 +27,9 @@ from scipy.special import expit
 from edgedp import factors
 from edgedp._validate import integer
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mf_optimal
+from edgedp.planning import mf_optimal, workload
 from edgedp.planning.compact import (
+    NO_DENSE_OPTIMUM,
     CompactFit,
     _certify,
     _Counter,
@@ -37,6 +38,7 @@ from edgedp.planning.compact import (
     _impulse,
     _lbfgs,
     _participation,
+    _steps,
     _Toeplitz,
 )
 
@@ -137,7 +139,8 @@ def fit_blt(
 
     Args:
         workload_gram: H, T × T symmetric positive definite (``mf_optimal.prefix_sum_gram``,
-            ``mafalda.workload_gram``).
+            ``mafalda.workload_gram``), or a :class:`~edgedp.planning.workload.SpectralWorkload`
+            (long horizons: no dense optimum, unsigned only; ``CompactFit.skipped``).
         participation: The (k, b) participation schema.
         buffers: Number of buffers n (>= 1): the device keeps n vectors of size d.
         signed: Allow negative weights (sensitivity then from Thm 7's |X| bound).
@@ -168,6 +171,11 @@ def fit_blt(
     if blas_threads is not None:
         integer(1, blas_threads=blas_threads)
     H = _gram(workload_gram)
+    if signed and isinstance(H, workload.SpectralWorkload):
+        raise ValueError(
+            "signed BLT fits price every pair of a window (|X| bound); above T = "
+            f"{workload.DENSE_MAX_STEPS} fit with signed=False."
+        )
     reference = _dense_loss(H, part, dense_loss)
     with mf_optimal._blas_limit(blas_threads):
         return _fit_blt(
@@ -186,7 +194,7 @@ def fit_blt(
 
 def _fit_blt(H, part, n, signed, restarts, max_iterations, initial, seed, reference, progress):
     t0 = time.perf_counter()
-    T = H.shape[0]
+    T = _steps(H)
     toe = _Toeplitz(H, part)
     counter = _Counter(None, progress)
     best = (np.inf, None, None)
@@ -223,11 +231,14 @@ def _fit_blt(H, part, n, signed, restarts, max_iterations, initial, seed, refere
     return CompactFit(
         factor=blt,
         loss=loss,
-        loss_ratio=loss / reference,
+        loss_ratio=None if reference is None else loss / reference,
         dense_loss=reference,
         sensitivity=s.value,
         exact=s.exact,
         seconds=time.perf_counter() - t0,
         evaluations=counter.calls,
         method="blt-signed" if signed else "blt",
+        skipped=()
+        if reference is not None
+        else (NO_DENSE_OPTIMUM.format(limit=workload.DENSE_MAX_STEPS),),
     )

@@ -27,7 +27,7 @@ import numpy as np
 
 from edgedp import factors, mechanisms
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mafalda, mf_optimal
+from edgedp.planning import mafalda, mf_optimal, workload
 
 __all__ = ["PLANNED", "PlannedFactor", "plan_factor", "relative_loss"]
 
@@ -45,6 +45,7 @@ class PlannedFactor:
     seconds: float
     loss_ratio_to_dense: float | None = None
     converged: bool = True  # the dense optimization reached its tolerance
+    skipped: tuple[str, ...] = ()  # what a long horizon does not compute (CompactFit.skipped)
 
 
 def plan_factor(
@@ -58,14 +59,15 @@ def plan_factor(
     progress: Callable[[int, float, float], None] | None = None,
     bandwidth: int | None = None,
     buffers: int | None = None,
-    workload_gram: np.ndarray | None = None,
+    workload_gram: np.ndarray | workload.SpectralWorkload | None = None,
 ) -> PlannedFactor:
     """The temporal factor for ``mechanism``: optimal (dmf, mafalda) or fitted (banded, blt).
 
     The dense optimization stops at ``tolerance`` (relative duality gap) or after
     ``max_iterations``; ``converged`` says which (an unconverged factor is still a valid,
     certified factor, only further from optimal: ``gap`` bounds how far). ``workload_gram``:
-    ``mafalda.workload_gram(mixing_matrix, steps=steps)`` when the caller already has it."""
+    ``mafalda.workload_gram(mixing_matrix, steps=steps)`` when the caller already has it (a
+    :class:`~edgedp.planning.workload.SpectralWorkload` above ``workload.DENSE_MAX_STEPS``)."""
     if mechanism in ("banded", "blt"):
         return _compact(
             mechanism,
@@ -125,32 +127,65 @@ def _compact(
 ):
     from edgedp.planning import compact_banded, compact_blt
 
-    H = _mafalda_gram(mixing_matrix, steps, workload_gram)  # noqa: N806
-    dense = mf_optimal.optimize(
-        H, participation=participation, tolerance=tolerance, max_iterations=max_iterations
-    )
+    if mechanism == "banded" and bandwidth is None:
+        raise ValueError("mechanism='banded' needs a bandwidth (e.g. --bandwidth 8).")
+    if mechanism == "blt" and buffers is None:
+        raise ValueError("mechanism='blt' needs a number of buffers (e.g. --buffers 2).")
+    dense = None
+    if steps > workload.DENSE_MAX_STEPS:  # no T × T matrix: W's eigenvalues, no dense optimum
+        H = _spectral(mixing_matrix, steps, workload_gram)  # noqa: N806
+    else:
+        H = _mafalda_gram(mixing_matrix, steps, workload_gram)  # noqa: N806
+        dense = mf_optimal.optimize(
+            H, participation=participation, tolerance=tolerance, max_iterations=max_iterations
+        )
+    known = None if dense is None else dense.loss
     if mechanism == "banded":
-        if bandwidth is None:
-            raise ValueError("mechanism='banded' needs a bandwidth (e.g. --bandwidth 8).")
         fit = compact_banded.fit_banded(
-            H, participation=participation, bandwidth=bandwidth, dense_loss=dense.loss
+            H, participation=participation, bandwidth=bandwidth, dense_loss=known
         )
     else:
-        if buffers is None:
-            raise ValueError("mechanism='blt' needs a number of buffers (e.g. --buffers 2).")
-        fit = compact_blt.fit_blt(
-            H, participation=participation, buffers=buffers, dense_loss=dense.loss
-        )
+        fit = compact_blt.fit_blt(H, participation=participation, buffers=buffers, dense_loss=known)
     return PlannedFactor(
         fit.factor,
         fit.loss,
-        dense.dual_bound,
-        dense.gap,
+        None if dense is None else dense.dual_bound,
+        None if dense is None else dense.gap,
         fit.evaluations,
-        fit.seconds + dense.seconds,
+        fit.seconds + (0.0 if dense is None else dense.seconds),
         fit.loss_ratio,
-        converged=dense.converged,
+        converged=True if dense is None else dense.converged,
+        skipped=fit.skipped,
     )
+
+
+def _spectral(mixing_matrix, steps: int, given) -> workload.SpectralWorkload:
+    if isinstance(given, workload.SpectralWorkload):
+        return given
+    return workload.SpectralWorkload.of_mixing(mixing_matrix, steps=steps)
+
+
+def relative_loss_compact(
+    factor,
+    mixing_matrix: np.ndarray,
+    *,
+    participation: Participation,
+    steps: int,
+    spectral: workload.SpectralWorkload | None = None,
+) -> float | None:
+    """:func:`relative_loss` of a Toeplitz factor without T × T matrices (long horizons):
+    the factor's compact sensitivity (``accounting.factor_sensitivity``) and the spectral
+    energy of its inverse column; None if the factor is not Toeplitz or its sensitivity is
+    only bounded."""
+    from edgedp.accounting import factor_sensitivity
+
+    columns = workload.toeplitz_columns(factor, steps)
+    ours = factor_sensitivity.sensitivity(factor, participation, steps=steps).value
+    base = factor_sensitivity.sensitivity(factors.Identity(), participation, steps=steps).value
+    if columns is None or ours is None or base is None:
+        return None
+    S = spectral or workload.SpectralWorkload.of_mixing(mixing_matrix, steps=steps)  # noqa: N806
+    return float(ours.value**2 * S.energy(columns[1])[0] / (base.value**2 * S.trace()))
 
 
 def relative_loss(

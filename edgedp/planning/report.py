@@ -12,7 +12,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["dome_report", "laplace_report", "loss_ratio", "plan_report", "step_size_report"]
+__all__ = [
+    "LONG_HORIZON_NO_RATIO",
+    "dome_report",
+    "laplace_report",
+    "loss_ratio",
+    "plan_report",
+    "step_size_report",
+]
+
+#: Why a long-horizon plan has no loss ratio to DP-D-SGD (its factor is not Toeplitz, or its
+#: sensitivity only bounded, so the ratio would need T × T matrices).
+LONG_HORIZON_NO_RATIO = (
+    "loss_ratio_to_dp_dsgd (this factor is not Toeplitz with an exact sensitivity: the "
+    "ratio needs T x T matrices, computed up to T = {limit})"
+)
 
 
 def plan_report(p, delta: float | None = None, steps_done: int | None = None) -> dict[str, Any]:
@@ -70,20 +84,31 @@ def _attacker(p) -> str:
     return mechanisms.get(p.mechanism).attacker
 
 
-def loss_ratio(p, gram=None) -> float:
+def loss_ratio(p, gram=None) -> float | None:
     """The plan's expected loss over DP-D-SGD's at the same guarantee (1 for DP-D-SGD).
 
-    ``gram``: ``(W, H)``, the MAFALDA workload Gram H of W already computed for planning
-    (used when W is the plan's mixing matrix)."""
+    ``gram``: ``(W, H)``, the MAFALDA workload Gram H of W (or its
+    :class:`~edgedp.planning.workload.SpectralWorkload`) already computed for planning (used
+    when W is the plan's mixing matrix). Above ``workload.DENSE_MAX_STEPS`` steps the ratio
+    is computed without T × T matrices; None there for a factor that is not Toeplitz
+    (:data:`LONG_HORIZON_NO_RATIO`)."""
     import numpy as np
 
     from edgedp import factors
-    from edgedp.planning import factorization
+    from edgedp.planning import factorization, workload
 
     if isinstance(p.factor, factors.Identity):  # C = I is DP-D-SGD: the ratio is 1 exactly
         return 1.0
     W = p.mixing_matrix()  # noqa: N806
     H = gram[1] if gram is not None and np.array_equal(gram[0], W) else None  # noqa: N806
+    if p.steps > workload.DENSE_MAX_STEPS:
+        return factorization.relative_loss_compact(
+            p.factor,
+            W,
+            participation=p.participation,
+            steps=p.steps,
+            spectral=H if isinstance(H, workload.SpectralWorkload) else None,
+        )
     return factorization.relative_loss(
         p.factor.strategy(p.steps), W, participation=p.participation, workload_gram=H
     )

@@ -310,11 +310,39 @@ def _temporal(W: np.ndarray, factor, steps: int) -> float:
     if factor.kind == "identity":
         gram = _powers_sum(lam**2 if symmetric else np.outer(lam, lam), 1, steps)
         return _total(lam, Q, pi, gram, None)
-    Cinv = factor.materialize(steps)
-    P = lam[None, :] ** (steps - np.arange(steps))[:, None]  # (T, n): λ_j^{T−t}
-    F = Cinv.T @ P  # (T, n): f_s(λ_j) = Σ_t C⁻¹[t, s] λ_j^{T−t}
+    F = _filters(factor, lam, steps)  # (T, n): f_s(λ_j) = Σ_t C⁻¹[t, s] λ_j^{T−t}
     gram = np.sum(F * F, axis=0) if symmetric else F.T @ F
     return _total(lam, Q, pi, gram, None)
+
+
+def _filters(factor, lam: np.ndarray, steps: int) -> np.ndarray:
+    """F = C⁻ᵀP with P[t, j] = λ_j^{T−t}, without a T × T matrix where C allows: for a
+    Toeplitz C (identity, AntiPGD, BLT, banded Toeplitz; C⁻¹'s first column β) row s is
+    v_j[T−1−s] with v_j[t] = λ_j (v_j[t−1] + β[t]) (an IIR filter, O(T) per eigenvalue); for
+    another banded C a banded triangular solve with Cᵀ (O(T·p) per eigenvalue); a dense C
+    (T × T already) through its inverse."""
+    import scipy.linalg as sla
+    import scipy.signal as ssig
+
+    from edgedp.planning import workload
+
+    T = int(steps)
+    columns = workload.toeplitz_columns(factor, T)
+    if columns is not None:
+        beta = columns[1]
+        F = np.empty((T, lam.size))
+        for j, x in enumerate(lam):
+            F[:, j] = ssig.lfilter([x], [1.0, -x], beta)[::-1]
+        return F
+    P = lam[None, :] ** (T - np.arange(T))[:, None]
+    if factor.kind == "banded":
+        bands = factor.bands[:T]
+        p = bands.shape[1]
+        ab = np.zeros((p, T))  # Cᵀ (upper, p − 1 superdiagonals) in solve_banded's layout
+        for k in range(p):
+            ab[p - 1 - k, k:] = bands[k:, k]
+        return sla.solve_banded((0, p - 1), ab, P)
+    return factor.materialize(T).T @ P
 
 
 def _iid(W: np.ndarray, R: np.ndarray, steps: int, *, rounds: int, mixed: bool) -> float:

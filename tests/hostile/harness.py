@@ -86,15 +86,7 @@ def lines(path: Path) -> list[dict]:
     """The JSON lines of a metrics file (none if it does not exist; a line torn by a kill
     is skipped)."""
     path = Path(path)
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return deploy.json_lines(path) if path.exists() else []
 
 
 def rss_kib(pid: int) -> int:

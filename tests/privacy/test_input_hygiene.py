@@ -26,7 +26,7 @@ from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, PlanError
 from edgedp.plan import NoisePlan, TaskSpec, batch_schedule, make_plan
 from edgedp.planning import compact_blt, mf_optimal
-from edgedp_sim import batch, datasets, engine, runner, scenarios
+from edgedp_sim import batch, datasets, engine, scenarios, sweep
 from firmware_py import checkpoint, config, daemon, deploy
 
 # ---------------------------------------------------------------- clipping
@@ -456,12 +456,12 @@ def test_scenario_file_latency_and_sweep_keys_are_checked(tmp_path):
     base.write_text(base.read_text().replace("sigmaa", "sigma"))
     assert scenarios.load(base).network.latency.params["sigma"] == 0.6
     with pytest.raises(scenarios.ScenarioError, match=r"unknown key seedz \(did you mean seeds"):
-        runner.sweep_points({"scenario": "base.toml", "seedz": [1]}, tmp_path)
+        sweep.points({"scenario": "base.toml", "seedz": [1]}, tmp_path)
     grid = {"scenario": "base.toml", "grid": {"faults.dropuot": [0.1]}}
     with pytest.raises(scenarios.ScenarioError, match=r"did you mean faults\.dropout\?"):
-        runner.sweep_points(grid, tmp_path)
+        sweep.points(grid, tmp_path)
     with pytest.raises(scenarios.ScenarioError, match="engine = 'fast'"):
-        runner.sweep_points({"scenario": "base.toml", "engine": "fast"}, tmp_path)
+        sweep.points({"scenario": "base.toml", "engine": "fast"}, tmp_path)
 
 
 # ---------------------------------------------------------------- participation
