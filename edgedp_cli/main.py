@@ -180,8 +180,11 @@ def cmd_account(args) -> None:
 
         pndp_cmd.cmd_account_pndp(p, args)
         return
-    if args.attacker is not None:
-        raise UsageError("--attacker only applies with --trust pndp")
+    if args.attacker is not None or args.cyffers:
+        raise UsageError(
+            f"{'--attacker' if args.attacker is not None else '--cyffers'} only applies with "
+            "--trust pndp"
+        )
     if args.steps_done is not None and not 0 <= args.steps_done <= p.steps:
         raise UsageError(f"--steps-done must be in [0, {p.steps}]")
     payload = plan_report(p, args.delta, args.steps_done)
@@ -268,6 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="node",
         help="pndp: curious nodes (default) or a tap on every link into the set, links "
         "between members included",
+    )
+    p.add_argument(
+        "--cyffers",
+        action="store_true",
+        help="pndp: beside each pair, Cyffers et al. 2022's pairwise bound (Muffliato Thm 11; "
+        "DP-D-SGD plans with a symmetric gossip matrix, one curious node per attacker set)",
     )
 
     for module in COMMAND_MODULES:

@@ -67,6 +67,7 @@ def cmd_account_pndp(p, args) -> None:
         progress=(lambda i, k: print(f"attacker set {i}/{k}", file=sys.stderr)) if show else None,
     )
     delta = p.delta if args.delta is None else args.delta
+    cyffers = _cyffers(p, res, args, delta) if args.cyffers else None
     eps = res.epsilon(delta)
     rdp2 = res.rdp(2.0)
     ldp_eps = res.ldp.epsilon(delta)
@@ -114,6 +115,10 @@ def cmd_account_pndp(p, args) -> None:
         "plan_hash": p.plan_hash,
         "pairs": rows,
     }
+    if cyffers is not None:
+        payload["cyffers"] = cyffers["about"]
+        for row, (c_eps, c_rdp, capped) in zip(rows, cyffers["pairs"], strict=True):
+            row.update(cyffers_epsilon=c_eps, cyffers_rdp_alpha2=c_rdp, cyffers_capped=capped)
     head = (
         f"PNDP ({res.observer}: {_OBSERVED[res.observer]}) for {p.mechanism} on {p.topology}: "
         f"n={p.n}, T={p.steps}, participation {p.participation.k},{p.participation.b}, "
@@ -127,12 +132,55 @@ def cmd_account_pndp(p, args) -> None:
         f"{'attacker':>10} {'victim':>7} {'dist':>5} {'mu':>10} {'eps':>10} "
         f"{'rdp_a2':>11} {'ldp_mu':>9} {'ldp_eps':>9}",
     ]
+    if cyffers is not None:
+        about = cyffers["about"]
+        lines[1:1] = [
+            f"  cyf_eps, cyf_rdp_a2: {about['source']}; against {about['trust_model']}; "
+            "non-adaptive gradients; '*': capped at the LDP value"
+        ]
+        lines[-1] += f" {'cyf_eps':>10} {'cyf_rdp_a2':>11}"
     for i, row in enumerate(rows):
         att = ",".join(str(a) for a in row["attackers"])
         dist = res.distance[i]
-        lines.append(
+        line = (
             f"{att:>10} {row['victim']:>7} {dist if math.isinf(dist) else int(dist)!s:>5} "
             f"{res.mu[i]:>10.4g} {eps[i]:>10.4g} {rdp2[i]:>11.4g} {res.ldp_mu:>9.4g} "
             f"{ldp_eps:>9.4g}"
         )
+        if cyffers is not None:
+            c_eps, c_rdp, capped = cyffers["pairs"][i]
+            line += f" {c_eps:>10.4g} {c_rdp:>10.4g}{'*' if capped else ' '}"
+        lines.append(line)
     emit(args, payload, "\n".join(lines))
+
+
+def _cyffers(p, res, args, delta: float) -> dict:
+    """Cyffers et al.'s bound for each (attacker, victim) pair of ``res``, in its order:
+    [(ε at ``delta``, ε(α = 2), capped at the LDP value)] and what it holds against."""
+    from edgedp.accounting import pndp_muffliato
+
+    if args.observer != "node":
+        raise UsageError("--cyffers: Cyffers et al.'s bound is for a curious node, not a link tap")
+    if any(len(s) != 1 for s in res.attacker_sets):
+        raise UsageError("--cyffers: Cyffers et al.'s bound is for one curious node per set")
+    attackers = sorted({int(s[0]) for s in res.attacker_sets})
+    try:
+        c = pndp_muffliato.pndp_guarantees(p, attackers=attackers)
+    except ValueError as exc:
+        raise UsageError(f"--cyffers: {exc}") from None
+    at = {(int(a), int(v)): i for i, (a, v) in enumerate(zip(c.attacker, c.victim, strict=True))}
+    # both guarantees hold at once, so the pair has the smaller ε of the two (the bound's
+    # linear RDP curve converts to (ε, δ) less tightly than the LDP μ-GDP does)
+    c_eps, c_rdp, ldp_eps = c.epsilon(delta), c.rdp(2.0), c.ldp.epsilon(delta)
+    pairs = []
+    for a, v in zip(res.attacker_index.tolist(), res.victim, strict=True):
+        i = at[(int(res.attacker_sets[a][0]), int(v))]
+        capped = bool(c.capped[i]) or ldp_eps <= c_eps[i]
+        pairs.append((float(min(c_eps[i], ldp_eps)), float(c_rdp[i]), capped))
+    about = {
+        "source": pndp_muffliato.SOURCE,
+        "trust_model": pndp_muffliato.TRUST_MODEL,
+        "model": pndp_muffliato.MODEL,
+        "delta": delta,
+    }
+    return {"about": about, "pairs": pairs}

@@ -319,3 +319,46 @@ def test_pndp_refuses_plans_with_correlated_or_laplace_noise():
         fake = SimpleNamespace(mechanism="x", **extra)
         with pytest.raises(ValueError, match="independent Gaussian"):
             pndp_mod.PNDPSetting.from_plan(fake)
+
+
+def test_cli_account_pndp_beside_cyffers_et_al(tmp_path):
+    from edgedp.accounting import pndp_muffliato
+
+    path = tmp_path / "p.plan"
+    run = [sys.executable, "-m", "edgedp_cli"]
+    plan = [*run, "plan", "sgd", str(path), "--topology", "florentine", "--steps", "12"]
+    subprocess.run(
+        [*plan, "--participation", "12,1", "--mechanism", "dp-dsgd", "--noise-multiplier", "2"],
+        check=True,
+        capture_output=True,
+    )
+    account = [*run, "account", str(path), "--trust", "pndp", "--cyffers"]
+    d = json.loads(
+        subprocess.run(
+            [*account, "--attacker", "3", "--json"], check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert d["cyffers"]["source"] == pndp_muffliato.SOURCE and d["cyffers"]["delta"] == d["delta"]
+    g = edgedp_topologies.florentine_families()
+    setting = _setting(g, np.eye(12), Participation(12, 1), 2.0)
+    ref = pndp_muffliato.pndp_guarantees(setting, attackers=[3])
+    by_victim = dict(zip(ref.victim.tolist(), ref.rdp(2.0).tolist(), strict=True))
+    assert len(d["pairs"]) == 14
+    for p in d["pairs"]:
+        assert p["cyffers_rdp_alpha2"] == pytest.approx(by_victim[p["victim"]], rel=1e-12)
+        # the pair keeps the smaller of the two guarantees: never above the LDP ε
+        assert p["cyffers_epsilon"] <= d["ldp_epsilon"] + 1e-12
+    text = subprocess.run(
+        [*account, "--attacker", "3"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "cyf_eps" in text and "Cyffers et al. 2022" in text
+    for extra, word in (
+        (["--attacker", "0,8"], "one curious node"),
+        (["--observer", "eavesdropper"], "link tap"),
+    ):
+        bad = subprocess.run([*account, *extra], capture_output=True, text=True)
+        assert bad.returncode == 2 and word in bad.stderr, bad.stderr
+    ldp_only = subprocess.run(
+        [*run, "account", str(path), "--cyffers"], capture_output=True, text=True
+    )
+    assert ldp_only.returncode == 2 and "--trust pndp" in ldp_only.stderr
