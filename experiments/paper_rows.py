@@ -151,6 +151,25 @@ def _digits_accuracy(o: Output) -> float:
 
 
 # ---------------------------------------------------------------- the rows
+#: experiments whose output carries its own "table" of {item, paper, edgedp, verdict} rows
+#: (the verdicts computed by the experiment from its numbers), shown after ROWS of that paper
+OWN_TABLES: dict[str, tuple[str, ...]] = {
+    "000": ("pndp_fig2",),
+    "004": ("sr_gt_table4_fit",),
+}
+
+
+def own_rows(o: Output) -> list[tuple[str, str, str, str]]:
+    """(claim, paper, edgedp, verdict) of each row of an output's own table."""
+    return [
+        (r["item"], _cell(r["paper"]), _cell(r["edgedp"]), str(r["verdict"])) for r in o["table"]
+    ]
+
+
+def _cell(x: Any) -> str:
+    return sig(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
 ROWS: tuple[Row, ...] = (
     # 000 -----------------------------------------------------------------
     Row(
@@ -174,7 +193,7 @@ ROWS: tuple[Row, ...] = (
     Row(
         "000",
         "Fig. 2: PNDP privacy loss falls with the distance to the victim (DP-D-SGD, RDP at "
-        "α = 2); edgedp compares with LDP, not with the accounting of Cyffers et al. 2022",
+        "α = 2), against LDP (against Cyffers et al. 2022: the rows below)",
         "pndp_distance",
         lambda o: "falls with distance (Fig. 2)",
         _pndp_summary,
@@ -304,8 +323,14 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "004",
-        "Fig. 2: sensor fusion, Alg. 1 (sr-gt) ends closer to x* than DPOP at every δ and ε "
-        "(x(0) = 0)",
+        lambda o: (
+            "Fig. 2: sensor fusion, Alg. 1 (sr-gt) ends closer to x* than DPOP at every δ and ε "
+            + (
+                "(random x(0), as the paper)"
+                if o["config"]["initial_state"] == "normal"
+                else "(x(0) = 0)"
+            )
+        ),
         "sr_gt_sensor_fusion",
         lambda o: "sr-gt below DPOP (Fig. 2)",
         lambda o: "; ".join(f"δ = {d}, ε = {e}: {sig(a)} vs {sig(b)}" for d, e, a, b in _fusion(o)),
