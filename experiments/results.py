@@ -11,8 +11,8 @@ whose stored output is stale or missing) in its own traced interpreter
 (:mod:`edgedp_sim.tracing`), so the output's code record lists every project file any of its
 processes imported or read; ``--quick`` runs the small versions into experiments/out/quick.
 ``check`` lists the stale outputs and why (exit 1 if any). ``doc`` rewrites the blocks between
-``<!-- generated: NAME -->`` and ``<!-- end -->`` in docs/RESULTS.md from the stored outputs
-(:mod:`results_doc`); ``--check`` only says whether the file is up to date. ``times``
+``<!-- generated: NAME -->`` and ``<!-- end -->`` in docs/RESULTS.md and README.md from the
+stored outputs (:mod:`results_doc`); ``--check`` only says whether the file is up to date. ``times``
 prints how long each experiment's full and quick version took when last run
 (experiments/durations.json, which ``run`` updates and reads for its expected time left).
 
@@ -45,6 +45,7 @@ from common import OUT, QUICK_OUT
 ROOT = tracing.ROOT
 HERE = Path(__file__).resolve().parent
 DOC = ROOT / "docs" / "RESULTS.md"
+README = ROOT / "README.md"
 #: relative tolerance of :func:`compare` on numbers (integers, strings and booleans: exact)
 RTOL = 1e-9
 #: the measured durations of the last run of each experiment, full and quick (written by run)
@@ -89,6 +90,7 @@ EXPERIMENTS = (
     Experiment("audit_table"),
     Experiment("cross_agent_dropout"),
     Experiment("cross_agent_side_by_side"),
+    Experiment("demo_run", ci=False),
     Experiment("dome_tradeoff", ci=False),
     Experiment("event_faults"),
     Experiment("ksg_vs_gaussian"),
@@ -323,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p_check = sub.add_parser("check", help="list stale outputs (exit 1 if any)")
     p_check.add_argument("--quick", action="store_true")
     sub.add_parser("times", help="how long each experiment took, full and quick")
-    p_doc = sub.add_parser("doc", help="write docs/RESULTS.md's generated blocks")
+    p_doc = sub.add_parser("doc", help="write docs/RESULTS.md's and README's generated blocks")
     p_doc.add_argument("--check", action="store_true", help="exit 1 if it is not up to date")
     args = ap.parse_args(argv)
     if args.verb == "run":
@@ -344,14 +346,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import results_doc
 
-    text = DOC.read_text()
-    fresh = results_doc.render(text)
-    if args.check:
-        print("docs/RESULTS.md is up to date" if fresh == text else "docs/RESULTS.md is stale")
-        return 0 if fresh == text else 1
-    DOC.write_text(fresh)
-    print("wrote docs/RESULTS.md", file=sys.stderr)
-    return 0
+    stale_docs = []
+    for path, blocks in ((DOC, results_doc.BLOCKS), (README, results_doc.README_BLOCKS)):
+        text = path.read_text()
+        fresh = results_doc.render(text, blocks)
+        name = path.relative_to(ROOT)
+        if args.check:
+            print(f"{name} is {'up to date' if fresh == text else 'stale'}")
+            stale_docs += [name] if fresh != text else []
+        elif fresh != text:
+            path.write_text(fresh)
+            print(f"wrote {name}", file=sys.stderr)
+    return 1 if stale_docs else 0
 
 
 if __name__ == "__main__":

@@ -20,17 +20,19 @@ from common import OUT, QUICK_OUT
 MARK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
 
 
-def render(text: str) -> str:
-    """``text`` with every generated block written afresh from the stored outputs."""
-    unknown = sorted({m["name"] for m in MARK.finditer(text)} - set(BLOCKS))
+def render(text: str, blocks: dict[str, Callable[[], str]] | None = None) -> str:
+    """``text`` with every generated block written afresh from the stored outputs
+    (``blocks``: the block writers by name, docs/RESULTS.md's by default)."""
+    blocks = BLOCKS if blocks is None else blocks
+    unknown = sorted({m["name"] for m in MARK.finditer(text)} - set(blocks))
     if unknown:
-        raise ValueError(f"unknown generated block(s) {unknown}; known: {sorted(BLOCKS)}")
-    return MARK.sub(lambda m: m.group(1) + _body(m["name"]) + "\n" + m.group(4), text)
+        raise ValueError(f"unknown generated block(s) {unknown}; known: {sorted(blocks)}")
+    return MARK.sub(lambda m: m.group(1) + _body(blocks, m["name"]) + "\n" + m.group(4), text)
 
 
-def _body(name: str) -> str:
+def _body(blocks: dict[str, Callable[[], str]], name: str) -> str:
     try:
-        return BLOCKS[name]().rstrip("\n")
+        return blocks[name]().rstrip("\n")
     except UnrecordedError as e:
         return unrecorded(e.name)
 
@@ -984,8 +986,34 @@ def mf_multi_epoch() -> str:
     )
 
 
+def demo_table() -> str:
+    """README's demo table: what `edgedp demo` prints, from the stored run."""
+    from edgedp_sim import demo_report
+
+    return f"```\n{demo_report.format_table(load('demo_run'))}\n```"
+
+
+def demo_run() -> str:
+    d = load("demo_run")
+    a = d["agents"]
+    return block(
+        "demo_run",
+        "The results table `edgedp demo` prints (README shows the same), the leakage table of "
+        "the report, and the real agents against the event engine:",
+        demo_table(),
+        f"Real agents: {a['agents']} `edgedp-agent` processes, {a['steps']} rounds of "
+        f"{d['config']['agents_mechanism']}: model digest {a['real_digest'][:16]} "
+        f"{'equals' if a['equal'] else '**differs from**'} the event engine's "
+        f"{a['simulated_digest'][:16]}. The report: experiments/out/demo_run.png.",
+    )
+
+
+#: the generated blocks of README.md
+README_BLOCKS: dict[str, Callable[[], str]] = {"demo_run": demo_table}
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "index": index,
+    "demo_run": demo_run,
     "papers": papers,
     "step_size": step_size,
     "mf_multi_epoch": mf_multi_epoch,

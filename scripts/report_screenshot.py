@@ -1,6 +1,6 @@
 """Screenshot a demo report in headless Chromium (the browser the tests drive).
 
-    python scripts/report_screenshot.py demo-out/report.html docs/demo-report.png
+    python scripts/report_screenshot.py demo-out/report.html report.png
 
 Loads the page with ``tests/headless.py`` (DevTools protocol on a pipe), refuses to write
 the picture if the page logged an error, fetched anything but itself and its data: URIs,

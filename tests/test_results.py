@@ -56,6 +56,11 @@ def test_results_doc_is_what_the_stored_outputs_generate():
     assert blocks == set(results_doc.BLOCKS), "every block once, and no other"
     assert {e.name for e in results.EXPERIMENTS} <= blocks
     assert results_doc.render(text) == text, "regenerate: python experiments/results.py doc"
+    readme = results.README.read_text()
+    assert {m["name"] for m in results_doc.MARK.finditer(readme)} == set(results_doc.README_BLOCKS)
+    assert results_doc.render(readme, results_doc.README_BLOCKS) == readme, (
+        "regenerate: python experiments/results.py doc"
+    )
 
 
 # a number outside a generated block may only name a paper, its parts or a reference
