@@ -159,7 +159,10 @@ def _store_duration(
         "measured": env["started_at"][:10],
         "git_revision": (env.get("git_revision") or "")[:10],
     }
+    # registry order first; entries of experiments this process does not know (another
+    # checkout's run writing the same file) are kept, not dropped
     ordered = {e.name: table[e.name] for e in EXPERIMENTS if e.name in table}
+    ordered |= {name: entry for name, entry in table.items() if name not in ordered}
     provenance.write_json(DURATIONS, {"about": DURATIONS_ABOUT, "experiments": ordered})
 
 
