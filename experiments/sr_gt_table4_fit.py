@@ -92,26 +92,22 @@ def moments(curv, offset, W, sched: LaplaceSchedule, steps: int):
     result to rounding): x(K) = Ψ_0 s(0) + Σ_k Ψ_k (G_k ξ_k + c_k).
     """
     n = len(curv)
-    A, b, I = np.diag(curv), np.asarray(offset, dtype=float), np.eye(n)
+    b, I = np.asarray(offset, dtype=float), np.eye(n)
     x_star = b.sum() / np.sum(curv)
-    beta = sched.beta
     one = np.ones(n) / n
     scale = sched.noise_scale(0) / sched.delta_grad  # ν₁ at δ = 1
     Psi = np.hstack([I, np.zeros((n, n))])
     mean = np.zeros(n)
     N = {"sum": 0.0, "network average": 0.0}
+    alphas, F = transitions(curv, W, sched, steps)
     with np.errstate(over="ignore", invalid="ignore"):
         for t in reversed(range(steps)):
-            alpha = sched.stepsize(t)
-            Wk = W - alpha * A - alpha * beta * (I - W)
-            G = np.vstack([Wk, beta * (I - W)])
-            PG = Psi @ G
+            PG = Psi @ F[t][:, :n]  # G_k: the noise enters where z = x + ξ does
             nu2 = 2.0 * (scale * sched.q2**t) ** 2
             N["sum"] += nu2 * float(np.sum(PG * PG))
             N["network average"] += nu2 * float(np.sum((one @ PG) ** 2))
-            mean += alpha * (Psi[:, :n] @ b)
-            F = np.block([[Wk, -alpha * I], [beta * (I - W), I]])
-            Psi = Psi @ F
+            mean += alphas[t] * (Psi[:, :n] @ b)
+            Psi = Psi @ F[t]
         start = Psi[:, :n]  # x(0) ~ N(0, I), y(0) = 0
         err = mean - x_star
         R = {
@@ -136,19 +132,25 @@ def instance_terms(sf, c: float, W, eps: float, steps: int):
     return moments(curv, offset, W, schedule(eps), steps)
 
 
-def largest_radius(curv, W, sched: LaplaceSchedule, steps: int) -> float:
-    """max over k of the spectral radius of F_k = [[W − α_k A − α_k β(I − W), −α_k I],
-    [β(I − W), I]], the matrix that carries (x, y) from one iteration to the next."""
+def transitions(curv, W, sched: LaplaceSchedule, steps: int):
+    """(α_k, F_k) for k < ``steps``: F_k = [[W − α_k A − α_k β(I − W), −α_k I],
+    [β(I − W), I]] carries (x, y) from one iteration to the next; its first n columns are
+    G_k, where the noise enters."""
     n = len(curv)
     A, I = np.diag(curv), np.eye(n)
     alphas = np.array([sched.stepsize(t) for t in range(steps)])
     beta = sched.beta
     F = np.zeros((steps, 2 * n, 2 * n))
-    F[:, :n, :n] = W - alphas[:, None, None] * (A + beta * (I - W))
+    F[:, :n, :n] = W - alphas[:, None, None] * A - alphas[:, None, None] * beta * (I - W)
     F[:, :n, n:] = -alphas[:, None, None] * I
     F[:, n:, :n] = beta * (I - W)
     F[:, n:, n:] = I
-    return float(np.abs(np.linalg.eigvals(F)).max())
+    return alphas, F
+
+
+def largest_radius(curv, W, sched: LaplaceSchedule, steps: int) -> float:
+    """max over k of the spectral radius of F_k (:func:`transitions`)."""
+    return float(np.abs(np.linalg.eigvals(transitions(curv, W, sched, steps)[1])).max())
 
 
 def lower_bound(W, eps: float, delta: float, steps: int) -> dict:
