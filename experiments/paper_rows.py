@@ -232,6 +232,22 @@ ROWS: tuple[Row, ...] = (
             else "partly: Whisper not below LDP at every ε"
         ),
     ),
+    *(
+        Row(
+            "001",
+            lambda o, i=i: (
+                o["table"][i]["claim"]
+                + f" (edgedp: agent-level, T = {o['config']['t_quadratic']:,}, each mechanism at "
+                "its tuned learning rate, seed-paired, started away from the optimum"
+                + (", a9a)" if "test loss" in o["table"][i]["claim"] else ")")
+            ),
+            "whisper_agent_level",
+            lambda o, i=i: o["table"][i]["paper"],
+            lambda o, i=i: o["table"][i]["edgedp"],
+            lambda o, i=i: o["table"][i]["verdict"],
+        )
+        for i in range(6)
+    ),
     # 002 -----------------------------------------------------------------
     Row(
         "002",
