@@ -65,6 +65,7 @@ import scipy.sparse as sp
 import scipy.special as sps
 import scipy.stats as st
 from threadpoolctl import threadpool_limits
+from whisper_tasks import quadratic_problem  # Eq. (11), n = 20, 15°: the same task
 
 import edgedp_topologies
 from edgedp import topology
@@ -86,7 +87,7 @@ CLIP, DELTA = 0.1, 1e-5
 T_QUADRATIC = T_LOGISTIC = 5000
 LRS = (0.1, 0.05, 0.01, 0.005, 0.001)  # paper §VI-A3, (ii)
 MECHS = ("ldp", "decor", "whisper")
-ANGLE, START_DISTANCE = math.radians(15), 1.0
+START_DISTANCE = 1.0
 TUNE_SEEDS, EVAL_SEEDS = 20, 100  # quadratic
 LOGISTIC_TUNE_SEEDS, LOGISTIC_EVAL_SEEDS = 2, 8
 BATCH, L2 = 128, 1e-4  # the paper says "regularised" and gives no λ
@@ -152,23 +153,6 @@ def graph(p: float):
 
 
 # ---------------------------------------------------------------- (i) quadratic, Eq. (11)
-def quadratic_problem():
-    half = N // 2
-    c, s = math.cos(ANGLE), math.sin(ANGLE)
-    rot = np.array([[c, -s], [s, c]])
-    A = np.array(
-        [np.diag([15.0, 1.0]) if i < half else rot @ np.diag([15.0, 1.0]) @ rot.T for i in range(N)]
-    )
-    centres = np.array([[-(i + 1.0), 0.0] if i < half else [i + 1.0, 0.0] for i in range(N)])
-    x_star = np.linalg.solve(A.sum(0), np.einsum("ijk,ik->j", A, centres))
-
-    def F(x):  # (..., 2) -> (...,)   F = (1/n) Σ_j f_j
-        diff = x[..., None, :] - centres
-        return np.einsum("...jk,jkl,...jl->...", diff, A, diff) / N
-
-    return A, centres, F, float(F(x_star)), x_star
-
-
 def _noise(chol: dict, columns, s: np.ndarray, shape) -> np.ndarray:
     """v for every column (mechanism, η): chol(R_mechanism)·s, the same s for all columns."""
     by_mech = {m: (chol[m] @ s).reshape(shape) for m in dict.fromkeys(m for m, _ in columns)}
@@ -500,7 +484,8 @@ def plot(results: dict, path: Path) -> None:
             err = np.array(
                 [[r[name]["value"] - r[name]["lo"], r[name]["hi"] - r[name]["value"]] for r in rows]
             ).T
-            ax.errorbar(xs, v, yerr=err, marker="s", color=color, label=name.upper(), capsize=3)
+            label = name.replace("/", " / ").upper().replace("WHISPER", "Whisper")
+            ax.errorbar(xs, v, yerr=err, marker="s", color=color, label=label, capsize=3)
         ax.axhline(1, color="k", lw=0.8)
         ax.axhline(10, color="k", lw=0.8, ls=":")
         ax.set(
