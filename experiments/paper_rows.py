@@ -99,6 +99,16 @@ def _whisper_ratio(o: Output, part: str, key: str, x: str) -> list[tuple[float, 
     return [(r[x], r["ldp"] / r["whisper"]) for r in o[part][key]]
 
 
+def _agent_level_claim(o: Output, claim: str) -> str:
+    """A claim of whisper_agent_level's table with the setting edgedp ran it in."""
+    logistic = "test loss" in claim
+    steps = o["config"]["t_logistic" if logistic else "t_quadratic"]
+    return (
+        f"{claim} (edgedp: agent-level, T = {steps:,}, each mechanism at its tuned learning "
+        "rate, seed-paired, started away from the optimum" + (", a9a)" if logistic else ")")
+    )
+
+
 def _ratios(pairs: Iterable[tuple[float, float]], name: str) -> str:
     return ", ".join(f"{name} = {x:g}: {r:.2f}×" for x, r in pairs)
 
@@ -235,12 +245,7 @@ ROWS: tuple[Row, ...] = (
     *(
         Row(
             "001",
-            lambda o, i=i: (
-                o["table"][i]["claim"]
-                + f" (edgedp: agent-level, T = {o['config']['t_quadratic']:,}, each mechanism at "
-                "its tuned learning rate, seed-paired, started away from the optimum"
-                + (", a9a)" if "test loss" in o["table"][i]["claim"] else ")")
-            ),
+            lambda o, i=i: _agent_level_claim(o, o["table"][i]["claim"]),
             "whisper_agent_level",
             lambda o, i=i: o["table"][i]["paper"],
             lambda o, i=i: o["table"][i]["edgedp"],

@@ -329,7 +329,7 @@ def whisper_agent_level() -> str:
         ]
 
     head = ("LDP", "DECOR", "Whisper", "LDP / Whisper", "DECOR / Whisper")
-    fixed_cell = next(r for r in d["quadratic"]["vs_epsilon"] if r["epsilon"] == cfg["eps_fixed"])
+    fixed_cell = d["quadratic"]["vs_p"][0]  # ε = eps_fixed
     priv = {m: fixed_cell["mechanisms"][m]["privacy"] for m in mechs}
     edges = sum(
         r["mechanisms"][m]["lr_at_grid_edge"]
@@ -342,9 +342,9 @@ def whisper_agent_level() -> str:
     data = cfg["data"]
     return block(
         "whisper_agent_level",
-        f"Agent-level privacy ({cfg['adjacency']}; attacker: {cfg['attacker']}; δ = "
-        f"{cfg['delta']:g}), C = {cfg['clip']:g}, n = {cfg['n']}; calibration "
-        f"{cfg['calibration']}. At ε = {cfg['eps_fixed']} (p = {cfg['p_fixed']}, T = "
+        f"Privacy unit {cfg['adjacency']}; attacker: {cfg['attacker']}; δ = "
+        f"{cfg['delta']:g}; C = {cfg['clip']:g}, n = {cfg['n']}; calibration "
+        f"{cfg['calibration']}. At ε = {fixed_cell['epsilon']:g} (p = {fixed_cell['p']:g}, T = "
         f"{cfg['t_quadratic']:,}) the noise certifies, Thm 2 / exact GDP conversion: "
         + "; ".join(
             f"{m} {priv[m]['epsilon_thm2']:.3f} / {priv[m]['epsilon_gdp']:.3f}" for m in mechs
