@@ -99,6 +99,16 @@ def _whisper_ratio(o: Output, part: str, key: str, x: str) -> list[tuple[float, 
     return [(r[x], r["ldp"] / r["whisper"]) for r in o[part][key]]
 
 
+def _agent_level_claim(o: Output, claim: str) -> str:
+    """A claim of whisper_agent_level's table with the setting edgedp ran it in."""
+    logistic = "test loss" in claim
+    steps = o["config"]["t_logistic" if logistic else "t_quadratic"]
+    return (
+        f"{claim} (edgedp: agent-level, T = {steps:,}, each mechanism at its tuned learning "
+        "rate, seed-paired, started away from the optimum" + (", a9a)" if logistic else ")")
+    )
+
+
 def _ratios(pairs: Iterable[tuple[float, float]], name: str) -> str:
     return ", ".join(f"{name} = {x:g}: {r:.2f}×" for x, r in pairs)
 
@@ -250,6 +260,17 @@ ROWS: tuple[Row, ...] = (
             if all(r > 1 for _, r in _whisper_ratio(o, "logistic", "vs_epsilon", "epsilon"))
             else "partly: Whisper not below LDP at every ε"
         ),
+    ),
+    *(
+        Row(
+            "001",
+            lambda o, i=i: _agent_level_claim(o, o["table"][i]["claim"]),
+            "whisper_agent_level",
+            lambda o, i=i: o["table"][i]["paper"],
+            lambda o, i=i: o["table"][i]["edgedp"],
+            lambda o, i=i: o["table"][i]["verdict"],
+        )
+        for i in range(6)
     ),
     # 002 -----------------------------------------------------------------
     Row(

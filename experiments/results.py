@@ -104,6 +104,7 @@ EXPERIMENTS = (
     Experiment("sr_gt_sensor_fusion"),
     Experiment("sr_gt_table4_fit"),
     Experiment("step_size", ci=False),
+    Experiment("whisper_agent_level"),
     Experiment("whisper_fig1"),
     Experiment("whisper_tasks"),
 )
