@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgedp.extras import install_extra, install_hint, naming_the_extra, need_extra
+
 if TYPE_CHECKING:
     from edgedp.plan import NoisePlan
 
@@ -42,73 +44,8 @@ __all__ = [
     "simulate",
 ]
 
-#: The optional packages and the extra that installs each (``pip install 'edgedp[EXTRA]'``).
-EXTRAS = {
-    **dict.fromkeys(("simpy", "networkx", "matplotlib", "sklearn", "tqdm", "dask"), "sim"),
-    **dict.fromkeys(("scipy", "threadpoolctl", "dp_accounting"), "plan"),
-    "distributed": "sim",
-    "cvxpy": "reference",
-    "onnx": "onnx-build",
-    "onnxruntime": "onnx",
-}
-
 #: Request fields set from make_plan's own arguments, never through ``**options``.
 _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
-
-
-def install_extra(exc: ImportError) -> tuple[str, str] | None:
-    """(missing package, the smallest extra that installs it) for an optional package that
-    is missing, else None. The ``sim`` extra includes ``plan`` (the simulator plans).
-
-    >>> install_extra(ModuleNotFoundError("No module named 'simpy'", name="simpy"))
-    ('simpy', 'sim')
-    >>> install_extra(ModuleNotFoundError("No module named 'scipy'", name="scipy"))
-    ('scipy', 'plan')
-    """
-    name = (getattr(exc, "name", None) or "").split(".")[0]
-    if name not in EXTRAS:
-        return None
-    return name, EXTRAS[name]
-
-
-def install_hint(exc: ImportError) -> str | None:
-    """``pip install 'edgedp[EXTRA]'`` for an optional package that is missing, else None.
-
-    >>> print(install_hint(ModuleNotFoundError("No module named 'simpy'", name="simpy")))
-    simpy is not installed (not in the device install): pip install 'edgedp[sim]'
-    """
-    missing = install_extra(exc)
-    if missing is None:
-        return None
-    name, extra = missing
-    return f"{name} is not installed (not in the device install): pip install 'edgedp[{extra}]'"
-
-
-def need_extra(module: str, *, user: str | None = None):
-    """Import ``module``, or raise one ImportError naming the extra that installs it
-    (``user`` is who needs it in the message; default the module)."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        named = _naming_the_extra(exc, user or module)
-        if named is None:
-            raise
-        raise named from None
-
-
-def _naming_the_extra(exc: ImportError, user: str) -> ImportError | None:
-    """One ImportError saying ``user`` needs the missing optional package and the extra
-    that installs it; None when ``exc`` is not about an optional package."""
-    missing = install_extra(exc)
-    if missing is None:
-        return None
-    name, extra = missing
-    return ImportError(
-        f"{user} needs {name}, not in the device install: pip install 'edgedp[{extra}]'",
-        name=name,
-    )
 
 
 _need = need_extra
@@ -124,7 +61,7 @@ def _extras_named(function: Callable) -> Callable:
         try:
             return function(*args, **kwargs)
         except ImportError as exc:
-            named = _naming_the_extra(exc, f"edgedp.{function.__name__}()")
+            named = naming_the_extra(exc, f"edgedp.{function.__name__}()")
             if named is None:
                 raise
             raise named from None

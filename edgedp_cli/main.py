@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"edgedp: error: {exc}\n")
         return exc.code
     except ImportError as exc:  # a device-only install running an offline command
-        from edgedp.api import install_extra
+        from edgedp.extras import install_extra
 
         missing = install_extra(exc)
         if missing is None:
