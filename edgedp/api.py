@@ -283,9 +283,9 @@ def account(
     if steps_done is not None:
         raise ValueError("steps_done applies with attacker=None only (the LDP ledger).")
     adversary = _need("edgedp_sim.adversary")
-    leak_mod = _need("edgedp_sim.leak")
+    probing = _need("edgedp_sim.probing")
     att = adversary.parse_attacker(attacker)
-    report = leak_mod.formal_guarantee(plan, att, delta=delta)
+    report = probing.formal_guarantee(plan, att, delta=delta)
     return Guarantee(
         mechanism=plan.mechanism,
         attacker=att.label,
@@ -387,7 +387,7 @@ def simulate(
       engine: ``"batch"`` (vectorized; dropouts, loss, crashes and churn as round masks at
         zero latency), ``"event"`` (SimPy: latency, bandwidth, deadlines and every fault)
         or ``"auto"``: the event engine only when timing matters
-        (:func:`edgedp_sim.runner.choose_engine`; the scenario's ``engine`` key wins).
+        (:func:`edgedp_sim.engine_choice.choose_engine`; the scenario's ``engine`` key wins).
       trials: independent noise draws: the plan's noise streams of trials 0..N-1 in either
         engine (on an ideal network the event engine's trial i is the batch engine's).
       eval_every: rounds between evaluations (default: the scenario's).
@@ -412,7 +412,7 @@ def simulate(
     trials_mod = _need("edgedp_sim.trials")
     shards = _need("edgedp_sim.shards")
     runner = _need("edgedp_sim.runner")
-    runner.check_engine(sc, engine)  # ScenarioError is a ValueError
+    _need("edgedp_sim.engine_choice").check_engine(sc, engine)  # ScenarioError is a ValueError
     if scheduler is None and workers is None:
         res = trials_mod.run(sc, trials, engine_name=engine, progress=progress)
     else:

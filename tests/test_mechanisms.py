@@ -249,6 +249,7 @@ NAME_BRANCHES_ALLOWED = {
     "edgedp/planning/cross_agent.py": "the cross family's covariance solvers",
     "edgedp/planning/build.py": "dmf plans without the MAFALDA workload Gram",
     "edgedp_sim/demo.py": "the demo's fixed list of mechanisms",
+    "edgedp_sim/demo_plans.py": "the demo's fixed list of mechanisms",
     "edgedp_sim/demo_report.py": "the demo's fixed list of mechanisms",
 }
 
