@@ -384,16 +384,12 @@ def make_plan(
     if delta is not None:
         _validate.open_unit(delta=delta)
     if mech.noise == "laplace":
-        learning_rate, participation = _laplace_terms(
-            mech,
-            laplace,
-            steps,
-            participation,
-            clip_norm,
-            learning_rate,
-            noise_multiplier,
-            target_epsilon,
+        learning_rate = _laplace_rate(
+            mech, laplace, learning_rate, noise_multiplier, target_epsilon
         )
+        assert laplace is not None  # _laplace_rate refused a Laplace plan without one
+        laplace_acc.check_task(laplace, clip_norm=clip_norm)
+        participation = participation or Participation(steps, 1)
     else:
         if laplace is not None:
             raise ValueError(f"mechanism={mechanism!r} is Gaussian; laplace=... is for sr-gt/dpop.")
@@ -441,17 +437,8 @@ def make_plan(
     return plan
 
 
-def _laplace_terms(
-    mech,
-    laplace,
-    steps,
-    participation,
-    clip_norm,
-    learning_rate,
-    noise_multiplier,
-    target_epsilon,
-) -> tuple[float, Participation]:
-    """(learning rate, participation) of a Laplace plan: the schedule carries ε and γ."""
+def _laplace_rate(mech, laplace, learning_rate, noise_multiplier, target_epsilon) -> float:
+    """A Laplace plan's learning rate: its schedule's γ (the schedule carries ε too)."""
     if laplace is None:
         raise ValueError(f"mechanism={mech.name!r} needs laplace=LaplaceSchedule(...).")
     if noise_multiplier is not None or target_epsilon is not None:
@@ -466,8 +453,7 @@ def _laplace_terms(
             f"Expected learning_rate={learning_rate!r} to equal gamma={laplace.gamma!r} "
             "(the first stepsize) for Laplace plans."
         )
-    laplace_acc.check_task(laplace, clip_norm=clip_norm)
-    return learning_rate, participation or Participation(steps, 1)
+    return learning_rate
 
 
 def _factor_of(mech: mechanisms.Mechanism, factor: Any) -> Any:
