@@ -158,16 +158,13 @@ def run(
         chunk = chunk_for(plan, attackers, dim=d, batch_size=can.batch_size)
     ids = range(first_trial, first_trial + trials)
     seconds = {"simulation": 0.0, "statistic": time.perf_counter() - started}
-    blocks = None
     if client is None:
-        scores = _scores(setup, ids, chunk, seconds, progress)
+        scores, blocks = _scores(setup, ids, chunk, seconds, progress), None
     else:
         options = (tuple(attackers), victim, canary, background, engine_name, chunk, first_trial)
-        scores, blocks, spent = _on_client(
-            client, sc, options, trials, block_trials, block_progress
+        scores, blocks = _on_client(
+            client, sc, options, seconds, trials, block_trials, block_progress
         )
-        for key in seconds:
-            seconds[key] += spent[key]
     results, verdict = audit_report.evaluate(
         plan, attackers, views, scores, ids, confidence=confidence, delta=delta
     )
@@ -221,9 +218,10 @@ def _check_arguments(plan, trials, first_trial, confidence, delta, chunk) -> flo
     return 0.0 if plan.laplace is not None else float(delta)
 
 
-def _on_client(client, sc, options, trials, block_trials, block_progress):
-    """(scores, blocks, seconds) of the trials run in blocks on a Dask client (about four
-    blocks per worker unless ``block_trials``), merged as this process would hold them."""
+def _on_client(client, sc, options, seconds, trials, block_trials, block_progress):
+    """(scores, blocks) of the trials run in blocks on a Dask client (about four blocks per
+    worker unless ``block_trials``), merged as this process would hold them; their
+    simulation and statistic time is added to ``seconds``."""
     from edgedp_sim import scenario_bytes, shards
 
     workers = max(1, len(client.scheduler_info()["workers"]))
@@ -238,7 +236,9 @@ def _on_client(client, sc, options, trials, block_trials, block_progress):
         label="audit-trials",
         progress=block_progress,
     )
-    return list(merged["scores"]), blocks, merged["seconds"]
+    for key in seconds:
+        seconds[key] += merged["seconds"][key]
+    return list(merged["scores"]), blocks
 
 
 def _make_setup(sc, attackers, victim, canary, background, engine_name, data) -> _Setup:
