@@ -2,7 +2,7 @@
 
 1. **Memory and speed of one audit** (``--memory``, default on): the demo's 16-node re-plan
    of MAFALDA (smallworld:16:4:0.1:7, logistic regression on digits-parity with d = 65, local
-   batches of 22, ε = 4 at δ = 1e-6; :func:`edgedp_sim.demo.make_plans`) at each horizon of
+   batches of 22, ε = 4 at δ = 1e-6; :func:`edgedp_sim.demo_plans.make_plans`) at each horizon of
    ``--steps``, audited with N = 1,000 trials by the demo's attackers (the victim's two
    neighbours colluding, every link tapped, every link tapped but encrypted). Each audit runs
    in its own child process, which reports its peak resident memory (``ru_maxrss``: the
@@ -44,11 +44,15 @@ CHILD = r"""
 import edgedp  # noqa
 import json, resource, sys, time
 from edgedp.plan import NoisePlan
-from edgedp_sim import adversary, audit, demo, scenarios
+from edgedp_sim import adversary, audit, scenarios
+try:  # the demo's setting moved to demo_plans; a baseline tree may predate it
+    from edgedp_sim.demo_plans import DemoConfig, attackers as demo_attackers
+except ImportError:
+    from edgedp_sim.demo import DemoConfig, _attackers as demo_attackers
 
 path, trials, chunk = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 plan = NoisePlan.from_bytes(open(path, "rb").read())
-attackers = [adversary.parse_attacker(a) for a in demo._attackers(demo.DemoConfig().leak_topology)]
+attackers = [adversary.parse_attacker(a) for a in demo_attackers(DemoConfig().leak_topology)]
 kw = {} if chunk == "default" else {"chunk": int(chunk)}
 started = time.perf_counter()
 rep = audit.run(scenarios.from_plan(plan), attackers, trials=trials, delta=1e-6, **kw)
@@ -63,9 +67,9 @@ print(json.dumps({
 
 
 def memory(args) -> None:
-    from edgedp_sim import demo
+    from edgedp_sim import demo_plans
 
-    cfg = demo.DemoConfig()
+    cfg = demo_plans.DemoConfig()
     variants = [("this tree, default chunk", str(HERE), "default")]
     variants.append(("this tree, chunk 1000", str(HERE), "1000"))
     if args.before:
@@ -81,7 +85,7 @@ def memory(args) -> None:
     print("-" * len(head))
     with tempfile.TemporaryDirectory(prefix="edgedp-bench-audit-") as tmp:
         for steps in (int(s) for s in args.steps.split(",")):
-            plan = demo.make_plans(
+            plan = demo_plans.make_plans(
                 cfg,
                 topology=cfg.leak_topology,
                 steps=steps,

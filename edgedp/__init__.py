@@ -9,10 +9,13 @@ Import modules, not names: ``from edgedp import factors``.
 The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.make_plan``,
 ``edgedp.account``, ``edgedp.simulate``, ``edgedp.leak``, ``edgedp.save_dataset`` (numpy
 arrays as a dataset file a plan can name) and ``edgedp.export_model``. It imports planning
-and the simulator only when called, so ``import edgedp`` stays a device import.
+and the simulator only when called, so ``import edgedp`` stays a device import. Importing
+the package enters the built-in mechanisms (:data:`edgedp.algorithms.BUILTIN`) in the
+registry (:mod:`edgedp.mechanisms`), before any module can look one up.
 """
 
-from edgedp import _numerics  # noqa: F401  (first: fixes numpy's CPU dispatch before numpy loads)
+# _numerics first: it fixes numpy's CPU dispatch before numpy loads (the names load in order).
+from edgedp import _numerics, algorithms, mechanisms  # noqa: F401
 from edgedp.api import (
     AttackerLeak,
     Guarantee,
@@ -25,6 +28,8 @@ from edgedp.api import (
     save_dataset,
     simulate,
 )
+
+mechanisms.install_builtin(algorithms.BUILTIN)  # the registry's explicit list, entered once
 
 __version__ = "0.1.0"
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgedp.extras import install_extra, install_hint, naming_the_extra, need_extra
+
 if TYPE_CHECKING:
     from edgedp.plan import NoisePlan
 
@@ -42,73 +44,8 @@ __all__ = [
     "simulate",
 ]
 
-#: The optional packages and the extra that installs each (``pip install 'edgedp[EXTRA]'``).
-EXTRAS = {
-    **dict.fromkeys(("simpy", "networkx", "matplotlib", "sklearn", "tqdm", "dask"), "sim"),
-    **dict.fromkeys(("scipy", "threadpoolctl", "dp_accounting"), "plan"),
-    "distributed": "sim",
-    "cvxpy": "reference",
-    "onnx": "onnx-build",
-    "onnxruntime": "onnx",
-}
-
 #: Request fields set from make_plan's own arguments, never through ``**options``.
 _ARGUMENTS = {"mechanism", "topology", "steps", "participation"}
-
-
-def install_extra(exc: ImportError) -> tuple[str, str] | None:
-    """(missing package, the smallest extra that installs it) for an optional package that
-    is missing, else None. The ``sim`` extra includes ``plan`` (the simulator plans).
-
-    >>> install_extra(ModuleNotFoundError("No module named 'simpy'", name="simpy"))
-    ('simpy', 'sim')
-    >>> install_extra(ModuleNotFoundError("No module named 'scipy'", name="scipy"))
-    ('scipy', 'plan')
-    """
-    name = (getattr(exc, "name", None) or "").split(".")[0]
-    if name not in EXTRAS:
-        return None
-    return name, EXTRAS[name]
-
-
-def install_hint(exc: ImportError) -> str | None:
-    """``pip install 'edgedp[EXTRA]'`` for an optional package that is missing, else None.
-
-    >>> print(install_hint(ModuleNotFoundError("No module named 'simpy'", name="simpy")))
-    simpy is not installed (not in the device install): pip install 'edgedp[sim]'
-    """
-    missing = install_extra(exc)
-    if missing is None:
-        return None
-    name, extra = missing
-    return f"{name} is not installed (not in the device install): pip install 'edgedp[{extra}]'"
-
-
-def need_extra(module: str, *, user: str | None = None):
-    """Import ``module``, or raise one ImportError naming the extra that installs it
-    (``user`` is who needs it in the message; default the module)."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        named = _naming_the_extra(exc, user or module)
-        if named is None:
-            raise
-        raise named from None
-
-
-def _naming_the_extra(exc: ImportError, user: str) -> ImportError | None:
-    """One ImportError saying ``user`` needs the missing optional package and the extra
-    that installs it; None when ``exc`` is not about an optional package."""
-    missing = install_extra(exc)
-    if missing is None:
-        return None
-    name, extra = missing
-    return ImportError(
-        f"{user} needs {name}, not in the device install: pip install 'edgedp[{extra}]'",
-        name=name,
-    )
 
 
 _need = need_extra
@@ -124,7 +61,7 @@ def _extras_named(function: Callable) -> Callable:
         try:
             return function(*args, **kwargs)
         except ImportError as exc:
-            named = _naming_the_extra(exc, f"edgedp.{function.__name__}()")
+            named = naming_the_extra(exc, f"edgedp.{function.__name__}()")
             if named is None:
                 raise
             raise named from None
@@ -346,9 +283,9 @@ def account(
     if steps_done is not None:
         raise ValueError("steps_done applies with attacker=None only (the LDP ledger).")
     adversary = _need("edgedp_sim.adversary")
-    leak_mod = _need("edgedp_sim.leak")
+    probing = _need("edgedp_sim.probing")
     att = adversary.parse_attacker(attacker)
-    report = leak_mod.formal_guarantee(plan, att, delta=delta)
+    report = probing.formal_guarantee(plan, att, delta=delta)
     return Guarantee(
         mechanism=plan.mechanism,
         attacker=att.label,
@@ -450,7 +387,7 @@ def simulate(
       engine: ``"batch"`` (vectorized; dropouts, loss, crashes and churn as round masks at
         zero latency), ``"event"`` (SimPy: latency, bandwidth, deadlines and every fault)
         or ``"auto"``: the event engine only when timing matters
-        (:func:`edgedp_sim.runner.choose_engine`; the scenario's ``engine`` key wins).
+        (:func:`edgedp_sim.engine_choice.choose_engine`; the scenario's ``engine`` key wins).
       trials: independent noise draws: the plan's noise streams of trials 0..N-1 in either
         engine (on an ideal network the event engine's trial i is the batch engine's).
       eval_every: rounds between evaluations (default: the scenario's).
@@ -475,7 +412,7 @@ def simulate(
     trials_mod = _need("edgedp_sim.trials")
     shards = _need("edgedp_sim.shards")
     runner = _need("edgedp_sim.runner")
-    runner.check_engine(sc, engine)  # ScenarioError is a ValueError
+    _need("edgedp_sim.engine_choice").check_engine(sc, engine)  # ScenarioError is a ValueError
     if scheduler is None and workers is None:
         res = trials_mod.run(sc, trials, engine_name=engine, progress=progress)
     else:

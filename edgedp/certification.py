@@ -18,7 +18,8 @@ matrix (:func:`edgedp.plan.make_plan`).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from edgedp import _codec, footprint, mechanisms, signing
 from edgedp.accounting import cross_agent as cross_acc
@@ -26,8 +27,9 @@ from edgedp.accounting import factor_sensitivity
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.errors import PlanError
 
-if TYPE_CHECKING:
-    from edgedp.plan import NoisePlan
+#: A plan record: :class:`edgedp.plan.NoisePlan`, which imports this module (so this module
+#: reads the record's fields and never imports it).
+NoisePlan = Any
 
 __all__ = ["DEFAULT_DELTA", "GAUSSIAN_ADJACENCY", "PLAN_VERSION", "certify", "load"]
 
@@ -43,6 +45,7 @@ GAUSSIAN_ADJACENCY = "zero-out"
 
 def load(
     data: bytes,
+    from_dict: Callable[[dict[str, Any]], NoisePlan],
     *,
     trusted_key: str | None = None,
     max_memory: int | None = None,
@@ -55,10 +58,9 @@ def load(
     ``max_memory`` (bytes) a plan whose load would need more is refused
     (:class:`edgedp.footprint.PlanTooLargeError`) before its factor is built. ``gram``
     (planner-side tools) recomputes a sensitivity that needs the T×T Gram matrix
-    instead of checking it by bounds and signature.
+    instead of checking it by bounds and signature. ``from_dict`` rebuilds the record
+    from the decoded fields (:meth:`edgedp.plan.NoisePlan.from_dict`).
     """
-    from edgedp.plan import NoisePlan  # the record this module certifies
-
     footprint.check(2 * len(data), max_memory, f"a plan file of {len(data):,} bytes")
     try:
         outer = _codec.decode(data)
@@ -98,7 +100,7 @@ def load(
         raise PlanError(f"Malformed NoisePlan field: {exc}") from None
     footprint.check(needed, max_memory, what)
     try:
-        plan = NoisePlan.from_dict(d)
+        plan = from_dict(d)
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

@@ -1,8 +1,10 @@
 """The mechanism registry: every mechanism edgedp plans, certifies and runs, declared once.
 
 Each algorithm module (:mod:`edgedp.algorithms`) declares its round rules as one
-:class:`Rules` value and its :class:`Mechanism` records in ``MECHANISMS``; the registry
-starts from the explicit list :data:`edgedp.algorithms.BUILTIN` at its first look-up.
+:class:`Rules` value and its :class:`Mechanism` records in ``MECHANISMS``; the package's
+``__init__`` enters the explicit list :data:`edgedp.algorithms.BUILTIN` here
+(:func:`install_builtin`) when edgedp is imported. The algorithms import this module,
+never the reverse.
 Everything that used to keep its own list of mechanism names derives it from here: the
 plan's checks and :meth:`~edgedp.plan.NoisePlan.guarantee`, the planner's factorized set,
 the command line's choices, scenario files and the simulator's attacks. Adding a mechanism
@@ -18,7 +20,6 @@ one: its module and one entry in :data:`edgedp.algorithms.MODULES`).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +32,7 @@ __all__ = [
     "RoundRules",
     "Rules",
     "get",
+    "install_builtin",
     "names",
     "register",
     "unregister",
@@ -190,6 +192,32 @@ class Mechanism:
 
 
 _REGISTRY: dict[str, Mechanism] = {}
+_BUILTIN_INSTALLED = False
+
+
+def install_builtin(builtin: tuple[Mechanism, ...]) -> None:
+    """Enter the built-in mechanisms, once: ``edgedp/__init__.py`` calls it with
+    :data:`edgedp.algorithms.BUILTIN` when the package is imported, so this module names
+    no mechanism and imports no algorithm (the algorithms import it)."""
+    global _BUILTIN_INSTALLED
+    if _BUILTIN_INSTALLED:
+        raise RuntimeError("The built-in mechanisms are already installed.")
+    taken = [m.name for m in builtin if m.name in _REGISTRY]
+    if taken:
+        raise RuntimeError(f"Built-in mechanism names registered before: {taken}.")
+    _REGISTRY.update((m.name, m) for m in builtin)
+    _BUILTIN_INSTALLED = True
+
+
+def _loaded() -> dict[str, Mechanism]:
+    """The registry; RuntimeError when it is asked before the package entered its
+    built-in mechanisms (a module looking a mechanism up while edgedp is imported)."""
+    if not _BUILTIN_INSTALLED:
+        raise RuntimeError(
+            "The mechanism registry was asked before edgedp installed its built-in "
+            "mechanisms: look mechanisms up when called, not while modules are imported."
+        )
+    return _REGISTRY
 
 
 def register(mechanism: Mechanism) -> Mechanism:
@@ -203,30 +231,6 @@ def register(mechanism: Mechanism) -> Mechanism:
 def unregister(name: str) -> None:
     """Remove a registered mechanism (tests that register their own)."""
     _loaded().pop(name, None)
-
-
-_BUILTIN_LOADED = False
-#: Held while the built-in mechanisms are entered (threads of one process, e.g. a Dask
-#: worker's, may look up their first mechanism at once).
-_LOADING = threading.Lock()
-
-
-def _loaded() -> dict[str, Mechanism]:
-    """The registry, starting with the built-in mechanisms of the explicit list
-    :data:`edgedp.algorithms.BUILTIN` (entered at the first look-up, once)."""
-    global _BUILTIN_LOADED
-    if _BUILTIN_LOADED:
-        return _REGISTRY
-    with _LOADING:
-        if not _BUILTIN_LOADED:
-            from edgedp.algorithms import BUILTIN
-
-            taken = [m.name for m in BUILTIN if m.name in _REGISTRY]
-            if taken:
-                raise RuntimeError(f"Built-in mechanism names registered before: {taken}.")
-            _REGISTRY.update((m.name, m) for m in BUILTIN)
-            _BUILTIN_LOADED = True
-    return _REGISTRY
 
 
 def get(name: str) -> Mechanism:

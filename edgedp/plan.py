@@ -51,7 +51,6 @@ from edgedp.accounting import gdp, mf
 from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
 from edgedp.node_share import NodeShare
-from edgedp.node_share import of as _share_of
 from edgedp.plan_axes import MessageKind, NoiseKind, axes
 from edgedp.step_size import StepSizeChoice
 from edgedp.task import TaskSpec, batch_schedule  # batch_schedule: checked against a plan
@@ -268,7 +267,9 @@ class NoisePlan:
     ) -> NoisePlan:
         """Decode, check version, hash and signature, size, rebuild, and re-certify
         (:func:`edgedp.certification.load`, which documents the arguments)."""
-        return certification.load(data, trusted_key=trusted_key, max_memory=max_memory, gram=gram)
+        return certification.load(
+            data, cls.from_dict, trusted_key=trusted_key, max_memory=max_memory, gram=gram
+        )
 
     def with_step_size(self, learning_rate: float, choice: StepSizeChoice | None) -> NoisePlan:
         """This plan with another step size and how it was chosen (None: given); the
@@ -281,7 +282,7 @@ class NoisePlan:
 
     def share(self, node: int) -> NodeShare:
         """What device ``node`` needs, and nothing about other nodes
-        (:func:`edgedp.node_share.of`)."""
+        (:class:`edgedp.node_share.NodeShare`)."""
         return _share_of(self, node)
 
     def network_facts(self) -> bounds.NetworkFacts:
@@ -290,6 +291,53 @@ class NoisePlan:
         if self._facts is None:
             object.__setattr__(self, "_facts", bounds.network_facts(self))
         return self._facts
+
+
+def _share_of(plan: NoisePlan, node: int) -> NodeShare:
+    """What device ``node`` of ``plan`` needs, and nothing about other nodes."""
+    _validate.integer(minimum=0, node=node)
+    if node >= plan.n:
+        raise ValueError(f"Expected node={node} < n={plan.n}.")
+    return NodeShare(
+        node=node,
+        plan_hash=plan.plan_hash,
+        version=plan.version,
+        mechanism=plan.mechanism,
+        steps=plan.steps,
+        participation=plan.participation,
+        factor=plan.factor,
+        noise_std=plan.noise_std,
+        clip_norm=plan.clip_norm,
+        learning_rate=plan.learning_rate,
+        neighbours=tuple(int(v) for v in plan.mixing_index[node]),
+        weights=tuple(float(w) for w in plan.mixing_weight[node]),
+        task=plan.task,
+        laplace=plan.laplace,
+        cross_agent=(
+            None
+            if plan.cross_agent is None
+            else plan.cross_agent.node(
+                node,
+                edges=plan.edges,
+                neighbours=plan.mixing_index[node],
+                weights=plan.mixing_weight[node],
+            )
+        ),
+        sketch=plan.sketch,
+        tree=_aggregate_tree(plan),
+        network=plan.network_facts(),
+    )
+
+
+def _aggregate_tree(plan: NoisePlan) -> Any:
+    """The public spanning tree of an adaptive DOME basis (None otherwise)."""
+    if plan.sketch is None or plan.sketch.basis != sketch_mod.ADAPTIVE:
+        return None
+    from edgedp import sketch_adaptive
+
+    return sketch_adaptive.spanning_tree(
+        topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
+    )
 
 
 def make_plan(
@@ -332,27 +380,16 @@ def make_plan(
             f"mechanism={mechanism!r} plans correlated noise across agents: build it with "
             "edgedp.planning.cross_agent.plan_cross_agent (or `edgedp plan`)."
         )
-    builder, noisy, laplace_noise = mech.factor, mech.noisy, mech.noise == "laplace"
     _validate.integer(minimum=1, steps=steps)
     if delta is not None:
         _validate.open_unit(delta=delta)
-    if laplace_noise:
-        if laplace is None:
-            raise ValueError(f"mechanism={mechanism!r} needs laplace=LaplaceSchedule(...).")
-        if noise_multiplier is not None or target_epsilon is not None:
-            raise ValueError(
-                f"mechanism={mechanism!r} takes its epsilon from the Laplace schedule; "
-                "drop noise_multiplier/target_epsilon."
-            )
-        if learning_rate is None:
-            learning_rate = laplace.gamma
-        if learning_rate != laplace.gamma:
-            raise ValueError(
-                f"Expected learning_rate={learning_rate!r} to equal gamma={laplace.gamma!r} "
-                "(the first stepsize) for Laplace plans."
-            )
-        participation = participation or Participation(steps, 1)
+    if mech.noise == "laplace":
+        learning_rate = _laplace_rate(
+            mech, laplace, learning_rate, noise_multiplier, target_epsilon
+        )
+        assert laplace is not None  # _laplace_rate refused a Laplace plan without one
         laplace_acc.check_task(laplace, clip_norm=clip_norm)
+        participation = participation or Participation(steps, 1)
     else:
         if laplace is not None:
             raise ValueError(f"mechanism={mechanism!r} is Gaussian; laplace=... is for sr-gt/dpop.")
@@ -363,37 +400,12 @@ def make_plan(
         raise ValueError(
             f"Unknown weighting={weighting!r}; expected one of {sorted(topology.WEIGHTINGS)}."
         )
-    if builder is not None:
-        if factor is not None:
-            raise ValueError(
-                f"mechanism={mechanism!r} fixes its own temporal factor; do not pass one."
-            )
-        factor = builder()
-    elif factor is None and mech.default_factor is not None:
-        factor = mech.default_factor()
-    elif factor is None:
-        raise ValueError(f"mechanism={mechanism!r} needs a temporal factor (factor=...).")
+    factor = _factor_of(mech, factor)
     index, weight = topology.weighting_table(graph, weighting)  # no n × n matrix
-    if laplace_noise:
-        sigma, sens, exact = 0.0, 0.0, True
-    elif not noisy:
-        if noise_multiplier not in (None, 0.0) or target_epsilon is not None:
-            raise ValueError(
-                "mechanism='dsgd' adds no noise; drop --noise-multiplier/--target-eps."
-            )
-        sigma, sens, exact = 0.0, 0.0, True
-    else:
-        if (noise_multiplier is None) == (target_epsilon is None):
-            raise ValueError("Give exactly one of noise_multiplier or target_epsilon (with delta).")
-        if target_epsilon is not None:
-            if delta is None:
-                raise ValueError("target_epsilon needs delta.")
-            noise_multiplier = gdp.noise_multiplier(target_epsilon, delta=delta)
-        else:
-            assert noise_multiplier is not None  # exactly one of the two was given
-            _validate.positive(noise_multiplier=noise_multiplier)
-        g = mf.planned_guarantee(factor, participation, float(noise_multiplier), steps)
-        sigma, sens, exact = float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)
+    sigma, sens, exact = _noise(
+        mech, factor, participation, steps, noise_multiplier, target_epsilon, delta
+    )
+    noisy = mech.noisy
     target = None if target_epsilon is None or not noisy else float(target_epsilon)
     task = (task or TaskSpec()).pinned()
     plan = NoisePlan(
@@ -423,3 +435,62 @@ def make_plan(
     )
     certification.certify(plan, trusted=True)
     return plan
+
+
+def _laplace_rate(mech, laplace, learning_rate, noise_multiplier, target_epsilon) -> float:
+    """A Laplace plan's learning rate: its schedule's γ (the schedule carries ε too)."""
+    if laplace is None:
+        raise ValueError(f"mechanism={mech.name!r} needs laplace=LaplaceSchedule(...).")
+    if noise_multiplier is not None or target_epsilon is not None:
+        raise ValueError(
+            f"mechanism={mech.name!r} takes its epsilon from the Laplace schedule; "
+            "drop noise_multiplier/target_epsilon."
+        )
+    if learning_rate is None:
+        learning_rate = laplace.gamma
+    if learning_rate != laplace.gamma:
+        raise ValueError(
+            f"Expected learning_rate={learning_rate!r} to equal gamma={laplace.gamma!r} "
+            "(the first stepsize) for Laplace plans."
+        )
+    return learning_rate
+
+
+def _factor_of(mech: mechanisms.Mechanism, factor: Any) -> Any:
+    """The temporal factor: the mechanism's own, else the caller's, else its default."""
+    if mech.factor is not None:
+        if factor is not None:
+            raise ValueError(
+                f"mechanism={mech.name!r} fixes its own temporal factor; do not pass one."
+            )
+        return mech.factor()
+    if factor is None and mech.default_factor is not None:
+        return mech.default_factor()
+    if factor is None:
+        raise ValueError(f"mechanism={mech.name!r} needs a temporal factor (factor=...).")
+    return factor
+
+
+def _noise(
+    mech, factor, participation, steps, noise_multiplier, target_epsilon, delta
+) -> tuple[float, float, bool]:
+    """(σ, sensitivity, exact) from the accountant: zero for Laplace and noiseless plans."""
+    if mech.noise == "laplace":
+        return 0.0, 0.0, True
+    if not mech.noisy:
+        if noise_multiplier not in (None, 0.0) or target_epsilon is not None:
+            raise ValueError(
+                "mechanism='dsgd' adds no noise; drop --noise-multiplier/--target-eps."
+            )
+        return 0.0, 0.0, True
+    if (noise_multiplier is None) == (target_epsilon is None):
+        raise ValueError("Give exactly one of noise_multiplier or target_epsilon (with delta).")
+    if target_epsilon is not None:
+        if delta is None:
+            raise ValueError("target_epsilon needs delta.")
+        noise_multiplier = gdp.noise_multiplier(target_epsilon, delta=delta)
+    else:
+        assert noise_multiplier is not None  # exactly one of the two was given
+        _validate.positive(noise_multiplier=noise_multiplier)
+    g = mf.planned_guarantee(factor, participation, float(noise_multiplier), steps)
+    return float(g.noise_multiplier), float(g.sensitivity), bool(g.exact)

@@ -134,11 +134,13 @@ class RunKeys:
 
     def agent(self, node: int, neighbours=(), *, trial: int = 0) -> dict[str, Any]:
         """The ``noise_key``, ``batch_key`` and ``cross_keys`` arguments of an Agent whose
-        streams all come from this secret (simulations and reproducible runs):
-        :func:`edgedp.runtime.node_keys`."""
-        from edgedp import runtime  # the runtime builds on this module
-
-        return runtime.node_keys(self, node, neighbours, trial=trial).arguments()
+        streams all come from this secret (simulations and reproducible runs): the keys
+        :func:`edgedp.runtime.node_keys` gives (which builds on this module)."""
+        return {
+            "noise_key": self.noise(node, trial=trial),
+            "batch_key": self.batch(node, trial=trial),
+            "cross_keys": self.cross(node, neighbours, trial=trial),
+        }
 
     def fingerprint(self) -> str:
         """A one-way fingerprint of (secret, plan, run) for checkpoints: a resume with another

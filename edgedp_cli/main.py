@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgedp import mechanisms
 from edgedp.planning.report import plan_report
 from edgedp_cli._common import (
     EXIT_FAILED,
@@ -33,11 +32,10 @@ from edgedp_cli._common import (
     load_plan,
     out_folder,
     parse_graph,
-    participation_hint,
     progress_lines,
 )
 
-__all__ = ["build_parser", "build_plan", "main"]
+__all__ = ["build_parser", "main"]
 
 #: Command groups living in their own modules; each defines ``register(subparsers, add)``.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -55,9 +53,9 @@ COMMAND_MODULES: tuple[str, ...] = (
 def cmd_demo(args) -> None:
     import dataclasses
 
-    from edgedp_sim import demo, demo_report
+    from edgedp_sim import demo, demo_plans, demo_report
 
-    config = demo.QUICK if args.quick else demo.DemoConfig()
+    config = demo_plans.QUICK if args.quick else demo_plans.DemoConfig()
     changes = {k: getattr(args, k) for k in ("steps", "trials", "workers")}
     for key, value in changes.items():
         if value is not None and value < 1:
@@ -123,53 +121,6 @@ def spectral_gap(W, *, quiet: bool = False) -> float:  # noqa: N803
         sys.stderr.write(f"  spectral gap of the {n}-node gossip matrix (sparse Lanczos) ...\n")
     values = eigsh(sparse.csr_matrix(W), k=3, which="LM", return_eigenvectors=False)
     return float(1.0 - np.sort(np.abs(values))[-2])
-
-
-def build_plan(args):
-    """Everything ``edgedp plan FAMILY`` does but writing the file: the parsed flags as a
-    :class:`~edgedp.planning.request.PlanRequest`, built by
-    :func:`edgedp.planning.build.build` (the builder of scenario files and
-    :func:`edgedp.make_plan` too).
-
-    Returns ``(plan, report, text)``: the NoisePlan, the report ``plan`` prints (a dict) and
-    a function turning the report (with ``out`` added) into the human-readable text.
-    Raises :class:`UsageError` naming the bad option.
-    """
-    from edgedp.planning import build as builder
-    from edgedp.planning.request import PlanRequest
-
-    laplace = mechanisms.get(args.mechanism).family == "laplace"
-    parse_graph(args.topology)  # a typo there first: the participation hint needs the graph
-    if not laplace and args.participation is None:
-        # the command line wants the participation said: the ε is for it
-        raise UsageError(
-            f"--mechanism {args.mechanism} needs --participation k,b{participation_hint(args)}"
-        )
-
-    def progress(iteration, loss, bound):
-        if chatty(args):
-            sys.stderr.write(
-                f"\r  planning {args.mechanism}: iteration {iteration}, "
-                f"gap {(loss - bound) / bound:.2e}   "
-            )
-            sys.stderr.flush()
-
-    def warn(line: str) -> None:  # said even with --json: the factor is further from optimal
-        sys.stderr.write(f"edgedp plan: warning: {line}\n")
-
-    try:
-        built = builder.build(PlanRequest.from_namespace(args), progress=progress, warn=warn)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
-    finally:
-        if chatty(args) and mechanisms.get(args.mechanism).planned:
-            sys.stderr.write("\n")
-    assert built.report is not None
-    if mechanisms.get(args.mechanism).family == "cross":
-        from edgedp_cli import cross_cmd
-
-        return built.plan, built.report, cross_cmd.text
-    return built.plan, built.report, key_value_lines
 
 
 def cmd_account(args) -> None:
@@ -360,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"edgedp: error: {exc}\n")
         return exc.code
     except ImportError as exc:  # a device-only install running an offline command
-        from edgedp.api import install_extra
+        from edgedp.extras import install_extra
 
         missing = install_extra(exc)
         if missing is None:

@@ -18,7 +18,7 @@ The shared flags (topology, steps, task, seed, clip norm, δ, target ε, weighti
 come from
 one parent parser; the Gaussian families add --participation, --noise-multiplier and
 --learning-rate. :func:`complete` gives every other family's option its default, so
-:func:`edgedp_cli.main.build_plan` reads one namespace whatever the family.
+:func:`build_plan` reads one namespace whatever the family.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import argparse
 
 from edgedp import mechanisms as registry
 
-__all__ = ["FAMILIES", "complete", "family_of", "namespace", "register"]
+__all__ = ["FAMILIES", "build_plan", "complete", "family_of", "namespace", "register"]
 
 #: The default of ``--mechanism`` where a family's first registered one is not it.
 _DEFAULT = {"sgd": "dp-dsgd", "mf": "mafalda"}
@@ -218,7 +218,7 @@ def _family_parsers() -> dict[str, argparse.ArgumentParser]:
 def complete(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with every plan option of every family present (absent ones at their default).
 
-    :func:`edgedp_cli.main.build_plan` reads options of other families (``sketch_dim`` of a
+    :func:`build_plan` reads options of other families (``sketch_dim`` of a
     dp-dsgd plan is None); a family's own values are kept.
     """
     for parser in _family_parsers().values():
@@ -239,14 +239,62 @@ def namespace(mechanism: str, topology: str, steps: int) -> argparse.Namespace:
     return complete(_family_parsers()[family].parse_args(argv))
 
 
+def build_plan(args):
+    """Everything ``edgedp plan FAMILY`` does but writing the file: the parsed flags as a
+    :class:`~edgedp.planning.request.PlanRequest`, built by
+    :func:`edgedp.planning.build.build` (the builder of scenario files and
+    :func:`edgedp.make_plan` too).
+
+    Returns ``(plan, report, text)``: the NoisePlan, the report ``plan`` prints (a dict) and
+    a function turning the report (with ``out`` added) into the human-readable text.
+    Raises :class:`UsageError` naming the bad option.
+    """
+    import sys
+
+    from edgedp.planning import build as builder
+    from edgedp.planning.request import PlanRequest
+    from edgedp_cli import _common
+
+    laplace = registry.get(args.mechanism).family == "laplace"
+    _common.parse_graph(args.topology)  # a typo there first: the participation hint needs the graph
+    if not laplace and args.participation is None:
+        # the command line wants the participation said: the ε is for it
+        hint = _common.participation_hint(args)
+        raise _common.UsageError(f"--mechanism {args.mechanism} needs --participation k,b{hint}")
+
+    def progress(iteration, loss, bound):
+        if _common.chatty(args):
+            sys.stderr.write(
+                f"\r  planning {args.mechanism}: iteration {iteration}, "
+                f"gap {(loss - bound) / bound:.2e}   "
+            )
+            sys.stderr.flush()
+
+    def warn(line: str) -> None:  # said even with --json: the factor is further from optimal
+        sys.stderr.write(f"edgedp plan: warning: {line}\n")
+
+    try:
+        built = builder.build(PlanRequest.from_namespace(args), progress=progress, warn=warn)
+    except (ValueError, TypeError) as exc:
+        raise _common.UsageError(str(exc)) from None
+    finally:
+        if _common.chatty(args) and registry.get(args.mechanism).planned:
+            sys.stderr.write("\n")
+    assert built.report is not None
+    if registry.get(args.mechanism).family == "cross":
+        from edgedp_cli import cross_cmd
+
+        return built.plan, built.report, cross_cmd.text
+    return built.plan, built.report, _common.key_value_lines
+
+
 def cmd_plan(args) -> None:
     """``edgedp plan FAMILY OUT``: plan, write OUT, print the guarantee."""
     from edgedp_cli import _common
-    from edgedp_cli import main as cli
 
     complete(args)
     _common.check_out(args)  # a bad OUT fails before any planning
-    p, payload, text = cli.build_plan(args)
+    p, payload, text = build_plan(args)
     _common.write_plan(args, p)
     payload["out"] = args.out
     _common.emit(args, payload, text(payload))

@@ -23,12 +23,12 @@ __all__ = ["register", "sweep_table"]
 
 
 def cmd_sim_run(args) -> None:
-    from edgedp_sim import runner, scenarios, shards
+    from edgedp_sim import engine_choice, runner, scenarios, shards
 
     delta = delta_of(args)
     try:
         sc = load_target(args.target)
-        runner.check_engine(sc, args.engine)
+        engine_choice.check_engine(sc, args.engine)
     except (scenarios.ScenarioError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if args.trials is not None and args.trials < 1:

@@ -21,7 +21,7 @@ Neyman–Pearson likelihood ratio its view allows) and decides (:mod:`edgedp_sim
   the exact privacy loss of the attacker's view with this canary, from the linear view;
 
 beside the certified ε (and μ) of the plan's accountant for that attacker
-(:func:`edgedp_sim.leak.formal_guarantee`), each named with its δ, adjacency and attacker.
+(:func:`edgedp_sim.probing.formal_guarantee`), each named with its δ, adjacency and attacker.
 
 Trials are keyed blocks: trial i's noise, batches and canary position come from the plan's
 keys and i alone, its world and half from i (:func:`edgedp_sim.audit_verdict.layout`), so the
@@ -50,8 +50,8 @@ from edgedp_sim import (
     audit_view,
     batch,
     engine,
-    leak,
     linear_view,
+    probing,
 )
 from edgedp_sim import canary as canary_mod
 from edgedp_sim.adversary import Attacker
@@ -147,26 +147,8 @@ def run(
       block_progress: called with (trials done, trials, BlockInfo) after each block.
     """
     plan = sc.plan
-    if trials < 8:
-        raise ValueError(f"Expected trials={trials} >= 8 (both worlds in both halves).")
-    if first_trial < 0:
-        raise ValueError(f"Expected first_trial={first_trial} >= 0.")
-    if not 0 < confidence < 1:
-        raise ValueError(f"Expected confidence={confidence} in (0, 1).")
-    delta = plan.delta if delta is None else delta
-    if not 0 < delta < 1:  # also refuses NaN
-        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
-    if chunk is not None and chunk < 1:
-        raise ValueError(f"Expected chunk={chunk} >= 1.")
-    if not plan.private:
-        raise ValueError("The plan adds no noise: there is no finite epsilon to audit.")
-    if engine_name == "auto":
-        engine_name = "event" if leak.has_network_effects(sc) else "batch"
-    if engine_name == "batch" and leak.has_network_effects(sc):
-        raise ValueError("The scenario has network effects; the batch engine cannot run them.")
-    if engine_name not in ("batch", "event"):
-        raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
-    delta = 0.0 if plan.laplace is not None else float(delta)
+    delta = _check_arguments(plan, trials, first_trial, confidence, delta, chunk)
+    engine_name = probing.engine_for(sc, engine_name)
     if client is not None and data is not None:
         raise ValueError("data cannot be shipped to workers: give it in the scenario instead.")
     started = time.perf_counter()
@@ -176,28 +158,13 @@ def run(
         chunk = chunk_for(plan, attackers, dim=d, batch_size=can.batch_size)
     ids = range(first_trial, first_trial + trials)
     seconds = {"simulation": 0.0, "statistic": time.perf_counter() - started}
-    blocks = None
     if client is None:
-        scores = _scores(setup, ids, chunk, seconds, progress)
+        scores, blocks = _scores(setup, ids, chunk, seconds, progress), None
     else:
-        from edgedp_sim import scenario_bytes, shards
-
-        workers = max(1, len(client.scheduler_info()["workers"]))
-        size = block_trials or max(1, -(-trials // (4 * workers)))
         options = (tuple(attackers), victim, canary, background, engine_name, chunk, first_trial)
-        merged, blocks = shards.run_blocks(
-            client,
-            block,
-            scenario_bytes.dump(sc),
-            shards.split(trials, size),
-            merge,
-            args=options,
-            label="audit-trials",
-            progress=block_progress,
+        scores, blocks = _on_client(
+            client, sc, options, seconds, trials, block_trials, block_progress
         )
-        scores = list(merged["scores"])
-        for key in seconds:
-            seconds[key] += merged["seconds"][key]
     results, verdict = audit_report.evaluate(
         plan, attackers, views, scores, ids, confidence=confidence, delta=delta
     )
@@ -231,6 +198,47 @@ def run(
         "attackers": results,
         **({} if blocks is None else _where(blocks)),
     }
+
+
+def _check_arguments(plan, trials, first_trial, confidence, delta, chunk) -> float:
+    """Refuse what :func:`run` cannot audit; the δ of the report (0 for Laplace plans)."""
+    if trials < 8:
+        raise ValueError(f"Expected trials={trials} >= 8 (both worlds in both halves).")
+    if first_trial < 0:
+        raise ValueError(f"Expected first_trial={first_trial} >= 0.")
+    if not 0 < confidence < 1:
+        raise ValueError(f"Expected confidence={confidence} in (0, 1).")
+    delta = plan.delta if delta is None else delta
+    if not 0 < delta < 1:  # also refuses NaN
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"Expected chunk={chunk} >= 1.")
+    if not plan.private:
+        raise ValueError("The plan adds no noise: there is no finite epsilon to audit.")
+    return 0.0 if plan.laplace is not None else float(delta)
+
+
+def _on_client(client, sc, options, seconds, trials, block_trials, block_progress):
+    """(scores, blocks) of the trials run in blocks on a Dask client (about four blocks per
+    worker unless ``block_trials``), merged as this process would hold them; their
+    simulation and statistic time is added to ``seconds``."""
+    from edgedp_sim import scenario_bytes, shards
+
+    workers = max(1, len(client.scheduler_info()["workers"]))
+    size = block_trials or max(1, -(-trials // (4 * workers)))
+    merged, blocks = shards.run_blocks(
+        client,
+        block,
+        scenario_bytes.dump(sc),
+        shards.split(trials, size),
+        merge,
+        args=options,
+        label="audit-trials",
+        progress=block_progress,
+    )
+    for key in seconds:
+        seconds[key] += merged["seconds"][key]
+    return list(merged["scores"]), blocks
 
 
 def _make_setup(sc, attackers, victim, canary, background, engine_name, data) -> _Setup:

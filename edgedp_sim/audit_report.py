@@ -3,7 +3,7 @@ estimates, each ε named with its δ, adjacency and attacker (JSON-ready entries
 :func:`edgedp_sim.audit.run`).
 
 Per attacker: ``mu`` and ``epsilon`` (at ``delta``; pure ε at δ = 0 for Laplace plans) of
-the plan's accountant for that attacker (:func:`edgedp_sim.leak.formal_guarantee`);
+the plan's accountant for that attacker (:func:`edgedp_sim.probing.formal_guarantee`);
 ``mu_lb`` / ``epsilon_lb`` and ``tests`` (:mod:`edgedp_sim.audit_verdict`: bounds at
 confidence ``test_confidence`` = 1 − α/m, simultaneous over the m tests); ``epsilon_lb_max``
 (:func:`edgedp_sim.audit_stats.most_shown`: ε_lb never exceeds it) and
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgedp.accounting import gdp
-from edgedp_sim import audit_stats, audit_verdict, leak
+from edgedp_sim import audit_stats, audit_verdict, probing
 
 __all__ = ["METHOD", "evaluate", "summary"]
 
@@ -41,7 +41,7 @@ def evaluate(plan, attackers, views, scores, ids: range, *, confidence: float, d
     alpha = 1.0 - confidence
     certs, entries = [], []
     for att in attackers:
-        cert = leak.formal_guarantee(plan, att, delta=delta if delta > 0 else None)
+        cert = probing.formal_guarantee(plan, att, delta=delta if delta > 0 else None)
         if delta == 0:  # pure ε (Laplace): the certificate has δ = 0
             cert["delta"] = 0.0
         mu = None if plan.laplace is not None else float(cert.get("mu", math.nan))

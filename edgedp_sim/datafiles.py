@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgedp_sim.datasets import CLASSIFICATION, TEST_FRACTION, Dataset
+from edgedp_sim.dataset_record import CLASSIFICATION, TEST_FRACTION, Dataset
 
 __all__ = ["CSV_LAYOUT", "NPZ_LAYOUT", "load", "pin", "save"]
 

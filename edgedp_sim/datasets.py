@@ -29,6 +29,8 @@ import numpy as np
 
 from edgedp import _validate
 from edgedp.accounting.participation import Participation
+from edgedp_sim import datafiles
+from edgedp_sim.dataset_record import CLASSIFICATION, TEST_FRACTION, Dataset
 
 __all__ = [
     "DATASETS",
@@ -47,27 +49,6 @@ __all__ = [
     "task_participation",
     "write_shards",
 ]
-
-#: Dataset.task values whose labels are class indices.
-CLASSIFICATION = ("logistic", "softmax")
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Dataset:
-    name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    task: str  # "logistic" (binary), "softmax" (multi-class) or "linear" (regression)
-
-    @property
-    def classes(self) -> int:
-        """Number of classes (0 for regression)."""
-        if self.task not in CLASSIFICATION:
-            return 0
-        return int(max(self.y_train.max(), self.y_test.max())) + 1
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class FederatedData:
@@ -193,7 +174,6 @@ SIZES = {
 }
 #: Suffixes of dataset files (:func:`load_file`).
 FILE_SUFFIXES = (".npz", ".csv")
-TEST_FRACTION = 0.2
 
 
 def _synthetic_sizes(name: str) -> tuple[str, int, int] | None:
@@ -258,22 +238,16 @@ def shape(name: str) -> tuple[int, int]:
 
 def load_file(name: str, *, seed: int = 0) -> Dataset:
     """A dataset file of your own (:func:`edgedp_sim.datafiles.load`)."""
-    from edgedp_sim import datafiles
-
     return datafiles.load(name, seed=seed)
 
 
 def pin(name: str) -> str:
     """A dataset file's name with its SHA-256 (:func:`edgedp_sim.datafiles.pin`); others as is."""
-    from edgedp_sim import datafiles
-
     return datafiles.pin(name) if is_file(name) else name
 
 
 def save(path, x, y, *, x_test=None, y_test=None, task: str | None = None) -> str:
     """Write numpy arrays as a dataset file (:func:`edgedp_sim.datafiles.save`)."""
-    from edgedp_sim import datafiles
-
     return datafiles.save(path, x, y, x_test=x_test, y_test=y_test, task=task)
 
 

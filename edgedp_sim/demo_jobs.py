@@ -13,7 +13,7 @@ from typing import Any
 
 from edgedp import plan as plan_mod
 from edgedp_sim import datasets
-from edgedp_sim.demo import VICTIM, DemoConfig, describe, make_plans
+from edgedp_sim.demo_plans import VICTIM, DemoConfig, describe, make_plans
 
 __all__ = ["agents_job", "event_job", "leak_job"]
 

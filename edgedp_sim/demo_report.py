@@ -42,7 +42,7 @@ def eps_cell(x) -> str:
 
 
 def _classes() -> tuple[tuple[str, str, str], ...]:
-    from edgedp_sim.demo import ATTACKER_CLASSES
+    from edgedp_sim.demo_plans import ATTACKER_CLASSES
 
     return ATTACKER_CLASSES
 

@@ -23,7 +23,7 @@ Each result carries the plan's formal guarantee and trust model, and whether tha
 guarantee covers the attacker.
 """
 
-# ruff: noqa: N806
+# ruff: noqa: N803, N806
 
 from __future__ import annotations
 
@@ -35,8 +35,6 @@ from typing import Any
 import numpy as np
 
 from edgedp import mechanisms, models, runtime
-from edgedp.accounting import gdp
-from edgedp.accounting import laplace as laplace_acc
 from edgedp_sim import (
     adversary,
     attacks,
@@ -46,7 +44,7 @@ from edgedp_sim import (
     leak_coverage,
     leakage,
     linear_attack,
-    round_faults,
+    probing,
 )
 from edgedp_sim.adversary import Attacker, ObservationLog
 
@@ -54,8 +52,6 @@ __all__ = [
     "MAX_LINEAR_UNKNOWNS",
     "MIN_TRIALS_PER_DIMENSION",
     "estimates",
-    "formal_guarantee",
-    "has_network_effects",
     "run",
     "sample_warnings",
 ]
@@ -69,69 +65,6 @@ MIN_TRIALS_PER_DIMENSION = 10
 #: The families whose updates the generic D-SGD linear view models (read when used, so a
 #: mechanism registered later is attacked too).
 _DSGD_FAMILIES = ("sgd", "mf")
-
-
-def has_network_effects(sc) -> bool:
-    """Latency, bandwidth, loss, dropouts, crashes or churn: leakage runs them on the event
-    engine (the batch engine's observers see fault-free rounds only)."""
-    return round_faults.timing(sc.network) is not None or round_faults.faulty(sc.faults, sc.network)
-
-
-def formal_guarantee(plan, attacker: Attacker, *, delta: float | None = None) -> dict[str, Any]:
-    """The plan's certified guarantee, its trust model and whether it covers ``attacker``.
-
-    ``epsilon`` at ``delta`` (default the plan's δ; pure ε for Laplace plans, ``delta`` 0);
-    ``mu`` for Gaussian plans — the μ-GDP parameter of the view the ε is for (the insider /
-    neighbourhood view of curious nodes against Whisper/DECOR, the plan's μ otherwise)."""
-    delta = plan.delta if delta is None else delta
-    mech = mechanisms.get(plan.mechanism)
-    out: dict[str, Any] = {
-        "trust_model": mech.trust_model,
-        "accountant": mech.accountant_name,
-        "adjacency": plan.adjacency,
-    }
-    if attacker.encrypted:
-        out["covers_attacker"] = True
-        out["note"] = "encrypted links: sizes and timing only (no data-dependent content)"
-    if plan.laplace is not None:
-        out["epsilon"] = laplace_acc.epsilon_spent(plan.laplace, plan.steps)
-        out["epsilon_replace_one"] = laplace_acc.replace_one_epsilon(plan.laplace, out["epsilon"])
-        out["delta"] = 0.0
-        out["guarantee"] = (
-            f"{out['epsilon']:.4g}-DP (pure, delta 0, Laplace) against {mech.attacker}, "
-            f"{plan.adjacency} adjacency"
-        )
-        out.setdefault("covers_attacker", True)
-        return out
-    if plan.noise_std == 0:
-        out.update(epsilon=math.inf, delta=delta, guarantee="none (no noise)")
-        out.setdefault("covers_attacker", False)
-        return out
-    g = plan.guarantee()
-    out.update(mu=g.mu, epsilon=g.epsilon(delta), delta=delta)
-    out["epsilon_replace_one"] = gdp.epsilon(plan.replace_one_factor * g.mu, delta=delta)
-    out["guarantee"] = (
-        f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP against {mech.attacker}, "
-        f"{plan.adjacency} adjacency"
-    )
-    if plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).correlated:
-        from edgedp.accounting import cross_agent as cross_acc
-
-        report = cross_acc.trust_report(plan, delta=delta)
-        out["trust_report_epsilon"] = report
-        if attacker.kind == "hbc" and not attacker.encrypted:
-            out["epsilon"] = (
-                report["neighbourhood"] if len(attacker.nodes) > 1 else report["insider"]
-            )
-            out["mu"] = gdp.mu(out["epsilon"], delta=delta)
-            out["guarantee"] += (
-                f"; insiders ({'neighbourhood' if len(attacker.nodes) > 1 else 'one insider'})"
-                f": eps = {out['epsilon']:.4g} at delta {delta:g}"
-            )
-        out.setdefault("covers_attacker", True)
-        return out
-    out.setdefault("covers_attacker", True)
-    return out
 
 
 def sample_warnings(entry: dict[str, Any], *, trials: int, dim: int) -> list[str]:
@@ -334,6 +267,184 @@ def _observe_event(
     return truth_parts, info, point, names, []
 
 
+class _Scorer:
+    """The MI and reconstruction scores of one leakage run, attacker by attacker.
+
+    Holds what the attackers share: the victim's values V, the KSG generator (one stream,
+    drawn attacker after attacker in order), the reference self-MI and the k-NN memo of
+    attackers with equal information sets (paper 004 Table 4: the eavesdropper's Eq. 44 set
+    is the colluders'); :meth:`score` is one attacker's report entry.
+    """
+
+    def __init__(self, V_full, seen_full, *, plan, dim, coordinate, k, seed, workers, delta):
+        self.plan, self.dim, self.coordinate = plan, dim, coordinate
+        self.k, self.workers, self.delta = k, workers, delta
+        self.V_full = V_full
+        self.V = V_full if coordinate is None else V_full[..., [coordinate]]
+        self.valid_v = np.isfinite(self.V).all(axis=(0, 2))
+        self.seen = [self.pick(a) for a in seen_full]
+        # (trials, T): the trials in which the attacker observed what its estimate of round
+        # t needs (on lossy networks a lost or late message leaves the rounds that need it out)
+        finite_v = np.isfinite(self.V).all(axis=2)
+        self.observed = [finite_v & np.isfinite(a).all(axis=2) for a in self.seen]
+        self.varies = leak_coverage.varying(self.V)
+        # equal information sets share the k-NN of their joints: one tree per joint
+        n = len(self.seen)
+        self.repeated = [
+            any(i != j and np.array_equal(self.seen[i], self.seen[j]) for j in range(n))
+            for i in range(n)
+        ]
+        self.knn_memo: dict = {}
+        self.g = np.random.default_rng(seed)
+        self.self_mi: tuple | None = None
+        self.self_mi_std: tuple | None = None
+
+    def pick(self, a: np.ndarray) -> np.ndarray:
+        """The coordinate's entries of each d-block (all of ``a`` without a coordinate)."""
+        if self.coordinate is None or a.shape[-1] % self.dim:
+            return a
+        return a[..., self.coordinate :: self.dim]
+
+    def _curve(self, V, seen, **kw):
+        return leakage.leakage_curve(V, seen, rng=self.g, k=self.k, workers=self.workers, **kw)
+
+    def score(self, i, att, estimator, points, standardized, point_curve, *, progress):
+        """Attacker ``i``'s entry: its NMI curve and M-NMI, the standardized and point-estimate
+        curves when asked, MSE and cosine of its point estimate, and the formal guarantee."""
+        t0 = time.perf_counter()
+        V, seen, fin, k = self.V, self.seen[i], self.observed[i], self.k
+        ok = self.valid_v & np.isfinite(seen).all(axis=(0, 2))
+        its = np.flatnonzero(ok)
+        counts = fin.sum(axis=0)
+        enough = counts > 2 * k + 1
+        # iterations where some trials lack a value (the event engine's dropouts and lost
+        # messages): estimated alone on the trials that have one, N_k reported
+        partial = np.flatnonzero(~ok & enough)
+        estimated = len(its) + len(partial)
+        if progress is not None:
+            said = leak_coverage.coverage(estimated, counts, its, partial)
+            progress(f"{att.label}: KSG estimates {said}")
+        cached = self.self_mi is not None and np.array_equal(its, self.self_mi[0])
+        part = self._curve(
+            V[:, its].swapaxes(0, 1),
+            seen[:, its].swapaxes(0, 1),
+            self_mi=self.self_mi[1] if cached else None,
+            knn_memo=self.knn_memo if self.repeated[i] else None,
+        )
+        if not cached:
+            self.self_mi = (its, part.self_mi)
+        extra = self._standardized(V, seen, its) if standardized else {}
+        nmi = np.full(self.plan.steps, np.nan)
+        nmi[its] = part.nmi
+        low = set(its[part.degenerate].tolist())
+        for t in partial:
+            m = fin[:, t]
+            c = self._curve(V[m, t][None], seen[m, t][None])
+            nmi[t] = c.nmi[0]
+            if c.degenerate[0]:
+                low.add(int(t))
+        with np.errstate(invalid="ignore"):
+            negative = np.flatnonzero(nmi < 0)  # estimator bias: the MI itself is >= 0
+        nmi[negative] = 0.0
+        best = int(np.nanargmax(nmi)) if np.isfinite(nmi).any() else None
+        entry: dict[str, Any] = {
+            "attacker": att.label,
+            "estimator": estimator,
+            "m_nmi": None if best is None else float(nmi[best]),
+            "argmax_iteration": best,
+            "observed_iterations": estimated,
+            "n_trials_per_iteration": [int(x) for x in counts],
+            "n_trials": int(V.shape[0]),
+            "k_neighbors": k,
+            "reference_self_mi_bits": part.reference_self_mi,
+            "nmi_curve": leakage.json_floats(nmi),
+            "low_variance_iterations": sorted(low),
+            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok & ~enough)],
+            "information_dim": int(seen.shape[-1]),
+            **extra,
+            "mi_seconds": round(time.perf_counter() - t0, 3),
+            **probing.formal_guarantee(self.plan, att, delta=self.delta),
+        }
+        if points and all(p is not None for p in points):
+            entry.update(self._point(np.concatenate(points), point_curve))
+        else:
+            entry.update(mse=None, cosine=None)
+        entry["negative_iterations"] = [int(t) for t in negative]
+        used = int(counts[enough].min()) if enough.any() else 0
+        entry["warnings"] = sample_warnings(entry, trials=used, dim=int(V.shape[-1]))
+        return entry
+
+    def _standardized(self, V, seen, its) -> dict[str, Any]:
+        """The NMI on z-scored samples (``standardized``: :func:`run`'s argument)."""
+        vz, iz = _zscore(V[:, its]), _zscore(seen[:, its])
+        cached = self.self_mi_std is not None and np.array_equal(its, self.self_mi_std[0])
+        curve = self._curve(
+            vz.swapaxes(0, 1),
+            iz.swapaxes(0, 1),
+            self_mi=self.self_mi_std[1] if cached else None,
+        )
+        if not cached:
+            self.self_mi_std = (its, curve.self_mi)
+        values = np.full(self.plan.steps, np.nan)
+        values[its] = curve.nmi
+        return {
+            "m_nmi_standardized": None if math.isnan(curve.m_nmi) else curve.m_nmi,
+            "nmi_curve_standardized": leakage.json_floats(values),
+        }
+
+    def _point(self, P_full, point_curve: bool) -> dict[str, Any]:
+        """MSE and cosine of the point estimate, pooled over the (trial, iteration) pairs
+        that have both; with ``point_curve`` its own NMI curve too."""
+        out: dict[str, Any] = {}
+        V_full = self.V_full
+        keep = np.isfinite(P_full).all(axis=(0, 2)) & self.valid_v
+        pairs = np.isfinite(P_full).all(axis=2) & np.isfinite(V_full).all(axis=2)
+        if pairs.any():
+            rec = attacks.reconstruction_error(P_full[pairs][:, None], V_full[pairs][:, None])
+            out.update(mse=rec.mse_mean, cosine=rec.cosine_mean)
+        else:
+            out.update(mse=None, cosine=None)
+        if not point_curve:
+            return out
+        P = self.pick(P_full)
+        its_p = np.flatnonzero(keep)
+        pos = {int(t): j for j, t in enumerate(self.self_mi[0])}
+        given = (
+            np.array([self.self_mi[1][pos[int(t)]] for t in its_p])
+            if all(int(t) in pos for t in its_p)
+            else None
+        )
+        pc = self._curve(self.V[:, its_p].swapaxes(0, 1), P[:, its_p].swapaxes(0, 1), self_mi=given)
+        curve = np.full(self.plan.steps, np.nan)
+        curve[its_p] = pc.nmi
+        out["m_nmi_point"] = None if math.isnan(pc.m_nmi) else pc.m_nmi
+        out["nmi_curve_point"] = leakage.json_floats(curve)
+        return out
+
+
+def _score_all(plan, attackers, parts, *, dim, standardized, point_curve, progress, **scores):
+    """(V, one report entry per attacker) from what the engine observed (``parts``)."""
+    truth_parts, info, point, names, _ = parts
+    scorer = _Scorer(
+        np.concatenate(truth_parts),  # (trials, T, d)
+        [np.concatenate(info[i]) for i in range(len(attackers))],
+        plan=plan,
+        dim=dim,
+        **scores,
+    )
+    for att, fin in zip(attackers, scorer.observed, strict=True):
+        leak_coverage.check_enough(att.label, fin, scorer.varies, scores["k"])
+    results = []
+    for i, att in enumerate(attackers):
+        entry = scorer.score(
+            i, att, names[i], point[i], standardized, point_curve, progress=progress
+        )
+        results.append(entry)
+        if progress is not None:
+            progress(f"{att.label}: M-NMI {entry['m_nmi']} ({entry['mi_seconds']:.1f} s of MI)")
+    return scorer.V, results
+
+
 def run(
     sc,
     attackers: Sequence[Attacker],
@@ -406,10 +517,7 @@ def run(
         raise ValueError(f"victim={victim} is not a node of the {plan.n}-node scenario.")
     if trials <= k:
         raise ValueError(f"Expected trials={trials} > k={k} for the MI estimates.")
-    if engine_name == "auto":
-        engine_name = "event" if has_network_effects(sc) else "batch"
-    if engine_name == "batch" and has_network_effects(sc):
-        raise ValueError("The scenario has network effects; the batch engine cannot run them.")
+    engine_name = probing.engine_for(sc, engine_name)
     data = sc.data() if data is None else data
     if engine_name == "event" and data.x.ndim == 4:
         raise ValueError("Per-trial data runs on the batch engine only.")
@@ -429,157 +537,21 @@ def run(
     )
     if engine_name == "batch":
         parts = _observe_batch(sc, attackers, trials=trials, chunk=chunk, **common)
-    elif engine_name == "event":
-        parts = _observe_event(sc, attackers, trials=trials, **common)
     else:
-        raise ValueError(f"Unknown engine {engine_name!r}; expected auto, batch or event.")
-    truth_parts, info, point, names, finals = parts
+        parts = _observe_event(sc, attackers, trials=trials, **common)
+    finals = parts[-1]
     sim_seconds = time.perf_counter() - started
-    V_full = np.concatenate(truth_parts)  # (trials, T, d)
-    V = V_full if coordinate is None else V_full[..., [coordinate]]
-
-    def pick(a: np.ndarray) -> np.ndarray:  # the coordinate's entries of each d-block
-        if coordinate is None or a.shape[-1] % dim:
-            return a
-        return a[..., coordinate::dim]
-
-    valid_v = np.isfinite(V).all(axis=(0, 2))
-    seen_all = [pick(np.concatenate(info[i])) for i in range(len(attackers))]
-    # (trials, T): the trials in which the attacker observed what its estimate of round t
-    # needs (on lossy networks a lost or late message leaves the rounds that need it out)
-    observed = [np.isfinite(V).all(axis=2) & np.isfinite(a).all(axis=2) for a in seen_all]
-    varies = leak_coverage.varying(V)
-    for att, fin in zip(attackers, observed, strict=True):
-        leak_coverage.check_enough(att.label, fin, varies, k)
-    # attackers with equal information sets (paper 004 Table 4: the eavesdropper's Eq. 44
-    # set is the colluders') share the k-NN of their joints: same values, one tree per joint
-    repeated = [
-        any(i != j and np.array_equal(seen_all[i], seen_all[j]) for j in range(len(attackers)))
-        for i in range(len(attackers))
-    ]
-    knn_memo: dict = {}
-    g = np.random.default_rng(seed)
-    self_mi = None
-    self_mi_std: tuple | None = None
-    results = []
-    for i, att in enumerate(attackers):
-        t0 = time.perf_counter()
-        seen, fin = seen_all[i], observed[i]
-        ok = valid_v & np.isfinite(seen).all(axis=(0, 2))
-        its = np.flatnonzero(ok)
-        counts = fin.sum(axis=0)
-        enough = counts > 2 * k + 1
-        # iterations where some trials lack a value (the event engine's dropouts and lost
-        # messages): estimated alone on the trials that have one, N_k reported
-        partial = np.flatnonzero(~ok & enough)
-        estimated = len(its) + len(partial)
-        if progress is not None:
-            said = leak_coverage.coverage(estimated, counts, its, partial)
-            progress(f"{att.label}: KSG estimates {said}")
-        cached = self_mi is not None and np.array_equal(its, self_mi[0])
-        part = leakage.leakage_curve(
-            V[:, its].swapaxes(0, 1),
-            seen[:, its].swapaxes(0, 1),
-            rng=g,
-            k=k,
-            workers=workers,
-            self_mi=self_mi[1] if cached else None,
-            knn_memo=knn_memo if repeated[i] else None,
-        )
-        if not cached:
-            self_mi = (its, part.self_mi)
-        if standardized:
-            vz, iz = _zscore(V[:, its]), _zscore(seen[:, its])
-            cached_std = self_mi_std is not None and np.array_equal(its, self_mi_std[0])
-            sc_curve = leakage.leakage_curve(
-                vz.swapaxes(0, 1),
-                iz.swapaxes(0, 1),
-                rng=g,
-                k=k,
-                workers=workers,
-                self_mi=self_mi_std[1] if cached_std else None,
-            )
-            if not cached_std:
-                self_mi_std = (its, sc_curve.self_mi)
-            curve_s = np.full(plan.steps, np.nan)
-            curve_s[its] = sc_curve.nmi
-        nmi = np.full(plan.steps, np.nan)
-        nmi[its] = part.nmi
-        low = set(its[part.degenerate].tolist())
-        for t in partial:
-            m = fin[:, t]
-            c = leakage.leakage_curve(V[m, t][None], seen[m, t][None], rng=g, k=k, workers=workers)
-            nmi[t] = c.nmi[0]
-            if c.degenerate[0]:
-                low.add(int(t))
-        with np.errstate(invalid="ignore"):
-            negative = np.flatnonzero(nmi < 0)  # estimator bias: the MI itself is >= 0
-        nmi[negative] = 0.0
-        best = int(np.nanargmax(nmi)) if np.isfinite(nmi).any() else None
-        entry: dict[str, Any] = {
-            "attacker": att.label,
-            "estimator": names[i],
-            "m_nmi": None if best is None else float(nmi[best]),
-            "argmax_iteration": best,
-            "observed_iterations": estimated,
-            "n_trials_per_iteration": [int(x) for x in counts],
-            "n_trials": int(V.shape[0]),
-            "k_neighbors": k,
-            "reference_self_mi_bits": part.reference_self_mi,
-            "nmi_curve": leakage.json_floats(nmi),
-            "low_variance_iterations": sorted(low),
-            "skipped_iterations": [int(x) for x in np.flatnonzero(~ok & ~enough)],
-            "information_dim": int(seen.shape[-1]),
-            **(
-                {
-                    "m_nmi_standardized": None if math.isnan(sc_curve.m_nmi) else sc_curve.m_nmi,
-                    "nmi_curve_standardized": leakage.json_floats(curve_s),
-                }
-                if standardized
-                else {}
-            ),
-            "mi_seconds": round(time.perf_counter() - t0, 3),
-            **formal_guarantee(plan, att, delta=delta),
-        }
-        pts = point[i]
-        if pts and all(p is not None for p in pts):
-            P_full = np.concatenate(pts)
-            keep = np.isfinite(P_full).all(axis=(0, 2)) & valid_v
-            pairs = np.isfinite(P_full).all(axis=2) & np.isfinite(V_full).all(axis=2)
-            if pairs.any():  # pooled over the (trial, iteration) pairs that have both
-                rec = attacks.reconstruction_error(P_full[pairs][:, None], V_full[pairs][:, None])
-                entry.update(mse=rec.mse_mean, cosine=rec.cosine_mean)
-            else:
-                entry.update(mse=None, cosine=None)
-            P = pick(P_full)
-            if point_curve:
-                its_p = np.flatnonzero(keep)
-                pos = {int(t): j for j, t in enumerate(self_mi[0])}
-                given = (
-                    np.array([self_mi[1][pos[int(t)]] for t in its_p])
-                    if all(int(t) in pos for t in its_p)
-                    else None
-                )
-                pc = leakage.leakage_curve(
-                    V[:, its_p].swapaxes(0, 1),
-                    P[:, its_p].swapaxes(0, 1),
-                    rng=g,
-                    k=k,
-                    workers=workers,
-                    self_mi=given,
-                )
-                curve_p = np.full(plan.steps, np.nan)
-                curve_p[its_p] = pc.nmi
-                entry["m_nmi_point"] = None if math.isnan(pc.m_nmi) else pc.m_nmi
-                entry["nmi_curve_point"] = leakage.json_floats(curve_p)
-        else:
-            entry.update(mse=None, cosine=None)
-        entry["negative_iterations"] = [int(t) for t in negative]
-        used = int(counts[enough].min()) if enough.any() else 0
-        entry["warnings"] = sample_warnings(entry, trials=used, dim=int(V.shape[-1]))
-        results.append(entry)
-        if progress is not None:
-            progress(f"{att.label}: M-NMI {entry['m_nmi']} ({entry['mi_seconds']:.1f} s of MI)")
+    scores = dict(coordinate=coordinate, k=k, seed=seed, workers=workers, delta=delta)
+    V, results = _score_all(
+        plan,
+        attackers,
+        parts,
+        dim=dim,
+        standardized=standardized,
+        point_curve=point_curve,
+        progress=progress,
+        **scores,
+    )
     out = {
         "scenario": sc.name,
         "mechanism": plan.mechanism,
@@ -596,29 +568,27 @@ def run(
     if finals:
         values = np.concatenate(finals)
         out.update(final_mean=float(values.mean()), final_std=float(values.std()))
-    mi_seconds = time.perf_counter() - started - sim_seconds
     if audit_trials:
+        audit = dict(trials=audit_trials, confidence=audit_confidence, delta=delta)
         _audit_beside(
-            out,
-            sc,
-            attackers,
-            trials=audit_trials,
-            victim=victim,
-            engine_name=engine_name,
-            confidence=audit_confidence,
-            progress=progress,
-            delta=delta,
+            out, sc, attackers, victim=victim, engine_name=engine_name, progress=progress, **audit
         )
+    out["cost"] = _cost(out, started=started, sim_seconds=sim_seconds, trials=trials)
+    return out
+
+
+def _cost(out, *, started: float, sim_seconds: float, trials: int) -> dict[str, Any]:
+    """The run's seconds (simulation, per trial, MI, audit, total) and peak memory."""
     total = time.perf_counter() - started
-    out["cost"] = {
+    audit = out["audit"]["seconds"] if "audit" in out else 0.0
+    return {
         "total_seconds": round(total, 3),
         "simulation_seconds": round(sim_seconds, 3),
         "seconds_per_trial": round(sim_seconds / trials, 4),
-        "mi_seconds": round(mi_seconds, 3),
-        "audit_seconds": round(out["audit"]["seconds"], 3) if "audit" in out else 0.0,
+        "mi_seconds": round(total - sim_seconds - audit, 3),
+        "audit_seconds": round(audit, 3),
         "peak_memory_mb": round(leak_coverage.peak_memory_mb(), 1),
     }
-    return out
 
 
 #: What :func:`run` copies from the audit of each attacker into its entry (prefix ``audit_``

@@ -1,7 +1,7 @@
 """Sweeps: a grid of scenario variants and seeds, one Dask task per point (``edgedp sim sweep``).
 
 Before anything runs, every point is parsed as a scenario and checked against its engine
-(:func:`edgedp_sim.runner.check_engine`): a bad value or a point its engine cannot run
+(:func:`edgedp_sim.engine_choice.check_engine`): a bad value or a point its engine cannot run
 refuses the whole sweep, naming the point. Workers receive each point's scenario bytes
 (:mod:`edgedp_sim.scenario_bytes`, the plan built once here), never a path.
 
@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from edgedp import _validate, strict_json
-from edgedp_sim import provenance, runner, scenario_bytes, shards, sweep_summary, training_check
+from edgedp_sim import (
+    engine_choice,
+    provenance,
+    runner,
+    scenario_bytes,
+    shards,
+    sweep_summary,
+    training_check,
+)
 from edgedp_sim.scenarios import ScenarioError, parse
 
 __all__ = ["Outcome", "Point", "points", "run"]
@@ -61,8 +69,10 @@ def _grid(sweep: dict[str, Any], base: Path) -> tuple[Path, list[tuple[str, dict
     _validate.known_keys(sweep, SWEEP_KEYS, error=ScenarioError)
     if "scenario" not in sweep:
         raise ScenarioError("sweep.scenario (the base scenario file) is required")
-    if sweep.get("engine", "auto") not in runner.ENGINES:
-        raise ScenarioError(f"engine = {sweep['engine']!r}; choose one of {list(runner.ENGINES)}")
+    if sweep.get("engine", "auto") not in engine_choice.ENGINES:
+        raise ScenarioError(
+            f"engine = {sweep['engine']!r}; choose one of {list(engine_choice.ENGINES)}"
+        )
     path = Path(sweep["scenario"])
     path = path if path.is_absolute() else base / path
     try:
@@ -110,7 +120,7 @@ def points(sweep: dict[str, Any], base: Path) -> list[Point]:
         seen.add(name)
         try:
             sc = parse(raw, base=path.parent)
-            runner.check_engine(sc, engine)
+            engine_choice.check_engine(sc, engine)
         except ScenarioError as exc:
             raise ScenarioError(f"grid point {name}: {exc}") from None
         data = scenario_bytes.dump(sc)

@@ -74,10 +74,10 @@ def block(
     """Trials ``first`` … ``first + count − 1`` of the scenario (bytes of
     :func:`edgedp_sim.scenario_bytes.dump`, or the Scenario itself in this process);
     ``progress(rounds done)`` of the first trial."""
-    from edgedp_sim import runner
+    from edgedp_sim import engine_choice
 
     sc = scenario_bytes.load(payload) if isinstance(payload, bytes) else payload
-    name, why = runner.check_engine(sc, engine_name)
+    name, why = engine_choice.check_engine(sc, engine_name)
     data = sc.data()
     plan = sc.plan
     if name == "batch":
@@ -187,9 +187,9 @@ def run(
     in blocks of ``block_trials`` (default: all in one block here, about four blocks per
     worker on a client). ``progress(rounds)`` of trial 0 here; ``block_progress(trials done,
     trials, info)`` after each block."""
-    from edgedp_sim import runner
+    from edgedp_sim import engine_choice
 
-    runner.check_engine(sc, engine_name)  # refused here, before any work is shipped
+    engine_choice.check_engine(sc, engine_name)  # refused here, before any work is shipped
     if block_trials is None:
         workers = 1 if client is None else max(1, len(client.scheduler_info()["workers"]))
         block_trials = trials if client is None else max(1, -(-trials // (4 * workers)))

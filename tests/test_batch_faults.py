@@ -20,7 +20,7 @@ from edgedp.agent import Agent
 from edgedp.plan import TaskSpec, make_plan
 from edgedp.planning import cross_agent, factorization
 from edgedp.sketch import SketchSpec
-from edgedp_sim import batch, datasets, engine, round_faults, runner, scenarios
+from edgedp_sim import batch, datasets, engine, engine_choice, round_faults, runner, scenarios
 from edgedp_sim.churn import Crash, Faults, crash_round, crash_rounds
 from edgedp_sim.links import Latency, LinkDraws, Network
 
@@ -244,14 +244,14 @@ def _scenario(extra=""):
 
 
 def test_scenarios_choose_the_engine_and_say_why():
-    assert runner.choose_engine(_scenario()) == (
+    assert engine_choice.choose_engine(_scenario()) == (
         "batch",
         "zero latency and infinite bandwidth (faults as round masks)",
     )
     lat = Network(latency=Latency.from_dict({"kind": "constant", "ms": 5}))
-    assert runner.choose_engine(replace(_scenario(), network=lat))[0] == "event"
+    assert engine_choice.choose_engine(replace(_scenario(), network=lat))[0] == "event"
     clockless = replace(_scenario(), network=Network(loss=0.05))
-    assert runner.choose_engine(clockless) == (
+    assert engine_choice.choose_engine(clockless) == (
         "event",
         "crashes need a round clock (network.compute_s > 0) in the batch engine",
     )
@@ -266,7 +266,7 @@ def test_engine_key_wins_and_is_checked(tmp_path):
     raw = tomllib.loads(SCENARIO)
     raw["engine"] = "event"
     sc = scenarios.parse(raw)
-    assert runner.choose_engine(sc) == ("event", "engine key of the scenario")
+    assert engine_choice.choose_engine(sc) == ("event", "engine key of the scenario")
     raw["engine"] = "fast"
     with pytest.raises(scenarios.ScenarioError, match="engine = 'fast'"):
         scenarios.parse(raw)

@@ -1,8 +1,8 @@
 """`edgedp demo --quick` end to end, and its report in a real headless browser.
 
-The quick setting (edgedp_sim.demo.QUICK) runs every part the embedded default runs — five plans
-at one ε, the event engine over a lossy network, real agent processes, leakage probes with
-the audit — on small graphs; `make demo` runs the default.
+The quick setting (edgedp_sim.demo_plans.QUICK) runs every part the embedded default runs —
+five plans at one ε, the event engine over a lossy network, real agent processes, leakage
+probes with the audit — on small graphs; `make demo` runs the default.
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ from pathlib import Path
 import headless
 import pytest
 
-from edgedp_sim import demo, demo_report
+from edgedp_sim import demo_plans, demo_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,9 +44,9 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     assert list(rows) == ["dsgd", "dp-dsgd", "mafalda", "whisper", "dome"]
     # one common guarantee against the eavesdropper, certified by each plan's accountant
     for mech in ("dp-dsgd", "mafalda", "whisper", "dome"):
-        assert math.isclose(rows[mech]["epsilon"], demo.QUICK.target_epsilon, rel_tol=1e-6)
+        assert math.isclose(rows[mech]["epsilon"], demo_plans.QUICK.target_epsilon, rel_tol=1e-6)
         assert rows[mech]["adjacency"] == "zero-out"
-        assert rows[mech]["delta"] == demo.QUICK.delta
+        assert rows[mech]["delta"] == demo_plans.QUICK.delta
     assert rows["dsgd"]["epsilon"] == "inf"
     # MAFALDA's and Whisper's planners predict less noise than DP-D-SGD's at equal epsilon
     assert rows["dp-dsgd"]["predicted_noise_ratio"] == 1.0
@@ -63,8 +63,8 @@ def test_quick_demo_plans_runs_and_reports(quick_run):
     assert all(rows[m]["step_size"].find("noise-budget rule") > 0 for m in ("dp-dsgd", "dome"))
     assert all(r["warnings"] == [] for r in rows.values())  # every run ended below its start
     assert "comparison protocol:" in proc.stdout
-    assert all(len(r["model_digests"]) == demo.QUICK.trials for r in rows.values())
-    assert len(set(rows["dp-dsgd"]["model_digests"])) == demo.QUICK.trials  # fresh noise
+    assert all(len(r["model_digests"]) == demo_plans.QUICK.trials for r in rows.values())
+    assert len(set(rows["dp-dsgd"]["model_digests"])) == demo_plans.QUICK.trials  # fresh noise
     # real agents computed the simulator's bits
     agents = data["agents"]
     assert agents["equal"] and agents["real_digest"] == agents["simulated_digest"]
@@ -96,8 +96,8 @@ def test_every_epsilon_names_its_attacker_and_compares_at_the_same_one(quick_run
     hold the same guarantee."""
     out, proc = quick_run
     data = json.loads((out / "results.json").read_text())
-    eps = demo.QUICK.target_epsilon
-    classes = [c for c, _, _ in demo.ATTACKER_CLASSES]
+    eps = demo_plans.QUICK.target_epsilon
+    classes = [c for c, _, _ in demo_plans.ATTACKER_CLASSES]
     for r in data["results"]:
         by = r["epsilon_by_attacker"]
         assert list(by) == classes
@@ -111,13 +111,13 @@ def test_every_epsilon_names_its_attacker_and_compares_at_the_same_one(quick_run
     table = demo_report.format_table(data)
     assert table in proc.stdout
     head, _, *body = table.splitlines()
-    for _, column, words in demo.ATTACKER_CLASSES:
+    for _, column, words in demo_plans.ATTACKER_CLASSES:
         assert column in head and f"{column} = {words}" in table
     for r, line in zip(data["results"], body, strict=False):
         cells = line[len(r["algorithm"]) :].split()[:3]
         want = [demo_report.eps_cell(r["epsilon_by_attacker"][c]) for c in classes]
         assert cells == want, (line, want)
-    assert f"delta = {demo.QUICK.delta:g}" in table and "zero-out" in table
+    assert f"delta = {demo_plans.QUICK.delta:g}" in table and "zero-out" in table
 
 
 def test_the_readme_table_is_the_demo_output_of_its_results_file():
@@ -127,7 +127,7 @@ def test_the_readme_table_is_the_demo_output_of_its_results_file():
     table = demo_report.format_table(stored)
     readme = (ROOT / "README.md").read_text()
     assert f"```\n{table}\n```" in readme
-    assert stored["config"] == json.loads(json.dumps(dataclasses.asdict(demo.DemoConfig())))
+    assert stored["config"] == json.loads(json.dumps(dataclasses.asdict(demo_plans.DemoConfig())))
 
 
 @pytest.fixture(scope="module")

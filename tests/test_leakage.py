@@ -569,17 +569,17 @@ def test_leak_cli_json_reports_the_table4_keys(tmp_path, capsys):
 
 
 def test_leak_uses_the_event_engine_for_network_effects(tmp_path):
-    from edgedp_sim import adversary, leak, scenarios
+    from edgedp_sim import adversary, leak, probing, scenarios
 
     path = _small_table4(tmp_path, steps=6, extra="\n[network]\nloss = 0.2\n")
     sc = scenarios.load(path)
-    assert leak.has_network_effects(sc)
-    assert not leak.has_network_effects(scenarios.load(_small_table4(tmp_path, steps=6)))
+    assert probing.has_network_effects(sc)
+    assert not probing.has_network_effects(scenarios.load(_small_table4(tmp_path, steps=6)))
     lan = Path(scenarios.__file__).parent / "lan_er100.toml"  # latency only
-    assert leak.has_network_effects(scenarios.load(lan))
+    assert probing.has_network_effects(scenarios.load(lan))
     # a finite bandwidth: timing matters, as for sim run's engine choice (was run unclocked)
     slow = _small_table4(tmp_path, steps=6, extra="\n[network]\nbandwidth_mbps = 5.0\n")
-    assert leak.has_network_effects(scenarios.load(slow))
+    assert probing.has_network_effects(scenarios.load(slow))
     rep = leak.run(sc, [adversary.tap_all()], trials=12, victim=0)
     assert rep["engine"] == "event" and rep["n_trials"] == 12
     # a lost message leaves a hole: the attack then falls back to the messages it saw

@@ -249,6 +249,7 @@ NAME_BRANCHES_ALLOWED = {
     "edgedp/planning/cross_agent.py": "the cross family's covariance solvers",
     "edgedp/planning/build.py": "dmf plans without the MAFALDA workload Gram",
     "edgedp_sim/demo.py": "the demo's fixed list of mechanisms",
+    "edgedp_sim/demo_plans.py": "the demo's fixed list of mechanisms",
     "edgedp_sim/demo_report.py": "the demo's fixed list of mechanisms",
 }
 
@@ -311,9 +312,9 @@ def test_no_mechanism_name_branches_outside_the_registry():
 
 
 def test_threads_looking_up_their_first_mechanism_at_once_all_find_it():
-    """A Dask worker's threads may make the first look-up of a process together: while one
-    enters the built-in mechanisms the others wait (the import is slowed down here so that
-    they all arrive while it runs)."""
+    """A Dask worker's threads may make the first look-up of a process together: the
+    package enters the built-in mechanisms when it is imported, so every thread finds them
+    (the algorithms' import is slowed down here; a lazy first look-up would race it)."""
     import subprocess
     import sys
     import textwrap

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgedp import api
+from edgedp import extras
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -48,7 +48,7 @@ def _mentioned_extras():
         files += sorted((ROOT / folder).rglob("*.py"))
     for path in files:
         for m in re.finditer(r"edgedp\[([A-Za-z0-9_,-]+)\]", path.read_text()):
-            if m[1] != "EXTRA":  # the placeholder in api.py's comments
+            if m[1] != "EXTRA":  # the placeholder in extras.py's comments
                 yield f"{path.relative_to(ROOT)}: {m[0]}", m[1].split(",")
 
 
@@ -58,7 +58,7 @@ def test_every_install_hint_names_an_extra_that_exists():
 
 
 def test_every_optional_module_maps_to_an_extra_that_installs_it():
-    for module, extra in api.EXTRAS.items():
+    for module, extra in extras.EXTRAS.items():
         assert DISTRIBUTION.get(module, module) in _packages(extra), (module, extra)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgedp.api import need_extra
+from edgedp.extras import need_extra
 from edgedp.models.spec import DenseSpec
 
 __all__ = ["choose_params", "export", "spec_for"]

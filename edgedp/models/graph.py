@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp.api import need_extra
+from edgedp.extras import need_extra
 from edgedp.models.spec import DenseSpec, init_params
 
 __all__ = [

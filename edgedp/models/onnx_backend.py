@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from edgedp import _validate
-from edgedp.api import need_extra
+from edgedp.extras import need_extra
 from edgedp.models.dense import _accuracy
 
 __all__ = ["EVAL_CHUNK", "OnnxModel"]

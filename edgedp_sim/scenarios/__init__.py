@@ -156,7 +156,7 @@ class Scenario:
     leakage: dict = field(default_factory=dict)  # [leakage] table, read by ``edgedp leak``
     # "model" or "normal[:STD]": x_i(0) per node and trial (edgedp_sim.initial)
     initial_state: str = "model"
-    engine: str = "auto"  # or "batch" / "event": overrides :func:`edgedp_sim.runner.choose_engine`
+    engine: str = "auto"  # "batch"/"event" override edgedp_sim.engine_choice.choose_engine
 
     def data(self) -> datasets.FederatedData:
         t = self.plan.task
