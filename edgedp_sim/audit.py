@@ -52,6 +52,7 @@ from edgedp_sim import (
     engine,
     leak,
     linear_view,
+    shards,
 )
 from edgedp_sim import canary as canary_mod
 from edgedp_sim.adversary import Attacker
@@ -180,7 +181,7 @@ def run(
     if client is None:
         scores = _scores(setup, ids, chunk, seconds, progress)
     else:
-        from edgedp_sim import scenario_bytes, shards
+        from edgedp_sim import scenario_bytes
 
         workers = max(1, len(client.scheduler_info()["workers"]))
         size = block_trials or max(1, -(-trials // (4 * workers)))
@@ -229,7 +230,7 @@ def run(
         "trials_per_second": trials / total if total > 0 else None,
         "method": audit_report.METHOD,
         "attackers": results,
-        **({} if blocks is None else _where(blocks)),
+        **({} if blocks is None else shards.where(blocks)),
     }
 
 
@@ -303,18 +304,6 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "scores": np.concatenate([np.array(p["scores"]) for p in parts], axis=1),
         "seconds": {k: sum(p["seconds"][k] for p in parts) for k in parts[0]["seconds"]},
-    }
-
-
-def _where(blocks) -> dict[str, Any]:
-    """Where each block ran and the largest peak memory of a worker process."""
-    return {
-        "blocks": [
-            {"first_trial": b.first, "trials": b.count, "worker": b.worker, "peak_mb": b.peak_mb}
-            for b in blocks
-        ],
-        "workers": sorted({b.worker for b in blocks}),
-        "peak_worker_mb": max(b.peak_mb for b in blocks),
     }
 
 
