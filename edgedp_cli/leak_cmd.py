@@ -3,6 +3,7 @@
     edgedp leak SCENARIO.toml|PLAN --attacker hbc:1,2 --attacker eavesdropper:all
         [--encrypted] [--trials N] [--audit-trials N] [--target-eps E] [--delta D]
         [--victim U] [--json] [--plot PNG]
+        [--workers W | --scheduler ADDRESS] [--block-trials K] [--knn-threads K]
 
 Monte Carlo trials (batch engine; the event engine when the scenario has latency, loss or
 faults; a plan file runs on an ideal network), the attackers' estimates of the victim's
@@ -13,6 +14,11 @@ bound ε_lb — formal ε, empirical ε and M-NMI side by side (:mod:`edgedp_sim
 networks each iteration is estimated on the trials in which the attacker observed it; the
 report says on how many, and what the run cost (seconds, peak memory). Progress lines go to
 stderr (none with --json or -q).
+
+With ``--workers`` (a local Dask cluster) or ``--scheduler`` the trials, and the audit's,
+run in keyed blocks on the cluster (docs/CLUSTER.md) and the MI is estimated here on the
+merged trials: the same report as one process, plus where each block ran and its worker's
+peak memory.
 """
 
 from __future__ import annotations
@@ -217,25 +223,33 @@ def cmd_leak(args) -> None:
     audit_trials = trials if args.audit_trials is None else args.audit_trials
     if 0 < audit_trials < 8:
         raise UsageError(f"--audit-trials {audit_trials} must be 0 (no audit) or >= 8")
+    if args.knn_threads < 1:
+        raise UsageError(f"--knn-threads {args.knn_threads} must be >= 1")
+    from edgedp_sim import shards
+
     try:
-        report = leak.run(
-            sc,
-            attackers,
-            trials=trials,
-            victim=victim,
-            engine_name=args.engine,
-            chunk=args.chunk,
-            seed=args.seed,
-            workers=args.workers,
-            progress=progress,
-            standardized=args.standardized,
-            audit_trials=audit_trials,
-            audit_confidence=args.confidence,
-            delta=delta,
-        )
+        with _common.cluster(args) as client:
+            report = leak.run(
+                sc,
+                attackers,
+                trials=trials,
+                victim=victim,
+                engine_name=args.engine,
+                chunk=args.chunk,
+                seed=args.seed,
+                workers=args.knn_threads,
+                progress=progress,
+                standardized=args.standardized,
+                audit_trials=audit_trials,
+                audit_confidence=args.confidence,
+                delta=delta,
+                client=client,
+                block_trials=args.block_trials,
+                block_progress=shards.block_lines("edgedp leak") if chatty(args) else None,
+            )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    except FloatingPointError as exc:
+    except (FloatingPointError, shards.ShardError) as exc:
         raise RunFailedError(str(exc)) from None
     if args.target_eps is not None:
         report["target_epsilon"] = args.target_eps
@@ -293,7 +307,10 @@ def register(sub, add) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the KSG tie-breaking noise (default 0)"
     )
-    p.add_argument("--workers", type=int, default=1, help="threads for k-NN queries (default 1)")
+    p.add_argument(
+        "--knn-threads", type=int, default=1, help="threads for k-NN queries (default 1)"
+    )
+    _common.add_cluster_flags(p, "trials (and the audit's)")
     p.add_argument("--plot", help="write the per-iteration NMI curves to this PNG (default: none)")
     p.add_argument(
         "--standardized",

@@ -52,6 +52,7 @@ from edgedp_sim import (
     engine,
     linear_view,
     probing,
+    shards,
 )
 from edgedp_sim import canary as canary_mod
 from edgedp_sim.adversary import Attacker
@@ -196,7 +197,7 @@ def run(
         "trials_per_second": trials / total if total > 0 else None,
         "method": audit_report.METHOD,
         "attackers": results,
-        **({} if blocks is None else _where(blocks)),
+        **({} if blocks is None else shards.where(blocks)),
     }
 
 
@@ -222,7 +223,7 @@ def _on_client(client, sc, options, seconds, trials, block_trials, block_progres
     """(scores, blocks) of the trials run in blocks on a Dask client (about four blocks per
     worker unless ``block_trials``), merged as this process would hold them; their
     simulation and statistic time is added to ``seconds``."""
-    from edgedp_sim import scenario_bytes, shards
+    from edgedp_sim import scenario_bytes
 
     workers = max(1, len(client.scheduler_info()["workers"]))
     size = block_trials or max(1, -(-trials // (4 * workers)))
@@ -311,18 +312,6 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "scores": np.concatenate([np.array(p["scores"]) for p in parts], axis=1),
         "seconds": {k: sum(p["seconds"][k] for p in parts) for k in parts[0]["seconds"]},
-    }
-
-
-def _where(blocks) -> dict[str, Any]:
-    """Where each block ran and the largest peak memory of a worker process."""
-    return {
-        "blocks": [
-            {"first_trial": b.first, "trials": b.count, "worker": b.worker, "peak_mb": b.peak_mb}
-            for b in blocks
-        ],
-        "workers": sorted({b.worker for b in blocks}),
-        "peak_worker_mb": max(b.peak_mb for b in blocks),
     }
 
 

@@ -201,8 +201,10 @@ def _estimate(probes, plan, victim, theta0, initial_state, trials, info, point, 
 
 
 def _observe_batch(
-    sc, attackers, *, trials, victim, chunk, progress, data, dim, theta0, initial_state, final
-):
+    sc, attackers, *, trials, victim, chunk, progress, data, dim, theta0, initial_state, final,
+    start=0,
+):  # fmt: skip
+    """Trials ``start`` … ``start + trials − 1`` on the batch engine, in chunks."""
     plan = sc.plan
     info: dict[int, list] = {i: [] for i in range(len(attackers))}
     point: dict[int, list] = {i: [] for i in range(len(attackers))}
@@ -210,6 +212,7 @@ def _observe_batch(
     truth_parts, finals = [], []
     done = 0
     for first, count in _chunks(trials, chunk):
+        first += start
         probes = [adversary.Probe(a, plan, trials=count, dim=dim) for a in attackers]
         truth = adversary.GroundTruth([victim], trials=count, steps=plan.steps, dim=dim)
         res = batch.run(
@@ -232,14 +235,15 @@ def _observe_batch(
 
 
 def _observe_event(
-    sc, attackers, *, trials, victim, progress, data, dim, theta0, initial_state, final
+    sc, attackers, *, trials, victim, progress, data, dim, theta0, initial_state, final, start=0
 ):
+    """Trials ``start`` … ``start + trials − 1`` on the event engine, one at a time."""
     truth_parts = []
     info: dict[int, list] = {i: [] for i in range(len(attackers))}
     point: dict[int, list] = {i: [] for i in range(len(attackers))}
     names: dict[int, str] = {}
     started = time.perf_counter()
-    for tr in range(trials):
+    for tr in range(start, start + trials):
         plan = sc.plan
         probes = [adversary.Probe(a, plan, trials=1, dim=dim) for a in attackers]
         truth = adversary.GroundTruth([victim], trials=1, steps=plan.steps, dim=dim)
@@ -256,14 +260,15 @@ def _observe_event(
         )
         truth_parts.append(truth.of(victim))
         _estimate(probes, plan, victim, theta0, initial_state, (tr, 1), info, point, names)
-        if progress is not None and tr == 0 and trials > 1:
+        if progress is not None and tr == start and trials > 1:
             each = time.perf_counter() - started
             progress(
                 f"event engine: {each:.2f} s per trial, about {each * trials / 60:.1f} min "
                 f"of simulation for {trials} trials"
             )
-        if progress is not None and ((tr + 1) % max(1, trials // 20) == 0 or tr + 1 == trials):
-            progress(f"simulated {tr + 1}/{trials} trials (event engine)")
+        done = tr + 1 - start
+        if progress is not None and (done % max(1, trials // 20) == 0 or done == trials):
+            progress(f"simulated {done}/{trials} trials (event engine)")
     return truth_parts, info, point, names, []
 
 
@@ -466,6 +471,9 @@ def run(
     initial_state: str | None = None,
     final: Callable[[np.ndarray, int], np.ndarray] | None = None,
     delta: float | None = None,
+    client: Any = None,
+    block_trials: int | None = None,
+    block_progress: Callable | None = None,
 ) -> dict[str, Any]:
     """Leakage of ``sc``'s victim to each attacker; a JSON-ready report (module docstring).
 
@@ -502,6 +510,13 @@ def run(
         ``(trials, nodes, d)`` (e.g. paper 004's residual ‖x(K) − 1x*ᵀ‖²), summarized as
         ``final_mean`` / ``final_std`` (batch engine).
       delta: δ of each attacker's certified ε (and of the audit's ε_lb); default the plan's.
+      client: a Dask client (:func:`edgedp_sim.shards.connect`): the trials (and the audit's)
+        run there in keyed blocks of ``block_trials`` (default about four per worker,
+        :mod:`edgedp_sim.leak_blocks`); the MI is estimated here on the merged trials, so the
+        report is this process's bit for bit, plus ``blocks``, ``workers`` and
+        ``peak_worker_mb``. ``final`` travels to the workers (a module-level function).
+        ``block_trials`` without a client runs the same blocks here, one after the other.
+      block_progress: called with (trials done, trials, BlockInfo) after each block.
 
     Each iteration's NMI uses the trials in which the attacker observed what its estimate
     of that round needs (``n_trials_per_iteration``; all of them on an ideal network);
@@ -518,6 +533,8 @@ def run(
     if trials <= k:
         raise ValueError(f"Expected trials={trials} > k={k} for the MI estimates.")
     engine_name = probing.engine_for(sc, engine_name)
+    if data is not None and (client is not None or block_trials is not None):
+        raise ValueError("data cannot be shipped to workers: give it in the scenario instead.")
     data = sc.data() if data is None else data
     if engine_name == "event" and data.x.ndim == 4:
         raise ValueError("Per-trial data runs on the batch engine only.")
@@ -535,7 +552,24 @@ def run(
         initial_state=initial_state,
         final=final,
     )
-    if engine_name == "batch":
+    blocks = None
+    if client is not None or block_trials is not None:
+        from edgedp_sim import leak_blocks
+
+        parts, blocks = leak_blocks.observe(
+            client,
+            sc,
+            attackers,
+            trials=trials,
+            engine_name=engine_name,
+            chunk=chunk,
+            victim=victim,
+            initial_state=initial_state,
+            final=final,
+            block_trials=block_trials,
+            progress=block_progress,
+        )
+    elif engine_name == "batch":
         parts = _observe_batch(sc, attackers, trials=trials, chunk=chunk, **common)
     else:
         parts = _observe_event(sc, attackers, trials=trials, **common)
@@ -571,8 +605,21 @@ def run(
     if audit_trials:
         audit = dict(trials=audit_trials, confidence=audit_confidence, delta=delta)
         _audit_beside(
-            out, sc, attackers, victim=victim, engine_name=engine_name, progress=progress, **audit
+            out,
+            sc,
+            attackers,
+            victim=victim,
+            engine_name=engine_name,
+            progress=progress,
+            client=client,
+            block_trials=block_trials,
+            block_progress=block_progress,
+            **audit,
         )
+    if blocks is not None:
+        from edgedp_sim import shards
+
+        out.update(shards.where(blocks))
     out["cost"] = _cost(out, started=started, sim_seconds=sim_seconds, trials=trials)
     return out
 
@@ -608,8 +655,10 @@ _AUDIT_KEYS = (
 )
 
 
-def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence, progress, delta):
-    """The audit of every attacker (gradient canary) next to its M-NMI and formal ε."""
+def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence, progress, delta,
+                  client, block_trials, block_progress):  # fmt: skip
+    """The audit of every attacker (gradient canary) next to its M-NMI and formal ε (on
+    ``client`` when given)."""
     from edgedp_sim import audit
 
     rep = audit.run(
@@ -621,6 +670,9 @@ def _audit_beside(out, sc, attackers, *, trials, victim, engine_name, confidence
         confidence=confidence,
         delta=delta,
         progress=progress,
+        client=client,
+        block_trials=block_trials,
+        block_progress=block_progress,
     )
     for entry, a in zip(out["attackers"], rep["attackers"], strict=True):
         for key in _AUDIT_KEYS:

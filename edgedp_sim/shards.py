@@ -53,6 +53,7 @@ __all__ = [
     "finished",
     "run_blocks",
     "split",
+    "where",
 ]
 
 
@@ -190,6 +191,19 @@ def run_blocks(
             client.cancel(list(futures))
     ordered = [values[b.index] for b in blocks]
     return merge(ordered), [infos[b.index] for b in blocks]
+
+
+def where(infos: Sequence[BlockInfo]) -> dict[str, Any]:
+    """A report's ``blocks`` (each block's first trial, trials, worker and its peak MB),
+    ``workers`` and ``peak_worker_mb`` (the largest peak of a worker process)."""
+    return {
+        "blocks": [
+            {"first_trial": b.first, "trials": b.count, "worker": b.worker, "peak_mb": b.peak_mb}
+            for b in infos
+        ],
+        "workers": sorted({b.worker for b in infos}),
+        "peak_worker_mb": max(b.peak_mb for b in infos),
+    }
 
 
 def _payload(data: bytes) -> bytes:

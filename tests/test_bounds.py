@@ -204,3 +204,21 @@ def test_a_diverging_mix_is_never_adopted(make_agents):
             break
         assert all(np.all(np.isfinite(a.theta)) for a in agents)
     assert stopped is not None
+
+
+@pytest.mark.parametrize("spec", ["er:60:0.15:1", "smallworld:40:4:0.3:2", "star:12", "ring:9"])
+@pytest.mark.parametrize("weighting", ["metropolis-hastings", "uniform-neighbour"])
+def test_column_sum_is_the_dense_matrix_s_without_building_it(spec, weighting):
+    graph = edgedp_topologies.parse(spec)
+    plan = make_plan(
+        "dp-dsgd",
+        graph,
+        steps=3,
+        participation=Participation(3, 1),
+        clip_norm=1.0,
+        learning_rate=0.1,
+        noise_multiplier=1.0,
+        weighting=weighting,
+    )
+    dense = float(np.max(plan.mixing_matrix().sum(axis=0)))  # W built from the table
+    assert bounds.network_facts(plan).column_sum == dense

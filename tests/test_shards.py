@@ -1,5 +1,6 @@
 """Trials in keyed blocks: merged bit for bit, in this process and on a real Dask cluster
-whose worker is killed mid-run (for ``sim run --trials``, a sweep and an audit)."""
+whose worker is killed mid-run (for ``sim run --trials``, a sweep, an audit and a leakage
+run)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 import edgedp
 from edgedp import strict_json
-from edgedp_sim import adversary, audit, batch, runner, scenarios, shards, trials
+from edgedp_sim import adversary, audit, batch, leak, runner, scenarios, shards, trials
 
 # every mechanism family: plain, temporal factor, cross-agent, sketched, Laplace
 PLANS = {
@@ -52,6 +53,58 @@ def test_event_trials_in_blocks():
     assert parts.counters["events"].tolist() == one.counters["events"].tolist()
 
 
+LOSSY = """name = "lossy"
+seed = 3
+steps = 5
+[topology]
+spec = "er:8:0.5:1"
+[task]
+model = "logistic"
+dataset = "digits-parity"
+[privacy]
+mechanism = "dp-dsgd"
+noise_multiplier = 2.0
+delta = 1e-5
+[network]
+loss = 0.1
+round_timeout_s = 0.5
+"""
+
+
+def _leak_numbers(report: dict) -> str:
+    """A leakage report without its seconds and block records, as JSON."""
+    out = {k: v for k, v in report.items() if "seconds" not in k and k != "cost"}
+    out.pop("blocks", None), out.pop("workers", None), out.pop("peak_worker_mb", None)
+    out["attackers"] = [
+        {k: v for k, v in e.items() if "seconds" not in k} for e in out["attackers"]
+    ]
+    if "audit" in out:
+        out["audit"] = {k: v for k, v in out["audit"].items() if k != "seconds"}
+    return strict_json.dumps(out)
+
+
+@pytest.mark.parametrize("mechanism", sorted(PLANS))
+def test_leak_trials_in_blocks_give_the_single_report(mechanism):
+    plan = edgedp.make_plan(mechanism, "er:10:0.4:1", steps=4, **PLANS[mechanism])
+    sc = scenarios.from_plan(plan)
+    att = [adversary.parse_attacker("hbc:1,2"), adversary.tap_all()]
+    kw = dict(trials=24, initial_state="normal", audit_trials=0)
+    whole = leak.run(sc, att, **kw)  # one chunk of every trial
+    parts = leak.run(sc, att, block_trials=7, chunk=3, **kw)  # blocks 7, 7, 7, 3 in chunks
+    assert [b["trials"] for b in parts["blocks"]] == [7, 7, 7, 3]
+    assert _leak_numbers(parts) == _leak_numbers(whole)
+
+
+def test_lossy_leak_trials_in_blocks_on_the_event_engine(tmp_path):
+    (tmp_path / "lossy.toml").write_text(LOSSY)
+    sc = scenarios.load(tmp_path / "lossy.toml")
+    att = [adversary.parse_attacker("hbc:1"), adversary.tap_all()]
+    whole = leak.run(sc, att, trials=20, audit_trials=8)
+    parts = leak.run(sc, att, trials=20, audit_trials=8, block_trials=6)
+    assert whole["engine"] == parts["engine"] == "event"
+    assert _leak_numbers(parts) == _leak_numbers(whole)
+
+
 # ---------------------------------------------------------------- a real cluster
 SCENARIO = """name = "kill"
 seed = 1
@@ -75,6 +128,7 @@ mechanism = "dp-dsgd"
 noise_multiplier = 1.0
 participation = "10,1"
 """
+LEAK = AUDIT.replace(":10:", ":2:").replace('participation = "10,1"\n', "")
 DASK = str(Path(sys.executable).with_name("dask"))  # the `dask` command of this environment
 
 
@@ -214,6 +268,31 @@ def test_killed_worker_blocks_are_rerun_and_merged_bit_for_bit(tmp_path):
             for key in ("n_trials", "canary_rounds", "delta"):
                 assert merged[key] == alone[key]
             assert merged["attackers"] == json.loads(strict_json.dumps(alone["attackers"]))
+            # a leakage run on the same cluster: a fresh worker joins, and a busy one is killed
+            alive["w4"] = _worker(address, "w4", tmp_path)
+            procs.append(alive["w4"])
+            _wait_workers(watch, 2)
+            (tmp_path / "leak.toml").write_text(LEAK)
+            run = _cli(
+                *("leak", str(tmp_path / "leak.toml"), "--attacker", "hbc:1"),
+                *("--attacker", "eavesdropper:all", "--trials", "480", "--block-trials", "60"),
+                *("--audit-trials", "0", "--scheduler", address),
+            )
+            _, killed = _kill_when_busy(watch, alive, time.monotonic() + 240)
+            stdout, stderr = run.communicate(timeout=600)
+            assert run.returncode == 0, stderr[-3000:]
+            merged = json.loads(stdout)
+            assert killed and all(k.startswith("leak-trials-") for k in killed)
+            alone = leak.run(
+                scenarios.load(tmp_path / "leak.toml"),
+                [adversary.parse_attacker("hbc:1"), adversary.tap_all()],
+                trials=480,
+            )
+            assert len(merged["blocks"]) == 8 and merged["peak_worker_mb"] > 0
+            for key in ("attackers", "n_trials", "iterations"):
+                assert (
+                    json.loads(_leak_numbers(merged))[key] == json.loads(_leak_numbers(alone))[key]
+                )
     finally:
         for p in procs[::-1]:
             if p.poll() is None:
