@@ -39,7 +39,7 @@ import edgedp  # noqa: F401 (first: numpy loads with the dispatch edgedp pins, a
 import numpy as np
 
 from edgedp import noise, rng, streams
-from edgedp_sim import adversary, kernels, leak, leakage, scenarios
+from edgedp_sim import adversary, kernels, leak_trials, leakage, scenarios
 
 SCENARIO = scenarios.__file__.rsplit("/", 1)[0] + "/leakage_table4.toml"
 
@@ -112,7 +112,7 @@ def table4(args, npeet_mi) -> None:
     attackers = [adversary.parse_attacker(a) for a in ("hbc:1,2", "eavesdropper:all")]
     data = sc.data()
     clock = _Clock()
-    truth_parts, info, _, _, _ = leak._observe_batch(
+    truth_parts, info, _, _, _ = leak_trials.observe_batch(
         sc,
         attackers,
         trials=args.trials,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from edgedp import models
-from edgedp_sim import leak, scenario_bytes, shards
+from edgedp_sim import leak_trials, scenario_bytes, shards
 from edgedp_sim.adversary import Attacker
 
 __all__ = ["block", "merge", "observe"]
@@ -45,9 +45,9 @@ def block(payload: bytes, first: int, count: int, attackers: tuple[Attacker, ...
         start=first,
     )
     if engine_name == "batch":
-        parts = leak._observe_batch(sc, attackers, trials=count, chunk=chunk, **common)
+        parts = leak_trials.observe_batch(sc, attackers, trials=count, chunk=chunk, **common)
     else:
-        parts = leak._observe_event(sc, attackers, trials=count, **common)
+        parts = leak_trials.observe_event(sc, attackers, trials=count, **common)
     truth, info, point, names, finals = parts
     return {"truth": truth, "info": info, "point": point, "names": names, "finals": finals}
 
