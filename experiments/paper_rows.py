@@ -200,6 +200,22 @@ ROWS: tuple[Row, ...] = (
             else "**not reproduced** in edgedp's settings (other settings)"
         ),
     ),
+    *(
+        Row(
+            "000",
+            lambda o, i=i: (
+                "§7.2 as the paper ran it (stand-ins: "
+                + f"{o['config']['graph']['nodes']}-node ego graph, Housing-shaped data; T = "
+                + f"{o['config']['steps']}, {len(o['config']['seeds'])} seeds): "
+                + o["table"][i]["claim"]
+            ),
+            "mafalda_protocol",
+            lambda o, i=i: o["table"][i]["paper"],
+            lambda o, i=i: o["table"][i]["edgedp"],
+            lambda o, i=i: o["table"][i]["verdict"],
+        )
+        for i in range(6)  # claim 1, claim 2, every μ: tuned, then shared step sizes
+    ),
     Row(
         "000",
         "Fig. 2: PNDP privacy loss falls with the distance to the victim (DP-D-SGD, RDP at "

@@ -35,6 +35,8 @@ def _body(blocks: dict[str, Callable[[], str]], name: str) -> str:
         return blocks[name]().rstrip("\n")
     except UnrecordedError as e:
         return unrecorded(e.name)
+    except MissingOutputError as e:
+        return missing(e.name)
 
 
 class UnrecordedError(Exception):
@@ -43,6 +45,21 @@ class UnrecordedError(Exception):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+
+class MissingOutputError(FileNotFoundError):
+    """A registered experiment whose full output has not been written yet."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"experiments/out/{name}.json is missing: run make results ONLY={name}")
+        self.name = name
+
+
+def missing(name: str) -> str:
+    return (
+        f"*Not generated: experiments/out/{name}.json is missing. Generate it: "
+        f"`make results ONLY={name}`.*"
+    )
 
 
 def unrecorded(name: str) -> str:
@@ -58,7 +75,7 @@ def load(name: str) -> dict[str, Any]:
     the code it ran (its numbers are not quoted)."""
     path = OUT / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run make results ONLY={name}")
+        raise MissingOutputError(name)
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or not (data.get("environment") or {}).get("code"):
         raise UnrecordedError(name)
@@ -137,11 +154,11 @@ def index() -> str:
     for e in EXPERIMENTS:
         try:
             env = load(e.name)["environment"]
-        except UnrecordedError:
+        except (UnrecordedError, MissingOutputError) as err:
             rows.append(
                 (
                     f"`{e.name}`",
-                    "not recorded",
+                    "not generated" if isinstance(err, MissingOutputError) else "not recorded",
                     "–",
                     "–",
                     quick_wall(e.name),
@@ -230,6 +247,63 @@ def mafalda_comparison() -> str:
         + (f" ({', '.join(edges)})." if edges else ".")
     )
     return "\n".join(out)
+
+
+def mafalda_protocol() -> str:
+    d = load("mafalda_protocol")
+    cfg = d["config"]
+    g, data = cfg["graph"], cfg["data"]
+    level = f"{cfg['confidence']:.0%}"
+    rows = []
+    for i, mu in enumerate(cfg["mus"]):
+        cells = [num(mu), num(d["epsilons"][i])]
+        for proto in ("tuned", "shared"):
+            s = d["protocols"][proto]
+            for mech in ("dp-dsgd", "mafalda"):
+                r = s["rows"][f"{mech}|{mu}"]
+                cells.append(
+                    "diverged"
+                    if r["diverged"]
+                    else f"{fixed(r['last_mean'])} (η {num(r['lr'], 2)})"
+                )
+            imp = s["improvement"][str(mu)]
+            cells.append(
+                "–"
+                if "mean" not in imp
+                else f"{imp['mean']:.1f} [{imp['ci'][0]:.1f}, {imp['ci'][1]:.1f}]"
+            )
+        rows.append(cells)
+    fac = d["mafalda_factor"] or {}
+    return block(
+        "mafalda_protocol",
+        f"{g['nodes']}-node ego stand-in ({g['edges']:,} edges, spectral gap "
+        f"{num(g['spectral_gap_uniform_neighbour'])}, degrees {g['degree_range'][0]}–"
+        f"{g['degree_range'][1]}), Housing-shaped stand-in ({data['rows']:,} rows, test "
+        f"{data['test_rows']:,}, validation {data['validation_rows']:,}), T = {cfg['steps']}, "
+        f"(k, b) = ({cfg['participation'][0]}, {cfg['participation'][1]}), "
+        f"{cfg['rows_per_node']} rows per node in batches of {cfg['batch_size']}, "
+        f"{len(cfg['seeds'])} seeds; MAFALDA factor duality gap {num(fac.get('gap'), 2)}. "
+        f"Last-{cfg['last_steps']}-step test MSE (mean over seeds; step size η in MSE units) "
+        f"and MAFALDA's % lower loss with its {level} t-interval, per μ (ε at δ = "
+        f"{num(cfg['delta'])}):",
+        table(
+            (
+                "μ",
+                "ε",
+                "DP-D-SGD tuned",
+                "MAFALDA tuned",
+                "% lower (tuned)",
+                "DP-D-SGD shared",
+                "MAFALDA shared",
+                "% lower (shared)",
+            ),
+            rows,
+        ),
+        table(
+            ("claim", "paper", "edgedp", "verdict"),
+            [(r["claim"], r["paper"], r["edgedp"], r["verdict"]) for r in d["table"]],
+        ),
+    )
 
 
 def whisper_fig1() -> str:
@@ -984,11 +1058,14 @@ def papers() -> str:
         for r in rows:
             try:
                 o = load(r.experiment)
-            except UnrecordedError:
+            except (UnrecordedError, MissingOutputError) as e:
                 claim = r.claim if isinstance(r.claim, str) else "(see its section)"
-                cells.append(
-                    (claim, "–", "–", "not regenerated yet", f"`make results ONLY={r.experiment}`")
+                state = (
+                    "not generated yet"
+                    if isinstance(e, MissingOutputError)
+                    else ("not regenerated yet")
                 )
+                cells.append((claim, "–", "–", state, f"`make results ONLY={r.experiment}`"))
                 continue
             env = o["environment"]
             cells.append(
@@ -1110,6 +1187,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "step_size": step_size,
     "mf_multi_epoch": mf_multi_epoch,
     "mafalda_comparison": mafalda_comparison,
+    "mafalda_protocol": mafalda_protocol,
     "whisper_fig1": whisper_fig1,
     "whisper_tasks": whisper_tasks,
     "whisper_agent_level": whisper_agent_level,
