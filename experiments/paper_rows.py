@@ -102,10 +102,18 @@ def _whisper_ratio(o: Output, part: str, key: str, x: str) -> list[tuple[float, 
 def _agent_level_claim(o: Output, claim: str) -> str:
     """A claim of whisper_agent_level's table with the setting edgedp ran it in."""
     logistic = "test loss" in claim
-    steps = o["config"]["t_logistic" if logistic else "t_quadratic"]
+    cfg = o["config"]
+    steps = cfg["t_logistic" if logistic else "t_quadratic"]
+    task = "logistic" if logistic else "quadratic"
+    rows = [r for key in ("vs_epsilon", "vs_p") for r in o[task][key]]
+    smallest = min(cfg["learning_rates"])
+    at_smallest = sum(all(m["lr"] == smallest for m in r["mechanisms"].values()) for r in rows)
     return (
         f"{claim} (edgedp: agent-level, T = {steps:,}, each mechanism at its tuned learning "
-        "rate, seed-paired, started away from the optimum" + (", a9a)" if logistic else ")")
+        "rate, seed-paired, started away from the optimum"
+        + (", a9a" if logistic else "")
+        + f"; in {at_smallest} of {len(rows)} settings every mechanism is tuned to the grid's "
+        f"smallest rate {smallest:g}: the agent-level noise outweighs larger steps)"
     )
 
 

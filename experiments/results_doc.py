@@ -391,9 +391,7 @@ def whisper_agent_level() -> str:
     def still(r: dict) -> bool:
         """Every mechanism tuned to the grid's smallest η₁ on the quadratic: the clipped
         gradients move a model at most ``reach`` towards x*, so the gap stays the start's."""
-        return r["task"] == "quadratic" and all(
-            r["mechanisms"][m]["lr"] == smallest for m in mechs
-        )
+        return r["task"] == "quadratic" and all(r["mechanisms"][m]["lr"] == smallest for m in mechs)
 
     def cell(r: dict, m: str) -> str:
         s = r["mechanisms"][m]
@@ -428,8 +426,10 @@ def whisper_agent_level() -> str:
     data = cfg["data"]
     quad_rows = [r for k in ("vs_epsilon", "vs_p") for r in d["quadratic"][k]]
     quad, stuck = len(quad_rows), sum(still(r) for r in quad_rows)
-    reach = smallest * cfg["clip"] * math.fsum(
-        1.0 / math.sqrt(t) for t in range(1, cfg["t_quadratic"] + 1)
+    reach = (
+        smallest
+        * cfg["clip"]
+        * math.fsum(1.0 / math.sqrt(t) for t in range(1, cfg["t_quadratic"] + 1))
     )
     return block(
         "whisper_agent_level",
