@@ -382,6 +382,8 @@ def whisper_tasks() -> str:
 
 
 def whisper_agent_level() -> str:
+    import paper_rows
+
     d = load("whisper_agent_level")
     cfg = d["config"]
     mechs = cfg["mechanisms"]
@@ -391,7 +393,7 @@ def whisper_agent_level() -> str:
     def still(r: dict) -> bool:
         """Every mechanism tuned to the grid's smallest η₁ on the quadratic: the clipped
         gradients move a model at most ``reach`` towards x*, so the gap stays the start's."""
-        return r["task"] == "quadratic" and all(r["mechanisms"][m]["lr"] == smallest for m in mechs)
+        return r["task"] == "quadratic" and paper_rows.at_smallest_rate(r, smallest)
 
     def cell(r: dict, m: str) -> str:
         s = r["mechanisms"][m]
@@ -1044,6 +1046,12 @@ def event_faults() -> str:
     )
 
 
+def _not_yet(claim: str, e: UnrecordedError | MissingOutputError) -> tuple[str, ...]:
+    """The side-by-side row of an experiment whose output is missing or unrecorded."""
+    state = "not generated yet" if isinstance(e, MissingOutputError) else "not regenerated yet"
+    return (claim, "–", "–", state, f"`make results ONLY={e.name}`")
+
+
 def papers() -> str:
     """Per paper, its claims side by side with edgedp's (:mod:`paper_rows`)."""
     import paper_rows
@@ -1060,12 +1068,7 @@ def papers() -> str:
                 o = load(r.experiment)
             except (UnrecordedError, MissingOutputError) as e:
                 claim = r.claim if isinstance(r.claim, str) else "(see its section)"
-                state = (
-                    "not generated yet"
-                    if isinstance(e, MissingOutputError)
-                    else ("not regenerated yet")
-                )
-                cells.append((claim, "–", "–", state, f"`make results ONLY={r.experiment}`"))
+                cells.append(_not_yet(claim, e))
                 continue
             env = o["environment"]
             cells.append(
@@ -1080,21 +1083,13 @@ def papers() -> str:
         for name in paper_rows.OWN_TABLES.get(paper, ()):
             try:
                 o = load(name)
-            except UnrecordedError:
-                cells.append(
-                    (
-                        "(see its section)",
-                        "–",
-                        "–",
-                        "not regenerated yet",
-                        f"`make results ONLY={name}`",
-                    )
-                )
+            except (UnrecordedError, MissingOutputError) as e:
+                cells.append(_not_yet("(see its section)", e))
                 continue
             command = (
                 f"`make results ONLY={name}` ({minutes(o['environment'].get('wall_seconds'))})"
             )
-            cells += [(*row, command) for row in paper_rows.own_rows(o)]
+            cells += [(*row, command) for row in paper_rows.own_rows(name, o)]
         out += [table(("claim", "paper", "edgedp", "verdict", "command (time)"), cells), ""]
     return "\n".join(out)
 
