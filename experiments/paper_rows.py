@@ -99,13 +99,26 @@ def _whisper_ratio(o: Output, part: str, key: str, x: str) -> list[tuple[float, 
     return [(r[x], r["ldp"] / r["whisper"]) for r in o[part][key]]
 
 
+def at_smallest_rate(row: dict, smallest: float) -> bool:
+    """Every mechanism of a whisper_agent_level setting tuned to the grid's smallest rate."""
+    return all(m["lr"] == smallest for m in row["mechanisms"].values())
+
+
 def _agent_level_claim(o: Output, claim: str) -> str:
     """A claim of whisper_agent_level's table with the setting edgedp ran it in."""
     logistic = "test loss" in claim
-    steps = o["config"]["t_logistic" if logistic else "t_quadratic"]
+    cfg = o["config"]
+    steps = cfg["t_logistic" if logistic else "t_quadratic"]
+    task = "logistic" if logistic else "quadratic"
+    rows = [r for key in ("vs_epsilon", "vs_p") for r in o[task][key]]
+    smallest = min(cfg["learning_rates"])
+    at_smallest = sum(at_smallest_rate(r, smallest) for r in rows)
     return (
         f"{claim} (edgedp: agent-level, T = {steps:,}, each mechanism at its tuned learning "
-        "rate, seed-paired, started away from the optimum" + (", a9a)" if logistic else ")")
+        "rate, seed-paired, started away from the optimum"
+        + (", a9a" if logistic else "")
+        + f"; in {at_smallest} of {len(rows)} settings every mechanism is tuned to the grid's "
+        f"smallest rate {smallest:g}: the agent-level noise outweighs larger steps)"
     )
 
 
@@ -164,15 +177,39 @@ def _digits_accuracy(o: Output) -> float:
 #: experiments whose output carries its own "table" of {item, paper, edgedp, verdict} rows
 #: (the verdicts computed by the experiment from its numbers), shown after ROWS of that paper
 OWN_TABLES: dict[str, tuple[str, ...]] = {
-    "000": ("pndp_fig2",),
+    "000": ("pndp_fig2", "mafalda_protocol"),
+    "001": ("whisper_agent_level",),
     "004": ("sr_gt_table4_fit",),
 }
 
 
-def own_rows(o: Output) -> list[tuple[str, str, str, str]]:
-    """(claim, paper, edgedp, verdict) of each row of an output's own table."""
+def _protocol_claim(o: Output, claim: str) -> str:
+    """A claim of mafalda_protocol's table with the setting edgedp ran it in."""
+    cfg = o["config"]
+    return (
+        f"§7.2 as the paper ran it (stand-ins: {cfg['graph']['nodes']}-node ego graph, "
+        f"Housing-shaped data; T = {cfg['steps']}, {len(cfg['seeds'])} seeds): {claim}"
+    )
+
+
+#: how an own table's claim (key ``claim`` or ``item``) names the setting it ran in
+OWN_SETTING: dict[str, Callable[[Output, str], str]] = {
+    "mafalda_protocol": _protocol_claim,
+    "whisper_agent_level": _agent_level_claim,
+}
+
+
+def own_rows(name: str, o: Output) -> list[tuple[str, str, str, str]]:
+    """(claim, paper, edgedp, verdict) of each row of experiment ``name``'s own table."""
+    setting = OWN_SETTING.get(name, lambda _, claim: claim)
     return [
-        (r["item"], _cell(r["paper"]), _cell(r["edgedp"]), str(r["verdict"])) for r in o["table"]
+        (
+            setting(o, r["item"] if "item" in r else r["claim"]),
+            _cell(r["paper"]),
+            _cell(r["edgedp"]),
+            str(r["verdict"]),
+        )
+        for r in o["table"]
     ]
 
 
@@ -260,17 +297,6 @@ ROWS: tuple[Row, ...] = (
             if all(r > 1 for _, r in _whisper_ratio(o, "logistic", "vs_epsilon", "epsilon"))
             else "partly: Whisper not below LDP at every ε"
         ),
-    ),
-    *(
-        Row(
-            "001",
-            lambda o, i=i: _agent_level_claim(o, o["table"][i]["claim"]),
-            "whisper_agent_level",
-            lambda o, i=i: o["table"][i]["paper"],
-            lambda o, i=i: o["table"][i]["edgedp"],
-            lambda o, i=i: o["table"][i]["verdict"],
-        )
-        for i in range(6)
     ),
     # 002 -----------------------------------------------------------------
     Row(

@@ -97,6 +97,7 @@ EXPERIMENTS = (
     Experiment("leakage_table"),
     Experiment("leakage_table4"),
     Experiment("mafalda_comparison"),
+    Experiment("mafalda_protocol"),
     Experiment("mf_multi_epoch"),
     Experiment("pndp_distance"),
     Experiment("pndp_fig2"),

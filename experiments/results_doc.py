@@ -35,6 +35,8 @@ def _body(blocks: dict[str, Callable[[], str]], name: str) -> str:
         return blocks[name]().rstrip("\n")
     except UnrecordedError as e:
         return unrecorded(e.name)
+    except MissingOutputError as e:
+        return missing(e.name)
 
 
 class UnrecordedError(Exception):
@@ -43,6 +45,21 @@ class UnrecordedError(Exception):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+
+class MissingOutputError(FileNotFoundError):
+    """A registered experiment whose full output has not been written yet."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"experiments/out/{name}.json is missing: run make results ONLY={name}")
+        self.name = name
+
+
+def missing(name: str) -> str:
+    return (
+        f"*Not generated: experiments/out/{name}.json is missing. Generate it: "
+        f"`make results ONLY={name}`.*"
+    )
 
 
 def unrecorded(name: str) -> str:
@@ -58,7 +75,7 @@ def load(name: str) -> dict[str, Any]:
     the code it ran (its numbers are not quoted)."""
     path = OUT / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run make results ONLY={name}")
+        raise MissingOutputError(name)
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or not (data.get("environment") or {}).get("code"):
         raise UnrecordedError(name)
@@ -137,11 +154,11 @@ def index() -> str:
     for e in EXPERIMENTS:
         try:
             env = load(e.name)["environment"]
-        except UnrecordedError:
+        except (UnrecordedError, MissingOutputError) as err:
             rows.append(
                 (
                     f"`{e.name}`",
-                    "not recorded",
+                    "not generated" if isinstance(err, MissingOutputError) else "not recorded",
                     "–",
                     "–",
                     quick_wall(e.name),
@@ -232,6 +249,63 @@ def mafalda_comparison() -> str:
     return "\n".join(out)
 
 
+def mafalda_protocol() -> str:
+    d = load("mafalda_protocol")
+    cfg = d["config"]
+    g, data = cfg["graph"], cfg["data"]
+    level = f"{cfg['confidence']:.0%}"
+    rows = []
+    for i, mu in enumerate(cfg["mus"]):
+        cells = [num(mu), num(d["epsilons"][i])]
+        for proto in ("tuned", "shared"):
+            s = d["protocols"][proto]
+            for mech in ("dp-dsgd", "mafalda"):
+                r = s["rows"][f"{mech}|{mu}"]
+                cells.append(
+                    "diverged"
+                    if r["diverged"]
+                    else f"{fixed(r['last_mean'])} (η {num(r['lr'], 2)})"
+                )
+            imp = s["improvement"][str(mu)]
+            cells.append(
+                "–"
+                if "mean" not in imp
+                else f"{imp['mean']:.1f} [{imp['ci'][0]:.1f}, {imp['ci'][1]:.1f}]"
+            )
+        rows.append(cells)
+    fac = d["mafalda_factor"] or {}
+    return block(
+        "mafalda_protocol",
+        f"{g['nodes']}-node ego stand-in ({g['edges']:,} edges, spectral gap "
+        f"{num(g['spectral_gap_uniform_neighbour'])}, degrees {g['degree_range'][0]}–"
+        f"{g['degree_range'][1]}), Housing-shaped stand-in ({data['rows']:,} rows, test "
+        f"{data['test_rows']:,}, validation {data['validation_rows']:,}), T = {cfg['steps']}, "
+        f"(k, b) = ({cfg['participation'][0]}, {cfg['participation'][1]}), "
+        f"{cfg['rows_per_node']} rows per node in batches of {cfg['batch_size']}, "
+        f"{len(cfg['seeds'])} seeds; MAFALDA factor duality gap {num(fac.get('gap'), 2)}. "
+        f"Last-{cfg['last_steps']}-step test MSE (mean over seeds; step size η in MSE units) "
+        f"and MAFALDA's % lower loss with its {level} t-interval, per μ (ε at δ = "
+        f"{num(cfg['delta'])}):",
+        table(
+            (
+                "μ",
+                "ε",
+                "DP-D-SGD tuned",
+                "MAFALDA tuned",
+                "% lower (tuned)",
+                "DP-D-SGD shared",
+                "MAFALDA shared",
+                "% lower (shared)",
+            ),
+            rows,
+        ),
+        table(
+            ("claim", "paper", "edgedp", "verdict"),
+            [(r["claim"], r["paper"], r["edgedp"], r["verdict"]) for r in d["table"]],
+        ),
+    )
+
+
 def whisper_fig1() -> str:
     d = load("whisper_fig1")
     cfg = d["config"]
@@ -308,6 +382,8 @@ def whisper_tasks() -> str:
 
 
 def whisper_agent_level() -> str:
+    import paper_rows
+
     d = load("whisper_agent_level")
     cfg = d["config"]
     mechs = cfg["mechanisms"]
@@ -317,9 +393,7 @@ def whisper_agent_level() -> str:
     def still(r: dict) -> bool:
         """Every mechanism tuned to the grid's smallest η₁ on the quadratic: the clipped
         gradients move a model at most ``reach`` towards x*, so the gap stays the start's."""
-        return r["task"] == "quadratic" and all(
-            r["mechanisms"][m]["lr"] == smallest for m in mechs
-        )
+        return r["task"] == "quadratic" and paper_rows.at_smallest_rate(r, smallest)
 
     def cell(r: dict, m: str) -> str:
         s = r["mechanisms"][m]
@@ -354,8 +428,10 @@ def whisper_agent_level() -> str:
     data = cfg["data"]
     quad_rows = [r for k in ("vs_epsilon", "vs_p") for r in d["quadratic"][k]]
     quad, stuck = len(quad_rows), sum(still(r) for r in quad_rows)
-    reach = smallest * cfg["clip"] * math.fsum(
-        1.0 / math.sqrt(t) for t in range(1, cfg["t_quadratic"] + 1)
+    reach = (
+        smallest
+        * cfg["clip"]
+        * math.fsum(1.0 / math.sqrt(t) for t in range(1, cfg["t_quadratic"] + 1))
     )
     return block(
         "whisper_agent_level",
@@ -970,6 +1046,12 @@ def event_faults() -> str:
     )
 
 
+def _not_yet(claim: str, e: UnrecordedError | MissingOutputError) -> tuple[str, ...]:
+    """The side-by-side row of an experiment whose output is missing or unrecorded."""
+    state = "not generated yet" if isinstance(e, MissingOutputError) else "not regenerated yet"
+    return (claim, "–", "–", state, f"`make results ONLY={e.name}`")
+
+
 def papers() -> str:
     """Per paper, its claims side by side with edgedp's (:mod:`paper_rows`)."""
     import paper_rows
@@ -984,11 +1066,9 @@ def papers() -> str:
         for r in rows:
             try:
                 o = load(r.experiment)
-            except UnrecordedError:
+            except (UnrecordedError, MissingOutputError) as e:
                 claim = r.claim if isinstance(r.claim, str) else "(see its section)"
-                cells.append(
-                    (claim, "–", "–", "not regenerated yet", f"`make results ONLY={r.experiment}`")
-                )
+                cells.append(_not_yet(claim, e))
                 continue
             env = o["environment"]
             cells.append(
@@ -1003,21 +1083,13 @@ def papers() -> str:
         for name in paper_rows.OWN_TABLES.get(paper, ()):
             try:
                 o = load(name)
-            except UnrecordedError:
-                cells.append(
-                    (
-                        "(see its section)",
-                        "–",
-                        "–",
-                        "not regenerated yet",
-                        f"`make results ONLY={name}`",
-                    )
-                )
+            except (UnrecordedError, MissingOutputError) as e:
+                cells.append(_not_yet("(see its section)", e))
                 continue
             command = (
                 f"`make results ONLY={name}` ({minutes(o['environment'].get('wall_seconds'))})"
             )
-            cells += [(*row, command) for row in paper_rows.own_rows(o)]
+            cells += [(*row, command) for row in paper_rows.own_rows(name, o)]
         out += [table(("claim", "paper", "edgedp", "verdict", "command (time)"), cells), ""]
     return "\n".join(out)
 
@@ -1110,6 +1182,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "step_size": step_size,
     "mf_multi_epoch": mf_multi_epoch,
     "mafalda_comparison": mafalda_comparison,
+    "mafalda_protocol": mafalda_protocol,
     "whisper_fig1": whisper_fig1,
     "whisper_tasks": whisper_tasks,
     "whisper_agent_level": whisper_agent_level,

@@ -65,7 +65,8 @@ def test_results_doc_is_what_the_stored_outputs_generate():
 
 # a number outside a generated block may only name a paper, its parts or a reference
 _NAMES = re.compile(
-    r"(paper|papers|Fig\.|Figs\.|Table|Tables|Eq\.|Alg\.|§)\s*\d+(\.\d+)?([–,]\s*\d+)*|\[\d+\]|ε_lb|"
+    r"(paper|papers|Fig\.|Figs\.|Table|Tables|Eq\.|Alg\.|Thm|Theorem|Lemma|§)"
+    r"\s*\d+(\.\d+)?([–,]\s*\d+)*|\[\d+\]|ε_lb|"
     r"σ²|x\*|x\(K\)|x\(0\)|1x\*|[\w/.]+\.(py|md|json|png)"
 )
 
