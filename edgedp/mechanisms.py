@@ -229,6 +229,7 @@ class Mechanism:
 
 
 _FAMILIES: dict[str, Family] = {}
+_FACTS: set[str] = set()  # every registered family's trait names
 _REGISTRY: dict[str, Mechanism] = {}
 _BUILTIN_INSTALLED = False
 
@@ -266,6 +267,7 @@ def install_builtin(builtin_families: tuple[Family, ...], builtin: tuple[Mechani
     if len({m.name for m in entered}) != len(entered):
         raise RuntimeError("Two built-in mechanisms share a name.")
     _FAMILIES.update(known)
+    _FACTS.update(fact for fam in known.values() for fact in fam.facts)
     _REGISTRY.update((m.name, m) for m in entered)
     _BUILTIN_INSTALLED = True
 
@@ -323,10 +325,9 @@ def family(name: str) -> Family:
 
 
 def _check_facts(facts) -> None:
-    known = {f for fam in _FAMILIES.values() for f in fam.facts}
-    unknown = sorted(set(facts) - known)
+    unknown = sorted(set(facts) - _FACTS)
     if unknown:
-        raise ValueError(f"Unknown traits {unknown}; the families have {sorted(known)}.")
+        raise ValueError(f"Unknown traits {unknown}; the families have {sorted(_FACTS)}.")
 
 
 def names(
