@@ -10,8 +10,9 @@ The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.ma
 ``edgedp.account``, ``edgedp.simulate``, ``edgedp.leak``, ``edgedp.save_dataset`` (numpy
 arrays as a dataset file a plan can name) and ``edgedp.export_model``. It imports planning
 and the simulator only when called, so ``import edgedp`` stays a device import. Importing
-the package enters the built-in mechanisms (:data:`edgedp.algorithms.BUILTIN`) in the
-registry (:mod:`edgedp.mechanisms`), before any module can look one up.
+the package enters the built-in families and mechanisms (:data:`edgedp.algorithms.FAMILIES`,
+:data:`edgedp.algorithms.BUILTIN`) in the registry (:mod:`edgedp.mechanisms`), before any
+module can look one up.
 """
 
 # _numerics first: it fixes numpy's CPU dispatch before numpy loads (the names load in order).
@@ -29,7 +30,8 @@ from edgedp.api import (
     simulate,
 )
 
-mechanisms.install_builtin(algorithms.BUILTIN)  # the registry's explicit list, entered once
+# the registry's explicit lists, entered once
+mechanisms.install_builtin(algorithms.FAMILIES, algorithms.BUILTIN)
 
 __version__ = "0.1.0"
 

@@ -282,7 +282,7 @@ class CrossNoise:
             edge_keys[j] = keys.pairs[v]
         if share.factor_row and keys.shared is None:
             raise ValueError(f"node {share.node}: the plan needs the shared seed's key.")
-        if mechanisms.get(share.kind).message_noise and keys.messages is None:
+        if mechanisms.get(share.kind).has("message_noise") and keys.messages is None:
             raise ValueError(f"node {share.node}: {share.kind} needs its message stream key.")
         return cls(
             kind=share.kind,
@@ -350,7 +350,7 @@ class CrossNoise:
             for j in range(s):
                 term = out + (self.scale * self.edge_coef[..., j])[..., None] * edge[..., j, :]
                 out = np.where(self.edge_valid[..., j, None], term, out)
-        if not mechanisms.get(self.kind).message_noise:
+        if not mechanisms.get(self.kind).has("message_noise"):
             return out
         return self._messages(out, step, d)
 

@@ -1,18 +1,22 @@
 """The mechanism registry: every mechanism edgedp plans, certifies and runs, declared once.
 
-Each algorithm module (:mod:`edgedp.algorithms`) declares its round rules as one
-:class:`Rules` value and its :class:`Mechanism` records in ``MECHANISMS``; the package's
-``__init__`` enters the explicit list :data:`edgedp.algorithms.BUILTIN` here
-(:func:`install_builtin`) when edgedp is imported. The algorithms import this module,
-never the reverse.
+A mechanism is one :class:`Mechanism` record (its round rules as a :class:`Rules` value,
+noise kind, trust model, accountant, factor, attack and worked examples) in one
+:class:`Family` — the planner that builds it (``edgedp plan FAMILY``). What the mechanisms
+of one family may differ in is the family's: a family names a ``traits`` type (a frozen
+dataclass, e.g. the cross-agent family's ``correlated``, ``shared_seed``, ...), and each of
+its mechanisms carries one value of it. This module names no family and no mechanism: the
+package's ``__init__`` enters the explicit lists :data:`edgedp.algorithms.FAMILIES` and
+:data:`edgedp.algorithms.BUILTIN` (:func:`install_builtin`) when edgedp is imported; the
+algorithms import this module, never the reverse.
 Everything that used to keep its own list of mechanism names derives it from here: the
 plan's checks and :meth:`~edgedp.plan.NoisePlan.guarantee`, the planner's factorized set,
-the command line's choices, scenario files and the simulator's attacks. Adding a mechanism
-is one :func:`register` call with its round rules, noise kind and accountant (a built-in
+the command line's choices, scenario files, the simulator's attacks and the tests' cases
+(each record's ``examples``). Adding a mechanism is one :func:`register` call (a built-in
 one: its module and one entry in :data:`edgedp.algorithms.MODULES`).
 
 >>> from edgedp import mechanisms
->>> mechanisms.get("mafalda").family, mechanisms.get("mafalda").planned
+>>> mechanisms.get("mafalda").family, mechanisms.get("mafalda").has("planned")
 ('mf', True)
 >>> mechanisms.names(noise="laplace")
 ('sr-gt', 'dpop')
@@ -20,17 +24,23 @@ one: its module and one entry in :data:`edgedp.algorithms.MODULES`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
-    "FAMILIES",
+    "EXAMPLE_FRAME",
     "NOISE_KINDS",
+    "Family",
     "Guarantee",
     "Mechanism",
+    "NoTraits",
     "RoundRules",
     "Rules",
+    "examples",
+    "families",
+    "family",
     "get",
     "install_builtin",
     "names",
@@ -38,11 +48,47 @@ __all__ = [
     "unregister",
 ]
 
-#: Planner and command-line families: ``edgedp plan FAMILY``.
-FAMILIES = ("sgd", "mf", "laplace", "cross", "dome")
 #: What a node adds to its message: nothing, Gaussian noise from the plan's factor and ν, or
 #: the Laplace schedule of paper 004.
 NOISE_KINDS = ("none", "gaussian", "laplace")
+#: Where a record's ``examples`` are planned: ``edgedp.make_plan(name, **EXAMPLE_FRAME,
+#: **example)`` — a few seconds at most, for tests and docs.
+EXAMPLE_FRAME: Mapping[str, Any] = MappingProxyType(
+    {"topology": "ring:6", "steps": 6, "batch_size": 4}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NoTraits:
+    """The traits of a family whose mechanisms differ in nothing but their record."""
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A planner family (``edgedp plan NAME``) and what its mechanisms may differ in.
+
+    ``traits`` is a frozen dataclass type whose fields, all defaulted, are the facts other
+    code asks of a mechanism of this family (:meth:`Mechanism.has`, :func:`names`); each
+    mechanism of the family carries one value of it (the defaults when it gives none).
+    """
+
+    name: str
+    traits: type = NoTraits
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name != self.name.strip().lower():
+            raise ValueError(f"Expected a lower-case family name, got {self.name!r}.")
+        if not (isinstance(self.traits, type) and is_dataclass(self.traits)):
+            raise TypeError(f"family {self.name}: traits must be a dataclass type.")
+        try:
+            self.traits()
+        except TypeError:
+            raise TypeError(f"family {self.name}: every trait needs a default.") from None
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        """The names of its traits."""
+        return tuple(f.name for f in fields(self.traits))
 
 
 @runtime_checkable
@@ -94,13 +140,14 @@ class Guarantee(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Mechanism:
-    """One mechanism: its name in a plan, its rules, noise, planner family and accountant.
+    """One mechanism: its name in a plan, its rules, noise, family, accountant and examples.
 
     Attributes:
       name: the plan's ``mechanism`` string (part of the plan's bytes: never rename one).
       rules: the round rules (a :class:`Rules` value, or any object satisfying
         :class:`RoundRules`).
-      family: one of :data:`FAMILIES` (``edgedp plan FAMILY``, the planner that builds it).
+      family: the name of its :class:`Family` (``edgedp plan FAMILY``, the planner that
+        builds it).
       noise: one of :data:`NOISE_KINDS`.
       trust_model: the attacker its accountant's guarantee holds against.
       accountant: ``accountant(plan, steps_done=None) -> Guarantee``, re-derived from the
@@ -108,23 +155,16 @@ class Mechanism:
       factor: the temporal factor it fixes (a no-argument builder), or None when the
         planner or caller supplies one.
       default_factor: the factor used when none is supplied (a builder), else None.
-      planned: its factor comes from :mod:`edgedp.planning.factorization`.
-      sketchable: a ``dome`` plan may carry its cross-agent noise in the sketched space.
       command_line: ``edgedp plan FAMILY`` can build it (False: only the Python API, e.g. a
         dense factor the caller computed).
       attack: the name of the algorithm-specific reconstruction attack the simulator's
         leakage runs use against it (``edgedp_sim.attacks.ATTACKS``); the default is the
         update inversion of the D-SGD family.
-      correlated: its noise is correlated across agents by a planned covariance R̃ (family
-        cross): ε per trust model (eavesdropper, insider, neighbourhood) and the cross-agent
-        linear-Gaussian attack apply; False for node-private cross-agent noise.
-      shared_seed: part of its noise may come from a seed all agents share (known to an
-        honest-but-curious coalition of nodes).
-      message_noise: its nodes add noise to each outgoing message as well (Zip-DL).
-      gossip_rounds: its plan's steps count K gossip rounds per gradient round (Muffliato).
-      tracking: its Laplace schedule carries the gradient-tracking stepsize β (sr-gt).
-      factor_options: the planner options its temporal factor takes (``bandwidth``,
-        ``buffers``), spelled as ``edgedp plan`` flags with ``_`` for ``-``.
+      traits: a value of its family's ``traits`` type (None: the family's defaults, filled
+        in when it is registered).
+      examples: label -> ``edgedp.make_plan`` options of a small plan of it in
+        :data:`EXAMPLE_FRAME`, the first labelled with its name; the tests take their cases
+        from here, so a new mechanism brings its own.
     """
 
     name: str
@@ -135,22 +175,16 @@ class Mechanism:
     accountant: Callable[..., Guarantee]
     factor: Callable[[], Any] | None = None
     default_factor: Callable[[], Any] | None = None
-    planned: bool = False
-    sketchable: bool = False
     command_line: bool = True
     attack: str = "update-inversion"
-    correlated: bool = False
-    shared_seed: bool = False
-    message_noise: bool = False
-    gossip_rounds: bool = False
-    tracking: bool = False
-    factor_options: tuple[str, ...] = ()
+    traits: Any = None
+    examples: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower():
             raise ValueError(f"Expected a lower-case mechanism name, got {self.name!r}.")
-        if self.family not in FAMILIES:
-            raise ValueError(f"Unknown family={self.family!r}; expected one of {FAMILIES}.")
         if self.noise not in NOISE_KINDS:
             raise ValueError(f"Unknown noise={self.noise!r}; expected one of {NOISE_KINDS}.")
         if not isinstance(self.rules, RoundRules):
@@ -162,11 +196,14 @@ class Mechanism:
             raise TypeError(f"{self.name}: accountant must be callable(plan, steps_done=None).")
         if self.factor is not None and self.default_factor is not None:
             raise ValueError(f"{self.name}: give factor or default_factor, not both.")
-        cross_only = ("correlated", "shared_seed", "message_noise", "gossip_rounds")
-        if self.family != "cross" and any(getattr(self, f) for f in cross_only):
-            raise ValueError(f"{self.name}: {cross_only} describe cross-agent noise only.")
-        if self.tracking and self.noise != "laplace":
-            raise ValueError(f"{self.name}: tracking describes a Laplace schedule.")
+        if self.examples and next(iter(self.examples)) != self.name:
+            raise ValueError(f"{self.name}: the first example is labelled with its name.")
+
+    def has(self, fact: str) -> bool:
+        """True when its family has the trait ``fact`` and this mechanism has it set (False
+        for a mechanism of a family without it); ValueError for a fact no family has."""
+        _check_facts((fact,))
+        return bool(getattr(self.traits, fact, False))
 
     @property
     def accountant_name(self) -> str:
@@ -186,26 +223,52 @@ class Mechanism:
         across agents (insiders are accounted separately), nobody without noise."""
         if not self.noisy:
             return "none (no noise)"
-        if self.correlated:
+        if self.has("correlated"):
             return "an eavesdropper on every link (no pairwise secret or shared seed)"
         return "every attacker (all messages seen: LDP)"
 
 
+_FAMILIES: dict[str, Family] = {}
+_FACTS: set[str] = set()  # every registered family's trait names
 _REGISTRY: dict[str, Mechanism] = {}
 _BUILTIN_INSTALLED = False
 
 
-def install_builtin(builtin: tuple[Mechanism, ...]) -> None:
-    """Enter the built-in mechanisms, once: ``edgedp/__init__.py`` calls it with
-    :data:`edgedp.algorithms.BUILTIN` when the package is imported, so this module names
-    no mechanism and imports no algorithm (the algorithms import it)."""
+def _entered(mechanism: Mechanism, known: Mapping[str, Family]) -> Mechanism:
+    """``mechanism`` checked against its family, its traits filled in."""
+    fam = known.get(mechanism.family)
+    if fam is None:
+        raise ValueError(
+            f"{mechanism.name}: unknown family={mechanism.family!r}; expected one of "
+            f"{tuple(known)}."
+        )
+    if mechanism.traits is None:
+        return replace(mechanism, traits=fam.traits())
+    if type(mechanism.traits) is not fam.traits:
+        raise TypeError(
+            f"{mechanism.name}: traits must be a {fam.traits.__name__} (family {fam.name}), "
+            f"got {type(mechanism.traits).__name__}."
+        )
+    return mechanism
+
+
+def install_builtin(builtin_families: tuple[Family, ...], builtin: tuple[Mechanism, ...]) -> None:
+    """Enter the built-in families and mechanisms, once: ``edgedp/__init__.py`` calls it
+    with :data:`edgedp.algorithms.FAMILIES` and :data:`edgedp.algorithms.BUILTIN` when the
+    package is imported, so this module names no mechanism and imports no algorithm (the
+    algorithms import it)."""
     global _BUILTIN_INSTALLED
     if _BUILTIN_INSTALLED:
         raise RuntimeError("The built-in mechanisms are already installed.")
-    taken = [m.name for m in builtin if m.name in _REGISTRY]
-    if taken:
-        raise RuntimeError(f"Built-in mechanism names registered before: {taken}.")
-    _REGISTRY.update((m.name, m) for m in builtin)
+    known = {f.name: f for f in builtin_families}
+    if len(known) != len(builtin_families):
+        raise RuntimeError("Two built-in families share a name.")
+    entered = [_entered(m, known) for m in builtin]
+    if len({m.name for m in entered}) != len(entered):
+        raise RuntimeError("Two built-in mechanisms share a name.")
+    _FAMILIES.update(known)
+    _FACTS.update(fact for fam in known.values() for fact in fam.facts)
+    _REGISTRY.update((m.name, m) for m in entered)
     _BUILTIN_INSTALLED = True
 
 
@@ -221,11 +284,14 @@ def _loaded() -> dict[str, Mechanism]:
 
 
 def register(mechanism: Mechanism) -> Mechanism:
-    """Add ``mechanism``; ValueError when its name is taken."""
+    """Add ``mechanism`` to its (registered) family and return the entered record (its
+    traits filled in); ValueError when its name is taken or its family unknown, TypeError
+    when its traits are not its family's."""
     if mechanism.name in _loaded():
         raise ValueError(f"Mechanism {mechanism.name!r} is already registered.")
-    _REGISTRY[mechanism.name] = mechanism
-    return mechanism
+    entered = _entered(mechanism, _FAMILIES)
+    _REGISTRY[mechanism.name] = entered
+    return entered
 
 
 def unregister(name: str) -> None:
@@ -243,24 +309,55 @@ def get(name: str) -> Mechanism:
         ) from None
 
 
+def families() -> tuple[str, ...]:
+    """The registered families' names, in registration order."""
+    _loaded()
+    return tuple(_FAMILIES)
+
+
+def family(name: str) -> Family:
+    """The family called ``name``; ValueError naming the choices otherwise."""
+    _loaded()
+    try:
+        return _FAMILIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"Unknown family={name!r}; expected one of {tuple(_FAMILIES)}.") from None
+
+
+def _check_facts(facts) -> None:
+    unknown = sorted(set(facts) - _FACTS)
+    if unknown:
+        raise ValueError(f"Unknown traits {unknown}; the families have {sorted(_FACTS)}.")
+
+
 def names(
     *,
     family: str | tuple[str, ...] | None = None,
     noise: str | None = None,
-    planned: bool | None = None,
-    sketchable: bool | None = None,
     command_line: bool | None = None,
-    correlated: bool | None = None,
+    **traits: Any,
 ) -> tuple[str, ...]:
-    """Registered names, in registration order, filtered by the given fields."""
+    """Registered names, in registration order, filtered by the given fields and traits (a
+    trait filter keeps only mechanisms of the families that have it, e.g.
+    ``names(sketchable=True)``)."""
     families = (family,) if isinstance(family, str) else family
+    _check_facts(traits)
+    missing = object()
     return tuple(
         m.name
         for m in _loaded().values()
         if (families is None or m.family in families)
         and (noise is None or m.noise == noise)
-        and (planned is None or m.planned == planned)
-        and (sketchable is None or m.sketchable == sketchable)
         and (command_line is None or m.command_line == command_line)
-        and (correlated is None or m.correlated == correlated)
+        and all(getattr(m.traits, k, missing) == v for k, v in traits.items())
+    )
+
+
+def examples(**filters: Any) -> tuple[tuple[str, str, Mapping[str, Any]], ...]:
+    """(label, mechanism, options) of every example of the mechanisms ``names(**filters)``
+    gives, in registration order: the tests' cases."""
+    return tuple(
+        (label, name, options)
+        for name in names(**filters)
+        for label, options in get(name).examples.items()
     )

@@ -35,7 +35,7 @@ _DEFAULT = {"sgd": "dp-dsgd", "mf": "mafalda"}
 
 def _families() -> dict[str, tuple[str, ...]]:
     out = {}
-    for family in registry.FAMILIES:
+    for family in registry.families():
         names = registry.names(family=family, command_line=True)
         first = _DEFAULT.get(family, names[0])
         out[family] = (first, *(n for n in names if n != first))
@@ -278,7 +278,7 @@ def build_plan(args):
     except (ValueError, TypeError) as exc:
         raise _common.UsageError(str(exc)) from None
     finally:
-        if _common.chatty(args) and registry.get(args.mechanism).planned:
+        if _common.chatty(args) and registry.get(args.mechanism).has("planned"):
             sys.stderr.write("\n")
     assert built.report is not None
     if registry.get(args.mechanism).family == "cross":

@@ -22,7 +22,7 @@ from edgedp_sim import datasets
 
 __all__ = ["FAMILY_ORDER", "MECHANISMS", "Setting", "build", "noisy_mechanisms"]
 
-#: The audit table's order of the planner families (:data:`edgedp.mechanisms.FAMILIES`).
+#: The audit table's order of the planner families (:func:`edgedp.mechanisms.families`).
 FAMILY_ORDER = ("sgd", "mf", "cross", "dome", "laplace")
 
 
@@ -85,7 +85,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         gamma, beta, q1, q2 = setting.laplace
         sched = laplace_acc.LaplaceSchedule(
             gamma=gamma,
-            beta=beta if mech.tracking else 0.0,
+            beta=beta if mech.has("tracking") else 0.0,
             q1=q1,
             q2=q2,
             delta_grad=laplace_acc.example_delta(
@@ -99,18 +99,18 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
     if mech.family == "cross":
         from edgedp.planning import cross_agent
 
-        steps = T * setting.gossip_rounds if mech.gossip_rounds else T
+        steps = T * setting.gossip_rounds if mech.has("gossip_rounds") else T
         common["steps"] = steps
-        extra = {"gossip_rounds": setting.gossip_rounds} if mech.gossip_rounds else {}
+        extra = {"gossip_rounds": setting.gossip_rounds} if mech.has("gossip_rounds") else {}
         return cross_agent.plan_cross_agent(
             mechanism, graph, participation=Participation(steps, 1), **common, **noise, **extra
         ).plan
     factor = None
-    if mech.planned:
+    if mech.has("planned"):
         from edgedp.planning import factorization
 
         W = topology.metropolis_hastings(graph)  # noqa: N806
-        sizes = {option: getattr(setting, option) for option in mech.factor_options}
+        sizes = {option: getattr(setting, option) for option in mech.traits.factor_options}
         factor = factorization.plan_factor(
             mechanism, W, steps=T, participation=part, **sizes
         ).factor

@@ -103,7 +103,7 @@ def build(*, attacker, plan, tr: linear_view.Trace, src, canary, theta0: np.ndar
         members=members,
         knows_seed=attacker.kind == "hbc"
         and plan.cross_agent is not None
-        and mechanisms.get(plan.cross_agent.kind).shared_seed,
+        and mechanisms.get(plan.cross_agent.kind).has("shared_seed"),
     )
     unk = ~held
     Ru = (Rs[:, unk] * np.sqrt(src.var[unk])[None, :, None]).reshape(len(rows), -1)

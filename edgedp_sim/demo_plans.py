@@ -233,7 +233,7 @@ def describe(p: plan_mod.NoisePlan, delta: float | None = None) -> dict[str, Any
     eps = g.epsilon(delta)
     out.update(mu=g.mu, epsilon=eps, sensitivity_exact=bool(g.exact))
     by = dict.fromkeys(classes, eps)  # node-private noise: every attacker (LDP)
-    if p.cross_agent is not None and mechanisms.get(p.cross_agent.kind).correlated:
+    if p.cross_agent is not None and mechanisms.get(p.cross_agent.kind).has("correlated"):
         from edgedp.accounting import cross_agent as cross_acc
 
         by = cross_acc.trust_report(p, delta=delta)

@@ -78,7 +78,8 @@ def estimates(
         )
         point = view.of(linear_attack.solve(view, y, method="gls"), victim)
         return point, point, "generic linear-Gaussian (GLS on O_A = AG + BZ)"
-    correlated = plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).correlated
+    cross = plan.cross_agent
+    correlated = cross is not None and mechanisms.get(cross.kind).has("correlated")
     if small and correlated:
         view = linear_attack.cross_linear_view(log, plan, batch_size=log.batch_size)
         y = linear_attack.cross_linear_observations(

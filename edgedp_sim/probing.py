@@ -75,7 +75,7 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float | None = None) ->
         f"{g.mu:.4g}-GDP = ({out['epsilon']:.4g}, {delta:g})-DP against {mech.attacker}, "
         f"{plan.adjacency} adjacency"
     )
-    if plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).correlated:
+    if plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).has("correlated"):
         from edgedp.accounting import cross_agent as cross_acc
 
         report = cross_acc.trust_report(plan, delta=delta)

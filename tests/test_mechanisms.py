@@ -1,60 +1,34 @@
 """The mechanism registry: one record per mechanism, and a new mechanism in one place.
 
-The test-only mechanism below is the whole change a new mechanism needs: round rules and
-one :func:`edgedp.mechanisms.register` call. Planning, certification (plan bytes round
-trip), the accountant, the batch engine and the event engine, ``edgedp plan``'s choices and
-report, the attack table and leak runs, and the audit's plans then accept it.
+The test-only mechanism of tests/toy_mechanism.py is the whole change a new mechanism
+needs: one file with its round rules and record, and one :func:`edgedp.mechanisms.register`
+call (the fixture below). Planning, certification (plan bytes round trip), the accountant,
+the batch engine and the event engine, ``edgedp plan``'s choices and report, the attack
+table and leak runs, the audit's plans and the example-driven test cases then accept it.
 """
 
 import dataclasses
 import math
-import types
+import re
 
 import numpy as np
 import pytest
+import toy_mechanism
 from scipy import integrate
 
 import edgedp_topologies
-from edgedp import api, factors, mechanisms
+from edgedp import api, mechanisms
 from edgedp.accounting import laplace as laplace_acc
-from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import families
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp.sketch import SketchSpec
 from edgedp_sim import audit_plans
 
 
-def _toy_rules():
-    """D-SGD's round rules under another name, with their own plan check (test only)."""
-
-    def check_plan(plan):
-        if plan.factor.kind != "identity":
-            raise ValueError("test-sgd uses the identity factor")
-
-    return types.SimpleNamespace(
-        init_state=_gossip.init_state,
-        send=_gossip.send,
-        receive=_gossip.receive,
-        model=_gossip.model,
-        message_bound=_gossip.message_bound,
-        check_plan=check_plan,
-    )
-
-
 @pytest.fixture
 def test_mechanism():
-    m = mechanisms.register(
-        mechanisms.Mechanism(
-            "test-sgd",
-            _toy_rules(),
-            family="sgd",
-            noise="gaussian",
-            trust_model="LDP (test only)",
-            accountant=mf.plan_guarantee,
-            factor=factors.Identity,
-        )
-    )
+    m = mechanisms.register(toy_mechanism.MECHANISM)  # the one registration line
     yield m
     mechanisms.unregister("test-sgd")
 
@@ -74,6 +48,10 @@ def test_a_mechanism_registered_in_one_place_plans_certifies_and_runs(test_mecha
     assert api.simulate(p, engine="event").model_digests == res.model_digests
     with pytest.raises(ValueError, match="already registered"):
         mechanisms.register(test_mechanism)
+    cases = mechanisms.examples(family="sgd")  # the tests' cases now include its example
+    assert ("test-sgd", "test-sgd", {"noise_multiplier": 2.0}) in cases
+    example = api.make_plan("test-sgd", **mechanisms.EXAMPLE_FRAME, noise_multiplier=2.0)
+    assert example.mechanism == "test-sgd" and example.mu == pytest.approx(0.5)
 
 
 def test_the_registered_mechanism_is_a_command_line_choice_leaked_and_audited(
@@ -114,27 +92,31 @@ def test_the_audit_plans_come_from_the_registry(test_mechanism):
 def test_unknown_and_malformed_mechanisms_are_refused():
     with pytest.raises(ValueError, match="expected one of"):
         mechanisms.get("dp_dsgd")
-    rules = _toy_rules()
-    with pytest.raises(ValueError, match="family"):
-        mechanisms.Mechanism(
-            "x", rules, family="gossip", noise="none", trust_model="", accountant=mf.plan_guarantee
-        )
+    toy = toy_mechanism.MECHANISM
+    with pytest.raises(ValueError, match="unknown family='gossip'"):
+        mechanisms.register(dataclasses.replace(toy, family="gossip"))
     with pytest.raises(TypeError, match="RoundRules"):
-        mechanisms.Mechanism(
-            "x", object(), family="sgd", noise="none", trust_model="", accountant=mf.plan_guarantee
-        )
+        dataclasses.replace(toy, rules=object())
+    with pytest.raises(ValueError, match="first example is labelled with its name"):
+        dataclasses.replace(toy, examples={"other": {}})
+    with pytest.raises(ValueError, match="Unknown traits"):
+        mechanisms.names(sketchabel=True)
+    with pytest.raises(ValueError, match="Unknown traits"):
+        toy.has("plannd")
+    assert "test-sgd" not in mechanisms.names()  # nothing above entered it
 
 
-def test_registry_matches_what_each_family_plans():
-    assert mechanisms.names(family="laplace") == ("sr-gt", "dpop")
-    assert set(mechanisms.names(planned=True)) == {"dmf", "mafalda", "banded", "blt"}
+def test_every_record_is_complete_and_carries_its_familys_traits():
     from edgedp import cross_agent
 
-    with pytest.raises(ValueError, match="expected one of .'whisper', 'decor'"):
+    cross = mechanisms.names(family="cross")
+    with pytest.raises(ValueError, match=f"expected one of {re.escape(str(cross))}"):
         cross_agent.CrossAgentSpec("gossip", [1.0], [], [])
     for name in mechanisms.names():
         m = mechanisms.get(name)
         assert isinstance(m.rules, mechanisms.RoundRules) and m.trust_model
+        assert type(m.traits) is mechanisms.family(m.family).traits
+        assert m.examples or not m.command_line  # every command-line mechanism has one
 
 
 def test_laplace_plans_report_their_pure_epsilon_not_infinity():
@@ -288,27 +270,32 @@ def _mechanism_name_branches():
 
 
 def test_no_mechanism_name_branches_outside_the_registry():
-    """Every per-mechanism decision is a field of its registry record (correlated,
-    shared_seed, message_noise, gossip_rounds, tracking, factor_options, attack, noise ...):
-    a new mechanism is one registration, not an edit of each ``if mechanism == ...``."""
+    """Every per-mechanism decision is a field of its registry record (noise, attack, factor)
+    or a trait of its family (correlated, shared_seed, message_noise, gossip_rounds,
+    tracking, planned, factor_options ...): a new mechanism is one registration, not an edit
+    of each ``if mechanism == ...``."""
     assert _mechanism_name_branches() == []
-    assert mechanisms.names(correlated=True) == ("whisper", "decor")
-    fields = {
-        f: tuple(n for n in mechanisms.names() if getattr(mechanisms.get(n), f))
-        for f in ("shared_seed", "message_noise", "gossip_rounds", "tracking", "factor_options")
-    }
-    assert fields == {
-        "shared_seed": ("whisper",),
-        "message_noise": ("zipdl",),
-        "gossip_rounds": ("muffliato",),
-        "tracking": ("sr-gt",),
-        "factor_options": ("banded", "blt"),
-    }
-    sgd = mechanisms.get("dp-dsgd")
-    with pytest.raises(ValueError, match="cross-agent noise only"):
-        dataclasses.replace(sgd, name="x", correlated=True)
-    with pytest.raises(ValueError, match="tracking describes a Laplace schedule"):
-        dataclasses.replace(sgd, name="x", tracking=True)
+
+
+def test_each_trait_tells_some_mechanisms_of_its_family_from_others():
+    """A family's trait that all or none of its mechanisms have decides nothing: drop it."""
+    for fam in map(mechanisms.family, mechanisms.families()):
+        members = [mechanisms.get(n) for n in mechanisms.names(family=fam.name)]
+        for fact in fam.facts:
+            values = {bool(getattr(m.traits, fact)) for m in members}
+            assert values == {True, False}, (fam.name, fact)
+
+
+def test_traits_belong_to_one_family():
+    """Another family's traits are refused when a record is registered: cross-agent facts
+    on a D-SGD mechanism, a Laplace schedule's tracking on a matrix-factorization one."""
+    toy = toy_mechanism.MECHANISM
+    for traits in (families.CrossTraits(correlated=True), families.LaplaceTraits(tracking=True)):
+        with pytest.raises(TypeError, match="traits must be a NoTraits .family sgd."):
+            mechanisms.register(dataclasses.replace(toy, traits=traits))
+    with pytest.raises(TypeError, match="traits must be a MfTraits"):
+        mechanisms.register(dataclasses.replace(toy, family="mf", traits=families.CrossTraits()))
+    assert "test-sgd" not in mechanisms.names()
 
 
 def test_threads_looking_up_their_first_mechanism_at_once_all_find_it():

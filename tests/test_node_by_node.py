@@ -11,7 +11,7 @@ its own noise from its own key with the per-stream generators (``NoiseSource`` o
 out, and mixes exactly the messages of its plan share's neighbours, through
 ``mechanisms.get(name).rules`` (``init_state`` / ``send`` / ``receive`` / ``model``) with a
 ``StepContext`` it builds itself (the Laplace family's typed extra chosen by hand). It
-covers the sgd, mf and laplace families (9 mechanisms). Cross-agent (whisper, decor, zipdl,
+runs every registry example of the sgd, mf and laplace families. Cross-agent (whisper, decor, zipdl,
 muffliato) and sketched (dome) noise is drawn jointly over edges or in a shared basis:
 tests/test_node_by_node_cross.py is their reference.
 """
@@ -25,24 +25,11 @@ from edgedp.noise import NoiseSource
 from edgedp.plan import batch_schedule
 from edgedp_sim import batch, scenarios
 
-DELTA = {"delta": 1e-6}
-LAPLACE = {"target_epsilon": 1.0, "gamma": 0.001, "q1": 0.97, "q2": 0.98}
-OPTIONS = {
-    "dsgd": {},
-    "dp-dsgd": {"target_epsilon": 4.0, **DELTA},
-    "antipgd": {"target_epsilon": 4.0, **DELTA},
-    "dmf": {"target_epsilon": 4.0, **DELTA},
-    "mafalda": {"target_epsilon": 4.0, **DELTA},
-    "banded": {"target_epsilon": 4.0, "bandwidth": 2, **DELTA},
-    "blt": {"target_epsilon": 4.0, "buffers": 2, **DELTA},
-    "sr-gt": {**LAPLACE, "beta": 1000},
-    "dpop": LAPLACE,
-}
-
-
-def test_the_reference_covers_every_node_private_mechanism():
-    private = set(mechanisms.names(family=("sgd", "mf", "laplace"), command_line=True))
-    assert set(OPTIONS) == private
+#: The families whose noise is node-private (the cross and dome families:
+#: tests/test_node_by_node_cross.py).
+FAMILIES = ("sgd", "mf", "laplace")
+#: label -> (mechanism, options): every example of those families' registry records.
+CASES = {label: (name, options) for label, name, options in mechanisms.examples(family=FAMILIES)}
 
 
 def node_by_node(plan, data, trial: int) -> np.ndarray:
@@ -96,9 +83,10 @@ def node_by_node(plan, data, trial: int) -> np.ndarray:
     return np.stack([rules.model(s) for s in states])
 
 
-@pytest.mark.parametrize("mechanism", sorted(OPTIONS))
-def test_batch_engine_equals_the_registry_node_by_node(mechanism):
-    plan = api.make_plan(mechanism, "ring:6", steps=6, batch_size=4, **OPTIONS[mechanism])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batch_engine_equals_the_registry_node_by_node(case):
+    mechanism, options = CASES[case]
+    plan = api.make_plan(mechanism, **mechanisms.EXAMPLE_FRAME, **options)
     data = scenarios.from_plan(plan).data()
     res = batch.run(plan, data, trials=2, eval_every=plan.steps)
     for trial in range(2):
@@ -128,7 +116,6 @@ def test_a_dense_factor_plan_of_the_python_api_equals_node_by_node():
         task=TaskSpec(batch_size=0),
         topology_name="ring:6",
     )
-    assert set(OPTIONS) | {"dense"} == set(mechanisms.names(family=("sgd", "mf", "laplace")))
     data = scenarios.from_plan(plan).data()
     res = batch.run(plan, data, trials=2, eval_every=plan.steps)
     for trial in range(2):

@@ -29,36 +29,19 @@ from edgedp.algorithms._gossip import CrossExtra, SketchExtra, StepContext
 from edgedp.plan import batch_schedule
 from edgedp_sim import batch, scenarios
 
-CROSS = {"target_epsilon": 4.0, "clip_norm": 0.1, "delta": 1e-6}
+#: label -> (mechanism, options): every example of the cross and dome families' registry
+#: records (whisper and decor ones with a sketch dimension run DOME messages).
 CASES = {
-    "whisper": ("whisper", CROSS),
-    "decor": ("decor", CROSS),
-    "zipdl": ("zipdl", CROSS),
-    "muffliato": ("muffliato", {**CROSS, "gossip_rounds": 2}),
-    "whisper-lowrank": ("whisper", {**CROSS, "form": "lowrank", "rank": 2}),
-    "dome": ("dome", {"target_epsilon": 4.0, "delta": 1e-6, "sketch_dim": 8}),
-    "dome-gaussian-adam": (
-        "dome",
-        {
-            "target_epsilon": 4.0,
-            "delta": 1e-6,
-            "sketch_dim": 5,
-            "sketch_basis": "gaussian",
-            "optimizer": "adam",
-        },
-    ),
-    "dome-decor": ("decor", {**CROSS, "sketch_dim": 8}),
-    "dome-whisper": ("whisper", {**CROSS, "sketch_dim": 8}),
+    label: (name, options) for label, name, options in mechanisms.examples(family=("cross", "dome"))
 }
 MUTATIONS = ("edge-sign", "shared-node", "zipdl-recipient", "muffliato-rounds", "dome-clip")
 
 
-def test_the_references_cover_every_command_line_mechanism():
-    node_private = {"dsgd", "dp-dsgd", "antipgd", "dmf", "mafalda", "banded", "blt"}
-    node_private |= {"sr-gt", "dpop"}  # tests/test_node_by_node.py
-    here = {mech for mech, _ in CASES.values()} | {"dome"}
-    assert node_private | here == set(mechanisms.names(command_line=True))
-    assert here >= set(mechanisms.names(family=("cross", "dome")))
+def test_the_two_references_cover_every_family():
+    """This file's families and tests/test_node_by_node.py's are all the registry's."""
+    from test_node_by_node import FAMILIES
+
+    assert set(FAMILIES) | {"cross", "dome"} == set(mechanisms.families())
 
 
 def _own_noise(nu: float, key, t: int, dim: int) -> np.ndarray:
@@ -177,7 +160,7 @@ def _addressed(share, message: np.ndarray, mutate: str | None) -> dict[int, np.n
 
 def _plan(case: str):
     mechanism, options = CASES[case]
-    return api.make_plan(mechanism, "ring:6", steps=6, batch_size=4, **options)
+    return api.make_plan(mechanism, **mechanisms.EXAMPLE_FRAME, **options)
 
 
 def _run(case: str, mutate: str | None = None):
@@ -201,7 +184,7 @@ MUTATED = {
     "edge-sign": "decor",
     "shared-node": "whisper-lowrank",
     "zipdl-recipient": "zipdl",
-    "muffliato-rounds": "muffliato",
+    "muffliato-rounds": "muffliato-k2",
     "dome-clip": "dome",
 }
 

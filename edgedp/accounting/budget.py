@@ -51,7 +51,7 @@ def device_epsilon(
     if plan.noise_multiplier == 0:
         return math.inf, "no noise: no guarantee"
     spec = plan.cross_agent
-    if spec is None or not mechanisms.get(spec.kind).correlated:
+    if spec is None or not mechanisms.get(spec.kind).has("correlated"):
         eps = plan.guarantee().epsilon(delta)
         return eps, f"every adversary (LDP; {adj}, delta={delta:g})"
     report = cross_acc.trust_report(plan, delta=delta)

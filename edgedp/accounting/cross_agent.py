@@ -83,7 +83,7 @@ def unit_precision(spec, *, edges, mixing_index, mixing_weight) -> np.ndarray:
 
     ``diag(R̃⁻¹)`` for Whisper/DECOR/Muffliato; 1ᵀΣ̃_u⁻¹1 over u's messages for Zip-DL.
     """
-    if not mechanisms.get(spec.kind).message_noise:
+    if not mechanisms.get(spec.kind).has("message_noise"):
         return precision_diagonal(spec.covariance(edges))
     index, weight = np.asarray(mixing_index), np.asarray(mixing_weight)
     out = np.empty(spec.n)
@@ -189,7 +189,7 @@ def trust_report(plan, *, delta: float, steps_done: int | None = None) -> dict[s
     spec = plan.cross_agent
     g = guarantee(plan, steps_done=steps_done)
     eps = g.epsilon(delta)
-    if not mechanisms.get(spec.kind).correlated:
+    if not mechanisms.get(spec.kind).has("correlated"):
         return {"eavesdropper": eps, "insider": eps, "neighbourhood": eps}
     P = unit_precision(
         spec, edges=plan.edges, mixing_index=plan.mixing_index, mixing_weight=plan.mixing_weight

@@ -27,10 +27,12 @@ from edgedp.algorithms import (
     zipdl,
 )
 from edgedp.algorithms._gossip import StepContext
+from edgedp.algorithms.families import FAMILIES
 
 __all__ = [
     "BUILTIN",
     "BY_MECHANISM",
+    "FAMILIES",
     "MODULES",
     "StepContext",
     "for_mechanism",

@@ -246,7 +246,7 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
     if facts.stated is not None:
         return (facts.stated,)
     spec = share.cross_agent
-    per_message = spec is not None and mechanisms.get(spec.kind).message_noise
+    per_message = spec is not None and mechanisms.get(spec.kind).has("message_noise")
     budget = bounds.coordinate_budget(
         facts, steps=share.steps, width=dim, slots=len(share.neighbours) if per_message else 1
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import _gossip, families
 
 __all__ = [
     "MECHANISMS",
@@ -57,8 +57,12 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
-        sketchable=True,
         attack="decor-known-secrets",
-        correlated=True,
+        traits=families.CrossTraits(correlated=True, sketchable=True),
+        examples={
+            "decor": families.CROSS_EXAMPLE,
+            "decor-ridge": {**families.CROSS_EXAMPLE, "ridge": 1e-4},
+            "decor-sketched": {**families.CROSS_EXAMPLE, "sketch_dim": 8},
+        },
     ),
 )

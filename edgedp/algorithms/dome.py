@@ -59,6 +59,7 @@ import numpy as np
 
 from edgedp import bounds, factors, mechanisms, sketch, topology
 from edgedp.accounting import dome
+from edgedp.algorithms import families
 from edgedp.algorithms._gossip import SketchExtra, StepContext, extra, mix_gathered
 
 __all__ = [
@@ -247,5 +248,14 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=dome.guarantee,
         default_factor=factors.Identity,
+        examples={
+            "dome": {**families.GAUSSIAN_EXAMPLE, "sketch_dim": 8},
+            "dome-gaussian-adam": {
+                **families.GAUSSIAN_EXAMPLE,
+                "sketch_dim": 5,
+                "sketch_basis": "gaussian",
+                "optimizer": "adam",
+            },
+        },
     ),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import mf
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import _gossip, families
 
 __all__ = [
     "MECHANISMS",
@@ -41,5 +41,9 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=mf.plan_guarantee,
         factor=factors.Identity,
+        examples={
+            "dp-dsgd": families.GAUSSIAN_EXAMPLE,
+            "dp-dsgd-sigma": {"noise_multiplier": 1.5},
+        },
     ),
 )

@@ -29,6 +29,7 @@ import numpy as np
 
 from edgedp import bounds, factors, mechanisms
 from edgedp.accounting import laplace
+from edgedp.algorithms import families
 from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gathered
 
 __all__ = [
@@ -113,5 +114,9 @@ MECHANISMS = (
         accountant=laplace.plan_guarantee,
         factor=factors.Identity,
         attack="dpop-inversion",
+        examples={
+            "dpop": families.LAPLACE_EXAMPLE,
+            "dpop-zero-out": {**families.LAPLACE_EXAMPLE, "adjacency": "zero-out"},
+        },
     ),
 )

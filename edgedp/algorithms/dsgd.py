@@ -36,5 +36,6 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=mf.plan_guarantee,
         factor=factors.Identity,
+        examples={"dsgd": {}},
     ),
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import mf
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import _gossip, families
 
 __all__ = [
     "MECHANISMS",
@@ -38,8 +38,12 @@ def check_plan(plan) -> None:
 RULES = _gossip.rules(check_plan)
 
 
-def _mechanism(name: str, **fields) -> mechanisms.Mechanism:
-    """An MF-D-SGD mechanism: these rules, Gaussian noise, the μ-GDP matrix accountant."""
+def _mechanism(name: str, *, options=(), examples=None, **fields) -> mechanisms.Mechanism:
+    """An MF-D-SGD mechanism: these rules, Gaussian noise, the μ-GDP matrix accountant;
+    ``options`` are the factor's planner options (a planned factor), ``examples`` its
+    examples besides the one at target ε with those options' values."""
+    planned = fields.pop("planned", False)
+    first = {**families.GAUSSIAN_EXAMPLE, **dict(options)}
     return mechanisms.Mechanism(
         name,
         RULES,
@@ -47,6 +51,8 @@ def _mechanism(name: str, **fields) -> mechanisms.Mechanism:
         noise="gaussian",
         trust_model=TRUST_MODEL,
         accountant=mf.plan_guarantee,
+        traits=families.MfTraits(planned=planned, factor_options=tuple(dict(options))),
+        examples={name: first, **(examples or {})},
         **fields,
     )
 
@@ -57,7 +63,21 @@ MECHANISMS = (
     _mechanism("antipgd", factor=factors.AntiPGD),
     _mechanism("dmf", planned=True),
     _mechanism("mafalda", planned=True),
-    _mechanism("banded", planned=True, factor_options=("bandwidth",)),
-    _mechanism("blt", planned=True, factor_options=("buffers",)),
-    _mechanism("dense", command_line=False),  # a dense factor the caller computed (Python API)
+    _mechanism("banded", planned=True, options={"bandwidth": 2}),
+    _mechanism(
+        "blt",
+        planned=True,
+        options={"buffers": 2},
+        examples={"blt-sigma": {"noise_multiplier": 1.5, "buffers": 2, "max_iterations": 30}},
+    ),
+    # a dense factor the caller computed (Python API only: no example plan by name)
+    mechanisms.Mechanism(
+        "dense",
+        RULES,
+        family="mf",
+        noise="gaussian",
+        trust_model=TRUST_MODEL,
+        accountant=mf.plan_guarantee,
+        command_line=False,
+    ),
 )

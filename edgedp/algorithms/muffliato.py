@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import _gossip, families
 from edgedp.algorithms._gossip import CrossExtra, StepContext, local_step
 
 __all__ = [
@@ -76,6 +76,10 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
-        gossip_rounds=True,
+        traits=families.CrossTraits(gossip_rounds=True),
+        examples={
+            "muffliato": families.CROSS_EXAMPLE,
+            "muffliato-k2": {**families.CROSS_EXAMPLE, "gossip_rounds": 2},
+        },
     ),
 )

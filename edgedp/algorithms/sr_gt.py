@@ -33,6 +33,7 @@ import numpy as np
 
 from edgedp import bounds, factors, mechanisms
 from edgedp.accounting import laplace
+from edgedp.algorithms import families
 from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gathered
 
 __all__ = [
@@ -127,6 +128,7 @@ MECHANISMS = (
         accountant=laplace.plan_guarantee,
         factor=factors.Identity,
         attack="sr-gt-eq44",
-        tracking=True,
+        traits=families.LaplaceTraits(tracking=True),
+        examples={"sr-gt": {**families.LAPLACE_EXAMPLE, "beta": 1000}},
     ),
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import _gossip, families
 
 __all__ = [
     "MECHANISMS",
@@ -55,9 +55,12 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
-        sketchable=True,
         attack="whisper-known-noise",
-        correlated=True,
-        shared_seed=True,
+        traits=families.CrossTraits(correlated=True, shared_seed=True, sketchable=True),
+        examples={
+            "whisper": families.CROSS_EXAMPLE,
+            "whisper-lowrank": {**families.CROSS_EXAMPLE, "form": "lowrank", "rank": 2},
+            "whisper-sketched": {**families.CROSS_EXAMPLE, "sketch_dim": 8},
+        },
     ),
 )

@@ -19,7 +19,7 @@ import numpy as np
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip
+from edgedp.algorithms import _gossip, families
 from edgedp.algorithms._gossip import StepContext
 
 __all__ = [
@@ -86,6 +86,10 @@ MECHANISMS = (
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
         attack="zipdl-weighted-sum",
-        message_noise=True,
+        traits=families.CrossTraits(message_noise=True),
+        examples={
+            "zipdl": families.CROSS_EXAMPLE,
+            "zipdl-sigma": {"noise_multiplier": 1.5, "clip_norm": 0.1, "message_variance": 0.5},
+        },
     ),
 )

@@ -224,7 +224,7 @@ def _check_participation(request: PlanRequest, task, nodes: int, participation) 
 def _planned(mechanism: str) -> bool:
     from edgedp import mechanisms
 
-    return mechanisms.get(mechanism).planned
+    return mechanisms.get(mechanism).has("planned")
 
 
 def _planned_factor(request: PlanRequest, graph, participation, progress, warn):
@@ -267,7 +267,7 @@ def sketch_of(request: PlanRequest, model_dim: int, graph=None):
     if request.family != "dome":
         if request.sketch_dim is None:
             return None
-        if not mechanisms.get(request.mechanism).sketchable:
+        if not mechanisms.get(request.mechanism).has("sketchable"):
             mechs = " or ".join(", ".join(mechanisms.names(sketchable=True)).rsplit(", ", 1))
             raise ValueError(f"--sketch-dim is only for --mechanism dome, {mechs}")
     from edgedp.sketch import SketchSpec
@@ -369,7 +369,7 @@ def _laplace(request: PlanRequest, report: bool) -> Built:
     if request.target_eps is None:
         raise ValueError(f"--mechanism {m} needs --target-eps E")
     missing = [f"--{k}" for k in ("gamma", "q1", "q2") if getattr(request, k) is None]
-    tracking = mechanisms.get(m).tracking  # sr-gt's β; dpop has none
+    tracking = mechanisms.get(m).has("tracking")  # sr-gt's β; dpop has none
     missing += ["--beta"] if tracking and request.beta is None else []
     if missing:
         raise ValueError(f"--mechanism {m} needs {' '.join(missing)} (paper 004 Eq. 5)")

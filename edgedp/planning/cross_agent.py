@@ -88,7 +88,7 @@ def _spec(mechanism, graph, W, *, form, rank, ridge, message_variance, gossip_ro
                 "dense_gap": dense.gap,
                 "draws_per_step": fit.draws_per_step,
             }
-    elif mech.message_noise:
+    elif mech.has("message_noise"):
         info = {"message_variance_ratio": float(message_variance)}
     info["ridge"] = float(ridge)
     spec = cross_mod.CrossAgentSpec(
@@ -96,8 +96,8 @@ def _spec(mechanism, graph, W, *, form, rank, ridge, message_variance, gossip_ro
         diag=D,
         factor=factor,
         edge_variance=c,
-        message_variance=message_variance if mech.message_noise else 0.0,
-        gossip_rounds=gossip_rounds if mech.gossip_rounds else 1,
+        message_variance=message_variance if mech.has("message_noise") else 0.0,
+        gossip_rounds=gossip_rounds if mech.has("gossip_rounds") else 1,
         info=info,
     )
     return spec
@@ -248,7 +248,7 @@ def post_mixing_variance(plan) -> float:
     """
     spec, W = plan.cross_agent, plan.mixing_matrix()
     nu2 = plan.noise_std**2
-    if mechanisms.get(spec.kind).message_noise:
+    if mechanisms.get(spec.kind).has("message_noise"):
         var = _message_variances(spec, plan.mixing_index, plan.mixing_weight)
         back = cross_mod.reverse_slots(plan.mixing_index)
         got = var[plan.mixing_index, back]  # variance of what u receives in slot j
@@ -266,7 +266,7 @@ def report(plan, *, delta: float | None = None) -> dict[str, Any]:
     nu2 = plan.noise_std**2
     g = plan.guarantee()
     trust = cross_acc.trust_report(plan, delta=delta)
-    if mechanisms.get(spec.kind).message_noise:
+    if mechanisms.get(spec.kind).has("message_noise"):
         var = _message_variances(spec, plan.mixing_index, plan.mixing_weight)
         sent = (plan.mixing_index != np.arange(plan.n)[:, None]) & (plan.mixing_weight != 0)
         noise_var = nu2 * float(var[sent].mean())

@@ -240,7 +240,7 @@ def final_noise_variance(
         return scale * _temporal(W, plan.factor, plan.steps)
     rounds = spec.gossip_rounds
     steps = plan.steps // rounds
-    if mechanisms.get(spec.kind).message_noise:
+    if mechanisms.get(spec.kind).has("message_noise"):
         return scale * _iid(W, _message_covariance(plan), steps, rounds=1, mixed=True)
     return scale * _iid(W, spec.covariance(plan.edges), steps, rounds=rounds, mixed=False)
 
