@@ -171,14 +171,14 @@ def stacked(
     _SPARE.gen = None  # taken: a nested call (from ``sample``) builds its own
     gen = spare if spare is not None else _Rekeyable()
     if keys.ndim == 0:  # one node (a device): the sample itself, not a copy of it
-        gen.rekey(*keys.item().words, step)
+        gen.rekey(keys.item().words, int(step))
         one = np.asarray(sample(gen.gen), dtype=np.float64).reshape(shape)
         _SPARE.gen = gen
         return one
     out = np.empty((keys.size, *shape))
     step = int(step)
     for row, key in enumerate(keys.flat):
-        gen.rekey(*key.words, step)
+        gen.rekey(key.words, step)
         out[row] = sample(gen.gen)
     _SPARE.gen = gen  # every call re-keys it fully: no random state carries over
     return out.reshape((*keys.shape, *shape))
@@ -224,7 +224,7 @@ class _Rekeyable:
         _set_state(bit_gen, probe, 7)
         first = self.gen.random(3)  # consumes a block: buffer_pos moves off 4
         key[:] = [int(w) for w in probe]
-        counter[:] = (0, 0, 7, 0)
+        counter[:] = [0, 0, 7, 0]
         buffer_pos.value = 4
         if not np.array_equal(self.gen.random(3), first):
             raise RuntimeError("numpy's Philox state layout differs")
@@ -233,21 +233,20 @@ class _Rekeyable:
         if state["has_uint32"] != 1 or has_uint32.value != 1:
             raise RuntimeError("numpy's Philox state layout differs")
         has_uint32.value = 0
-        key[:] = (0, 0)
+        key[:] = [0, 0]
         state = bit_gen.state
         if state["has_uint32"] != 0 or not np.array_equal(state["state"]["key"], _ZERO_KEY):
             raise RuntimeError("numpy's Philox state layout differs")
         self._key, self._counter, self._buffer_pos = key, counter, buffer_pos
         self._has_uint32 = has_uint32
 
-    def rekey(self, word0: int, word1: int, step: int) -> None:
-        """Position the generator at the start of ``step`` of the stream with key words
-        ``(word0, word1)``."""
+    def rekey(self, words: tuple[int, int], step: int) -> None:
+        """Position the generator at the start of ``step`` of the stream with key ``words``."""
         if self._key is None or self._counter is None or self._has_uint32 is None:
-            _set_state(self.gen.bit_generator, np.array((word0, word1), np.uint64), step)
+            _set_state(self.gen.bit_generator, np.array(words, np.uint64), step)
             return
         key, counter = self._key, self._counter
-        key[0], key[1] = word0, word1
+        key[0], key[1] = words
         counter[0], counter[1], counter[2], counter[3] = 0, 0, step, 0
         self._buffer_pos.value = 4  # the buffer empty: the next draw computes a block
         self._has_uint32.value = 0  # no half word kept from the previous stream

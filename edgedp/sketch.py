@@ -214,11 +214,11 @@ class Basis:
             # C-ordered array: numpy hands every such row whole to its pairwise sum, so a
             # stack of nodes gives each node the bits it has alone (tested); the stack is
             # cut into pieces of at most _CHUNK products.
-            lead = x.reshape(-1, self.d)
+            nodes = x.reshape(-1, self.d)
             flat = out.reshape(-1, self.k)
-            ext = np.zeros((min(len(lead), max(1, _CHUNK // self.index.size)), self.d + 1))
-            for lo in range(0, len(lead), len(ext)):
-                part = lead[lo : lo + len(ext)]
+            ext = np.zeros((min(len(nodes), max(1, _CHUNK // self.index.size)), self.d + 1))
+            for lo in range(0, len(nodes), len(ext)):
+                part = nodes[lo : lo + len(ext)]
                 ext[: len(part), : self.d] = part
                 products = np.take(ext[: len(part)], self.index, axis=1)  # C-ordered
                 np.multiply(products, self.weight, out=products)
