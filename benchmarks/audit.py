@@ -15,7 +15,9 @@
    one link, hbc neighbours; gradient canary), N trials of ``edgedp_sim.audit.run`` split
    into the simulation (batch engine with the canary and three probes) and the statistics
    (linear view, regenerated secrets, tests); beside it the plain batch engine on the same
-   plan and trials (no canary, no probes), and their ratio.
+   plan and trials (no canary, no probes), and their ratio. With ``--before TREE`` the same
+   audits run in child processes of this tree and of that checkout, alternating, ``--repeats``
+   times each in the same run; ``x before`` is this tree's fastest audit/s over the other's.
 
 Run: python benchmarks/audit.py [--before TREE] [--steps 20,100] [--trials 2000]
      [--mechanisms dp-dsgd,antipgd,...] [--no-memory]
@@ -112,10 +114,35 @@ def memory(args) -> None:
                 )
 
 
+MECH_CHILD = r"""
+import edgedp  # noqa
+import sys
+from edgedp_sim import adversary, audit, audit_plans, scenarios
+mech, trials, names = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(";")
+plan = audit_plans.build(mech)
+rep = audit.run(scenarios.from_plan(plan), [adversary.parse_attacker(a) for a in names],
+                trials=trials)
+print(rep["trials_per_second"])
+"""
+
+
+def audit_rate(tree: Path, mech: str, trials: int) -> float:
+    """Trials per second of one whole audit of ``mech`` by the code of ``tree`` (a child)."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    cmd = [sys.executable, "-c", MECH_CHILD, mech, str(trials), ";".join(ATTACKERS)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def mechanisms(args) -> None:
     attackers = [adversary.parse_attacker(a) for a in ATTACKERS]
-    print(f"audit on the batch engine, N = {args.trials} trials, 3 attackers (ring:8, T = 20)")
+    print(
+        f"audit on the batch engine, N = {args.trials} trials, 3 attackers (ring:8, T = 20); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     head = f"{'mechanism':<11}{'audit/s':>9}{'sim/s':>9}{'stats/s':>9}{'plain/s':>9}{'ratio':>7}"
+    if args.before:
+        head += f"{'this/s':>9}{'before/s':>9}{'x before':>9}"
     print(head)
     print("-" * len(head))
     for mech in args.mechanisms.split(","):
@@ -131,14 +158,25 @@ def mechanisms(args) -> None:
             done += count
         plain = args.trials / (time.perf_counter() - t0)
         rate = rep["trials_per_second"]
-        print(
+        row = (
             f"{mech:<11}{rate:>9.0f}{args.trials / rep['simulation_seconds']:>9.0f}"
             f"{args.trials / rep['statistic_seconds']:>9.0f}{plain:>9.0f}{rate / plain:>7.2f}"
         )
+        if args.before:
+            before = Path(args.before).resolve()
+            pairs = [  # alternating, so a burst of load hits both trees alike
+                (audit_rate(HERE, mech, args.trials), audit_rate(before, mech, args.trials))
+                for _ in range(args.repeats)
+            ]
+            now, then = max(p[0] for p in pairs), max(p[1] for p in pairs)  # least disturbed
+            row += f"{now:>9.0f}{then:>9.0f}{now / then:>9.2f}"
+        print(row, flush=True)
     print(
         "audit/s: whole audit (simulation + statistics); sim/s: the batch engine with the "
         "canary and probes; stats/s: linear views, regenerated secrets and tests; plain/s: the "
-        "batch engine alone in the audit's chunks; ratio = audit/s / plain/s"
+        "batch engine alone in the audit's chunks; ratio = audit/s / plain/s; this/s, before/s: "
+        "the fastest of --repeats whole audits in child processes of this tree and of --before, "
+        "alternating"
     )
 
 
@@ -149,6 +187,7 @@ def main() -> None:
     ap.add_argument("--memory-trials", type=int, default=1000)
     ap.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=3, help="whole audits per tree (--before)")
     ap.add_argument("--mechanisms", default="dp-dsgd,antipgd,mafalda,whisper,zipdl,dome,sr-gt")
     args = ap.parse_args()
     if not args.no_memory:

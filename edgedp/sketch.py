@@ -210,11 +210,19 @@ class Basis:
         out = np.empty((*x.shape[:-1], self.k))
         if self.kind == "block":
             assert self.index is not None and self.weight is not None  # set for "block"
-            # one node (one example) at a time: the same 2-D reduction alone or in a stack,
-            # hence the same bits (numpy's pairwise sums depend on the array layout)
-            for lead in np.ndindex(x.shape[:-1]):
-                ext = np.concatenate([x[lead], [0.0]])
-                out[lead] = np.sum(ext[self.index] * self.weight, axis=-1)
+            # Each (lead, column) sums its L products along the last, contiguous axis of a
+            # C-ordered array: numpy hands every such row whole to its pairwise sum, so a
+            # stack of nodes gives each node the bits it has alone (tested); the stack is
+            # cut into pieces of at most _CHUNK products.
+            nodes = x.reshape(-1, self.d)
+            flat = out.reshape(-1, self.k)
+            ext = np.zeros((min(len(nodes), max(1, _CHUNK // self.index.size)), self.d + 1))
+            for lo in range(0, len(nodes), len(ext)):
+                part = nodes[lo : lo + len(ext)]
+                ext[: len(part), : self.d] = part
+                products = np.take(ext[: len(part)], self.index, axis=1)  # C-ordered
+                np.multiply(products, self.weight, out=products)
+                flat[lo : lo + len(part)] = np.sum(products, axis=-1)
             return out
         assert self.rows is not None  # set for "gaussian"
         step = max(1, _CHUNK // self.d)

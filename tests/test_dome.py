@@ -432,3 +432,18 @@ def test_cli_plan_whisper_with_sketch(tmp_path):
     zipdl = [c if c != "whisper" else "zipdl" for c in cmd]
     res = subprocess.run(zipdl, capture_output=True, text=True)
     assert res.returncode == 2 and "only for --mechanism dome, whisper or decor" in res.stderr
+
+
+def test_block_projection_of_a_stack_equals_each_node_alone():
+    rs = np.random.default_rng(1)
+    for d, k, length in [(2, 1, 2), (65, 8, 9), (300, 37, 30), (50, 3, 17)]:
+        index = rs.integers(0, d + 1, (k, length))
+        weight = rs.standard_normal((k, length))
+        basis = sketch.Basis("block", d, k, index=index, weight=weight)
+        x = rs.standard_normal((13, 5, d)) * 10 ** rs.uniform(-3, 3, (13, 5, d))
+        want = np.empty((13, 5, k))
+        for lead in np.ndindex(13, 5):  # S^T x of one node: its products summed per column
+            ext = np.concatenate([x[lead], [0.0]])
+            want[lead] = [np.sum(ext[index[j]] * weight[j]) for j in range(k)]
+        assert np.array_equal(basis.project(x), want)
+        assert np.array_equal(basis.project(x[2, 3]), want[2, 3])

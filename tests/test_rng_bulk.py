@@ -97,3 +97,21 @@ def test_laplace_ahead_equals_the_bulk_draws(shape):
         assert ahead.draw(step, scale=scale).tobytes() == want.tobytes()
     with pytest.raises(ValueError):
         ahead.draw(-1, scale=1.0)
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        lambda g: g.standard_normal(5),
+        lambda g: g.permutation(5).astype(np.float64),  # bounded 32-bit draws: half words
+        lambda g: np.r_[g.integers(0, 9, 3, dtype=np.uint32), g.random(2)],
+    ],
+)
+def test_stacked_draws_equal_fresh_generators_per_stream(sample):
+    keys = _keys(3, 4)
+    got = rng.stacked(keys, 6, (5,), sample)
+    want = np.array([[sample(rng.generator(k, 6)) for k in row] for row in keys])
+    assert np.array_equal(got, want)
+    # a stream re-keyed after one that kept half a word starts afresh, in either order
+    again = rng.stacked(keys[::-1, ::-1], 6, (5,), sample)
+    assert np.array_equal(again, want[::-1, ::-1])
