@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import models, rng, rounds, runtime, wire
+from edgedp import models, rounds, runtime, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial, round_faults
@@ -223,17 +223,13 @@ class _Sim:
         # curious nodes: the observers that also want each message that reaches its node
         self.delivery_observers = tuple(o for o in self.observers if hasattr(o, "on_delivery"))
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
-        adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
-        if adaptive and round_faults.faulty(faults, network):
-            raise ValueError(
-                "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
-                "churn and message loss are not supported with it (use a block or gaussian "
-                "basis)."
-            )
+        why = round_faults.refusal(plan, faults, network)
+        if why is not None:  # before any agent is made
+            raise ValueError(why)
         self.env = Clock(unique_times=planned)
         self.model = models.for_task(plan.task, data.features)
         self.keys = runtime.simulation_keys(plan)
-        net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
+        net_secret = round_faults.network_secret(seed)
         n, T = plan.n, plan.steps  # noqa: N806
         # one share per node (each hashes the whole plan), reused by restarts
         self.shares = [plan.share(u) for u in range(n)]
