@@ -105,6 +105,8 @@ class Interpreter(abc.ABC):
     delivered) or False (the deadline passed), None for the others — or :data:`SUSPEND`.
     """
 
+    __slots__ = ()
+
     def step(self, cmd: Command) -> bool | None:
         """Carry out ``cmd`` with this runtime's method for its command."""
         method = _METHODS.get(type(cmd))
