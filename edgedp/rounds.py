@@ -23,6 +23,12 @@ A round policy is one function around this loop (e.g. a ``skip`` predicate), not
 every runtime. The generator raises what the Agent raises (a non-finite message or state);
 a runtime that stops in a :class:`Wait` simply does not resume it.
 
+A runtime is an :class:`Interpreter`: one method per command (as SimPy's environments differ
+in ``step``), dispatched by :meth:`Interpreter.step`. Every method is abstract, so a new
+command is a TypeError at the first use of every runtime that has no method for it, never a
+command that falls through to another's branch; :meth:`~Interpreter.step` refuses anything
+that is not a command.
+
 >>> cmds = rounds(_Scripted(rounds_left=1))
 >>> [type(c).__name__ for c in cmds]
 ['Send', 'Wait', 'Ended']
@@ -30,11 +36,22 @@ a runtime that stops in a :class:`Wait` simply does not resume it.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Ended", "Rejoined", "Send", "Skipped", "Wait", "rounds"]
+__all__ = [
+    "COMMANDS",
+    "SUSPEND",
+    "Ended",
+    "Interpreter",
+    "Rejoined",
+    "Send",
+    "Skipped",
+    "Wait",
+    "rounds",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +91,60 @@ class Ended:
 
 
 Command = Rejoined | Skipped | Send | Wait | Ended
+#: Every command :func:`rounds` yields (an :class:`Interpreter` has one method for each).
+COMMANDS: tuple[type, ...] = (Rejoined, Skipped, Send, Wait, Ended)
+#: What an :class:`Interpreter`'s method returns when the runtime stops driving the loop for
+#: now (an event-driven runtime resumes it from a later event).
+SUSPEND: Any = object()
+
+
+class Interpreter(abc.ABC):
+    """A runtime of the round loop: one method per command (module docstring).
+
+    Each returns what the generator is resumed with — for :class:`Wait` True (something was
+    delivered) or False (the deadline passed), None for the others — or :data:`SUSPEND`.
+    """
+
+    __slots__ = ()
+
+    def step(self, cmd: Command) -> bool | None:
+        """Carry out ``cmd`` with this runtime's method for its command."""
+        method = _METHODS.get(type(cmd))
+        if method is None:
+            raise TypeError(
+                f"{type(self).__name__} has no method for the round command {cmd!r} "
+                f"(expected one of {', '.join(c.__name__ for c in COMMANDS)})"
+            )
+        return method(self, cmd)
+
+    @abc.abstractmethod
+    def rejoined(self, cmd: Rejoined) -> None:
+        """The node skipped to ``cmd.target`` (nothing to send for the rounds skipped)."""
+
+    @abc.abstractmethod
+    def skipped(self, cmd: Skipped) -> None:
+        """The node sat ``cmd.round`` out."""
+
+    @abc.abstractmethod
+    def send(self, cmd: Send) -> None:
+        """Put the round's messages on the links."""
+
+    @abc.abstractmethod
+    def wait(self, cmd: Wait) -> bool:
+        """Wait for a delivery (True) or the round's deadline (False)."""
+
+    @abc.abstractmethod
+    def ended(self, cmd: Ended) -> None:
+        """The round is mixed and over."""
+
+
+_METHODS: dict[type, Callable[[Any, Any], Any]] = {
+    Rejoined: lambda it, cmd: it.rejoined(cmd),
+    Skipped: lambda it, cmd: it.skipped(cmd),
+    Send: lambda it, cmd: it.send(cmd),
+    Wait: lambda it, cmd: it.wait(cmd),
+    Ended: lambda it, cmd: it.ended(cmd),
+}
 
 
 def rounds(

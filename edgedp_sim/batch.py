@@ -109,57 +109,13 @@ def run(
     if per_trial and data.x.shape[0] < first_trial + trials:
         raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
     algo = algorithms.for_mechanism(plan.mechanism)
-    faulty = faults is not None and round_faults.faulty(faults, network)
-    adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
-    if faulty and adaptive:
-        raise ValueError(
-            "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
-            "churn and message loss are not supported with it (use a block or gaussian basis)."
-        )
-    if faulty and observers:
-        raise ValueError(
-            "observers see every node's message; with faults the batch engine computes "
-            "messages that are never sent: run observers under faults in the event engine"
-        )
-    rf = (
-        round_faults.RoundFaults(plan, faults or Faults(), network or Network(), seed)
-        if faulty
-        else None
-    )
+    rf = _round_faults(plan, faults, network, seed, observers)
     model = models.for_task(plan.task, data.features)
     d = model.dim
     run_keys = runtime.simulation_keys(plan) if keys is None else keys
-    trial_ids = range(first_trial, first_trial + trials)
-    # noise correlated across agents (cross_agent plans): own + shared-seed + edge streams
-    cross = (
-        None
-        if plan.cross_agent is None
-        else cross_mod.CrossNoise.for_plan(plan, run_keys, trial_ids)
-    )
-    # the node runtime of every (trial, node): keys, batch schedule, noise, step contexts
-    stack = runtime.Runtime(
-        plan,
-        model=model,
-        x=data.x,
-        y=data.y,
-        keys=runtime.stack_keys(run_keys, nodes=plan.n, trials=trials, first_trial=first_trial),
-        cross=cross,
-        memoize=plan.factor.kind == "dense",
-        gradient_transform=gradient_transform,
-        first_trial=first_trial,
-        laplace_ahead=kernels.laplace_ahead,  # compiled with numba, the same bits
-    )
+    stack, cross = _runtime(plan, model, data, run_keys, trials, first_trial, gradient_transform)
     batch = stack.schedule.batch_size
-    msg_dim = stack.message_dim  # DOME: k floats per message
-    if adaptive:  # one view per trial; the network sum emulated in the tree's order
-        tree = sketch_adaptive.spanning_tree(
-            topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
-        )
-        trackers = [
-            sketch_adaptive.AdaptiveSketch(plan.sketch, d, nodes=plan.n, batch_size=batch)
-            for _ in range(trials)
-        ]
-    released: dict[str, np.ndarray] = {}
+    tree = _Tree(plan, d, batch, trials) if _Tree.used(plan) else None
     back = None if cross is None else cross_mod.reverse_slots(plan.mixing_index)
     theta = np.broadcast_to(model.init_params(), (trials, plan.n, d)).copy()
     start = initial.states(
@@ -168,52 +124,16 @@ def run(
     if start is not None:
         theta = start
     result = BatchResult(models=theta)
-    degree_sum = int(
-        np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None]))
-    )
-
-    def evaluate(step: int, th: np.ndarray) -> None:
-        losses, accs = evaluation.evaluate(model, th, data.x_test, data.y_test)
-        mean_model = th.mean(axis=1)
-        result.eval_steps.append(step)
-        result.test_loss.append(losses.mean(axis=1))
-        result.test_loss_of_mean.append(
-            evaluation.evaluate(model, mean_model, data.x_test, data.y_test)[0]
-        )
-        if accs is not None:
-            result.test_accuracy.append(accs.mean(axis=1))
-        result.consensus_distance.append(
-            np.mean(np.sum((th - mean_model[:, None]) ** 2, axis=-1), axis=1)
-        )
-
-    evaluate(0, theta)
+    _evaluate(result, model, data, 0, theta)
     alg_state = algo.init_state(theta)
     clipped = nonfinite = 0
     observers = tuple(observers)
     drawn: dict[str, np.ndarray | None] = {}
-    hooks = (
-        {
-            "on_gradient": lambda g: drawn.__setitem__("gradient", g),
-            "on_sketch_gradient": lambda g: drawn.__setitem__("gradient", g),
-            "on_noise": lambda z: drawn.__setitem__("noise", z),
-        }
-        if observers
-        else {}
-    )
+    hooks = _hooks(drawn) if observers else {}
     gather_buffer: dict[tuple, np.ndarray] = {}
 
     for t in range(plan.steps):
-        ctx, tally = stack.context(
-            t,
-            basis=sketch_adaptive.PerTrial([tr.basis(t) for tr in trackers]) if adaptive else None,
-            mean=(
-                np.stack([tr.mean(t) for tr in trackers])
-                if adaptive and plan.sketch.mean_removal
-                else None
-            ),
-            release=(lambda c: released.__setitem__("c", c)) if adaptive else None,
-            **hooks,
-        )
+        ctx, tally = stack.context(t, **(_Tree.NONE if tree is None else tree.context(t)), **hooks)
         before = alg_state
         drawn.clear()
         alg_state, message = algo.send(alg_state, ctx)
@@ -232,33 +152,147 @@ def run(
             view = RoundView(t, message, drawn.get("gradient"), drawn.get("noise"), before, batch)
             for obs in observers:
                 obs.observe(view)
-        if adaptive:  # A(t) = tree sum of the releases (every node receives the same bits)
-            total = sketch_adaptive.tree_sum(tree, released.pop("c"))
-            if t + 1 == plan.steps:
-                result.bases = [tr.basis(t) for tr in trackers]
-            for i, tr in enumerate(trackers):
-                tr.deliver(t, total[i])
+        if tree is not None:
+            tree.deliver(t, result)
         theta = algo.model(alg_state)
         if not np.all(np.isfinite(theta)):
             raise FloatingPointError(
                 f"Model diverged (non-finite) at step {t}; lower the learning rate."
             )
         if (t + 1) % eval_every == 0 or t + 1 == plan.steps:
-            evaluate(t + 1, theta)
+            _evaluate(result, model, data, t + 1, theta)
         if progress is not None:
             progress(t + 1)
     result.models = theta
     result.clipped, result.clip_slots = int(clipped), plan.steps * trials * plan.n * batch
     result.clipped_fraction = clipped / result.clip_slots
     result.nonfinite = nonfinite
+    _count_traffic(result, plan, trials, stack.message_dim, rf, tree)
+    return result
+
+
+def _runtime(plan, model, data, run_keys, trials, first_trial, gradient_transform) -> tuple:
+    """The node runtime of every (trial, node) — keys, batch schedule, noise, step contexts —
+    and the noise correlated across agents (cross_agent plans: own + shared-seed + edge
+    streams; None otherwise)."""
+    trial_ids = range(first_trial, first_trial + trials)
+    cross = (
+        None
+        if plan.cross_agent is None
+        else cross_mod.CrossNoise.for_plan(plan, run_keys, trial_ids)
+    )
+    stack = runtime.Runtime(
+        plan,
+        model=model,
+        x=data.x,
+        y=data.y,
+        keys=runtime.stack_keys(run_keys, nodes=plan.n, trials=trials, first_trial=first_trial),
+        cross=cross,
+        memoize=plan.factor.kind == "dense",
+        gradient_transform=gradient_transform,
+        first_trial=first_trial,
+        laplace_ahead=kernels.laplace_ahead,  # compiled with numba, the same bits
+    )
+    return stack, cross
+
+
+def _round_faults(plan, faults, network, seed, observers) -> round_faults.RoundFaults | None:
+    """The round masks of a faulty run (None without faults); refuses what no engine runs
+    (:func:`edgedp_sim.round_faults.refusal`) and observers under faults."""
+    if faults is None or not round_faults.faulty(faults, network):
+        return None
+    why = round_faults.refusal(plan, faults, network)
+    if why is not None:
+        raise ValueError(why)
+    if observers:
+        raise ValueError(
+            "observers see every node's message; with faults the batch engine computes "
+            "messages that are never sent: run observers under faults in the event engine"
+        )
+    return round_faults.RoundFaults(plan, faults, network or Network(), seed)
+
+
+def _hooks(drawn: dict) -> dict[str, Callable]:
+    """The step context's hooks that keep the round's gradient and noise for observers."""
+    return {
+        "on_gradient": lambda g: drawn.__setitem__("gradient", g),
+        "on_sketch_gradient": lambda g: drawn.__setitem__("gradient", g),
+        "on_noise": lambda z: drawn.__setitem__("noise", z),
+    }
+
+
+def _evaluate(result: BatchResult, model, data, step: int, th: np.ndarray) -> None:
+    """Test loss (of each node's and of the mean model), accuracy and consensus distance of
+    every trial after ``step`` rounds, appended to ``result``."""
+    losses, accs = evaluation.evaluate(model, th, data.x_test, data.y_test)
+    mean_model = th.mean(axis=1)
+    result.eval_steps.append(step)
+    result.test_loss.append(losses.mean(axis=1))
+    result.test_loss_of_mean.append(
+        evaluation.evaluate(model, mean_model, data.x_test, data.y_test)[0]
+    )
+    if accs is not None:
+        result.test_accuracy.append(accs.mean(axis=1))
+    result.consensus_distance.append(
+        np.mean(np.sum((th - mean_model[:, None]) ** 2, axis=-1), axis=1)
+    )
+
+
+def _count_traffic(result: BatchResult, plan, trials: int, msg_dim: int, rf, tree) -> None:
+    """Messages and bytes sent (DOME: ``msg_dim`` = k floats), the faults' counts, and an
+    adaptive basis' tree frames."""
+    degree_sum = int(
+        np.sum((plan.mixing_weight != 0) & (plan.mixing_index != np.arange(plan.n)[:, None]))
+    )
     result.messages = degree_sum * plan.steps * trials
     if rf is not None:
         rf.fill(result, trials)
     result.bytes_sent = result.messages * msg_dim * 8
-    if adaptive:  # a k-float frame up and one down each tree edge per round
+    if tree is not None:  # a k-float frame up and one down each tree edge per round
         result.aggregate_bytes = 2 * (plan.n - 1) * msg_dim * 8 * plan.steps * trials
         result.bytes_sent += result.aggregate_bytes
-    return result
+
+
+class _Tree:
+    """An adaptive dome basis (paper 002 Alg. 2): one view per trial, the network sum of the
+    releases emulated in the spanning tree's order (every node receives the same bits)."""
+
+    #: The step context's arguments without an adaptive basis.
+    NONE: dict = {"basis": None, "mean": None, "release": None}
+
+    @staticmethod
+    def used(plan) -> bool:
+        return plan.sketch is not None and plan.sketch.basis == "adaptive"
+
+    def __init__(self, plan, d: int, batch: int, trials: int) -> None:
+        self.plan = plan
+        self.tree = sketch_adaptive.spanning_tree(
+            topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
+        )
+        self.trackers = [
+            sketch_adaptive.AdaptiveSketch(plan.sketch, d, nodes=plan.n, batch_size=batch)
+            for _ in range(trials)
+        ]
+        self.released: dict[str, np.ndarray] = {}
+
+    def context(self, t: int) -> dict:
+        """Round ``t``'s basis, mean and release hook for the step context."""
+        trackers = self.trackers
+        return {
+            "basis": sketch_adaptive.PerTrial([tr.basis(t) for tr in trackers]),
+            "mean": (
+                np.stack([tr.mean(t) for tr in trackers]) if self.plan.sketch.mean_removal else None
+            ),
+            "release": lambda c: self.released.__setitem__("c", c),
+        }
+
+    def deliver(self, t: int, result: BatchResult) -> None:
+        """A(t) = the tree sum of round ``t``'s releases, to every trial's view."""
+        total = sketch_adaptive.tree_sum(self.tree, self.released.pop("c"))
+        if t + 1 == self.plan.steps:
+            result.bases = [tr.basis(t) for tr in self.trackers]
+        for i, tr in enumerate(self.trackers):
+            tr.deliver(t, total[i])
 
 
 def _gather(message: np.ndarray, index: np.ndarray, buffers: dict) -> np.ndarray:

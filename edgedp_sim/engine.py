@@ -41,10 +41,11 @@ import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from edgedp import models, rng, rounds, runtime, wire
+from edgedp import models, rounds, runtime, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial, round_faults
@@ -54,7 +55,7 @@ from edgedp_sim.datasets import FederatedData
 from edgedp_sim.links import LinkDraws, Network
 from edgedp_sim.observers import LinkObserver
 
-__all__ = ["EventResult", "run"]
+__all__ = ["EventResult", "NodeProcess", "run"]
 
 
 @dataclass(slots=True)
@@ -94,19 +95,74 @@ class _Wait:
 
     __slots__ = ("driver", "done")
 
-    def __init__(self, driver: _Driver) -> None:
+    def __init__(self, driver: NodeProcess) -> None:
         self.driver, self.done = driver, False
 
 
-class _Driver:
-    """One incarnation of node ``u``: its Agent, the round loop driving it
-    (:func:`edgedp.rounds.rounds`), and the round's wait (start, limit)."""
+class NodeProcess(rounds.Interpreter):
+    """One incarnation of node ``u`` on the event engine: its Agent, the round loop driving it
+    (:func:`edgedp.rounds.rounds`) and the round's wait (start, limit). One method per command
+    of the loop (the engine's ``step``): each returns the loop's reply, or
+    :data:`edgedp.rounds.SUSPEND` when the node now waits for an event of the clock."""
 
-    __slots__ = ("u", "incarnation", "agent", "loop", "first", "start", "limit")
+    __slots__ = ("sim", "u", "incarnation", "agent", "loop", "first", "start", "limit")
 
-    def __init__(self, u: int, incarnation: int, agent: Agent, loop, first: bool) -> None:
-        self.u, self.incarnation, self.agent, self.loop = u, incarnation, agent, loop
+    def __init__(self, sim: _Sim, u: int, incarnation: int, agent: Agent, loop, first: bool):
+        self.sim, self.u, self.incarnation, self.agent, self.loop = sim, u, incarnation, agent, loop
         self.first, self.start, self.limit = first, 0.0, 0.0
+
+    def rejoined(self, cmd: rounds.Rejoined) -> None:
+        """Fell past the receive window: the rounds skipped to the neighbours are over."""
+        sim = self.sim
+        sim.result.skipped_rounds += cmd.skipped
+        for r in range(cmd.behind, cmd.target):
+            sim.finish_round(self.u, r)
+        sim.snapshot(self.u, self.agent)
+
+    def skipped(self, cmd: rounds.Skipped) -> Any:
+        """Sat the round out; the loop goes on in this instant (SimPy's ``timeout(0)``)."""
+        sim = self.sim
+        sim.result.skipped_rounds += 1
+        sim.finish_round(self.u, cmd.round)
+        sim.env.soon(sim.advance, self, None)
+        return rounds.SUSPEND
+
+    def send(self, cmd: rounds.Send) -> Any:
+        """The messages go to the uplink (after ``compute_s`` of computing, if any)."""
+        sim = self.sim
+        if sim.network.compute_s:
+            sim.env.at(sim.env.now + sim.network.compute_s, sim.computed, self, cmd.out)
+            return rounds.SUSPEND
+        sim.put_on_uplink(self, cmd.out)
+        return None
+
+    def wait(self, cmd: rounds.Wait) -> Any:
+        """Armed until a message comes or the deadline; False when the deadline has passed."""
+        sim = self.sim
+        now = sim.env.now
+        remaining = self.start + self.limit - now
+        if remaining <= 0:  # the round ends
+            return False
+        wait = _Wait(self)  # not ready, and not every missing neighbour moved on
+        sim.arrival[self.u] = _Arrival(wait)
+        sim.arm(self.u, now + remaining, wait)
+        return rounds.SUSPEND
+
+    def ended(self, cmd: rounds.Ended) -> None:
+        """The round is mixed: the observers see it, the snapshot and round end are noted."""
+        sim, u, agent, report = self.sim, self.u, self.agent, cmd.report
+        r = report.round
+        sim.result.missing += len(report.missing)
+        for obs in sim.round_observers:  # the round's private gradient, what it mixed
+            obs.on_round(
+                node=u,
+                round=r,
+                gradient=agent.last_gradient,
+                batch_size=agent.batch,
+                missing=report.missing,
+            )
+        sim.snapshot(u, agent)
+        sim.finish_round(u, r)
 
 
 class _Arrival:
@@ -167,17 +223,13 @@ class _Sim:
         # curious nodes: the observers that also want each message that reaches its node
         self.delivery_observers = tuple(o for o in self.observers if hasattr(o, "on_delivery"))
         self.plan, self.data, self.network, self.faults = plan, data, network, faults
-        adaptive = plan.sketch is not None and plan.sketch.basis == "adaptive"
-        if adaptive and round_faults.faulty(faults, network):
-            raise ValueError(
-                "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
-                "churn and message loss are not supported with it (use a block or gaussian "
-                "basis)."
-            )
+        why = round_faults.refusal(plan, faults, network)
+        if why is not None:  # before any agent is made
+            raise ValueError(why)
         self.env = Clock(unique_times=planned)
         self.model = models.for_task(plan.task, data.features)
         self.keys = runtime.simulation_keys(plan)
-        net_secret = rng.derive_key(rng.seed_secret(seed), "network").hex().encode()
+        net_secret = round_faults.network_secret(seed)
         n, T = plan.n, plan.steps  # noqa: N806
         # one share per node (each hashes the whole plan), reused by restarts
         self.shares = [plan.share(u) for u in range(n)]
@@ -256,14 +308,14 @@ class _Sim:
             for u in nodes:
                 slot[u] = self.agents[u].theta
 
-    def _finish_round(self, u: int, r: int) -> None:
+    def finish_round(self, u: int, r: int) -> None:
         self.round_end[u, r] = self.env.now
         self._record_eval(r + 1, (u,))
         self.done_pairs += 1
         if self.progress is not None and self.done_pairs % self.plan.n == 0:
             self.progress(self.done_pairs // self.plan.n)
 
-    def _snapshot(self, u: int, agent: Agent) -> None:
+    def snapshot(self, u: int, agent: Agent) -> None:
         if u in self.restarts:
             self.snapshots[u] = copy.deepcopy(agent.snapshot())
 
@@ -273,87 +325,48 @@ class _Sim:
         :func:`edgedp.rounds.rounds`, with the scenario's dropouts as its skip policy."""
         dropped = self._dropped[u]
         loop = rounds.rounds(agent, skip=dropped.__getitem__)
-        self._advance(_Driver(u, incarnation, agent, loop, first), None)
+        self.advance(NodeProcess(self, u, incarnation, agent, loop, first), None)
 
-    def _advance(self, d: _Driver, reply: bool | None) -> None:
-        """Carry out node ``d.u``'s commands until it has to wait for an event.
+    def advance(self, node: NodeProcess, reply: bool | None) -> None:
+        """Carry out ``node``'s commands (:meth:`NodeProcess.step`) until it has to wait for
+        an event.
 
         A node that crashed in the instant of a skipped round still finishes its skips (and
         may begin one more round) on its agent, as a process that only checks for a crash
         when it wakes up."""
-        env, u, send = self.env, d.u, d.loop.send
+        send, step = node.loop.send, node.step
         while True:
             try:
                 cmd = send(reply)
             except StopIteration:
                 return
-            reply = None
-            kind = type(cmd)
-            if kind is _WAIT:
-                now = env.now
-                remaining = d.start + d.limit - now
-                if remaining > 0:  # not ready, and not every missing neighbour moved on
-                    wait = _Wait(d)
-                    self.arrival[u] = _Arrival(wait)
-                    self._arm(u, now + remaining, wait)
-                    return
-                reply = False  # the deadline has passed: the round ends
-            elif kind is rounds.Ended:
-                self._ended(d, cmd.report)
-            elif kind is rounds.Send:
-                if self.network.compute_s:
-                    env.at(env.now + self.network.compute_s, self._computed, d, cmd.out)
-                    return
-                self._put_on_uplink(d, cmd.out)
-            elif kind is rounds.Skipped:
-                self.result.skipped_rounds += 1
-                self._finish_round(u, cmd.round)
-                env.soon(self._advance, d, None)  # timeout(0)
+            reply = step(cmd)
+            if reply is _SUSPEND:
                 return
-            else:  # Rejoined: fell past the receive window, skipped to the neighbours
-                self.result.skipped_rounds += cmd.skipped
-                for r in range(cmd.behind, cmd.target):
-                    self._finish_round(u, r)
-                self._snapshot(u, d.agent)
 
-    def _put_on_uplink(self, d: _Driver, out) -> None:
+    def put_on_uplink(self, d: NodeProcess, out) -> None:
         """The round's messages go to the uplink; its wait starts now."""
         self.env.start(self._transmit, d.u, out)
         d.start = self.env.now
         d.limit = self.network.startup_timeout_s if d.first else self.network.round_timeout_s
         d.first = False
 
-    def _computed(self, d: _Driver, out) -> None:
+    def computed(self, d: NodeProcess, out) -> None:
         if self.incarnation[d.u] == d.incarnation:
-            self._put_on_uplink(d, out)
-            self._advance(d, None)
-
-    def _ended(self, d: _Driver, report) -> None:
-        u, agent = d.u, d.agent
-        r = report.round
-        self.result.missing += len(report.missing)
-        for obs in self.round_observers:  # the round's private gradient, what it mixed
-            obs.on_round(
-                node=u,
-                round=r,
-                gradient=agent.last_gradient,
-                batch_size=agent.batch,
-                missing=report.missing,
-            )
-        self._snapshot(u, agent)
-        self._finish_round(u, r)
+            self.put_on_uplink(d, out)
+            self.advance(d, None)
 
     def _wake(self, wait: _Wait) -> None:
         d = wait.driver
         if self.incarnation[d.u] == d.incarnation:
-            self._advance(d, True)
+            self.advance(d, True)
 
     def _fire(self, wait: _Wait) -> None:
         if not wait.done:
             wait.done = True
             self.env.soon(self._wake, wait)
 
-    def _arm(self, u: int, time: float, wait: _Wait) -> None:
+    def arm(self, u: int, time: float, wait: _Wait) -> None:
         """(Re)arm ``u``'s deadline. A timeout armed later at the same time has a later id:
         the heap entry already there is moved to that id when it comes up."""
         eid = self.env.next_id()
@@ -506,7 +519,7 @@ class _Sim:
                     wait.done = True
                     d = wait.driver
                     if self.incarnation[d.u] == d.incarnation:  # _wake
-                        self._advance(d, True)
+                        self.advance(d, True)
         else:
             self._notify(v)
 
@@ -560,7 +573,7 @@ class _Sim:
         return res
 
 
-_WAIT = rounds.Wait
+_SUSPEND = rounds.SUSPEND
 
 
 def _length(job: _Job) -> int:

@@ -50,7 +50,6 @@ def check_engine(sc: Scenario, engine_name: str = "auto") -> tuple[str, str]:
     else:
         raise ScenarioError(f"unknown engine {engine_name!r}; use auto, event or batch")
     net, f, plan = sc.network, sc.faults, sc.plan
-    faulty = round_faults.faulty(f, net)
     if engine_name == "batch":
         auto, reason = choose_engine(replace(sc, engine="auto"))
         if auto == "event":
@@ -58,17 +57,9 @@ def check_engine(sc: Scenario, engine_name: str = "auto") -> tuple[str, str]:
                 f"the batch engine cannot run this scenario: {reason} (it has no clock); "
                 'use --engine event (engine = "event")'
             )
-    sketch = plan.sketch
-    if faulty and sketch is not None and sketch.basis == "adaptive":
-        raise ScenarioError(
-            "an adaptive dome basis needs every spanning-tree frame: dropouts, crashes, churn "
-            "and message loss are not supported with it (use a block or gaussian basis)"
-        )
-    if f.dropout_rule == "reuse-last" and sketch is not None and sketch.refresh:
-        raise ScenarioError(
-            "faults.dropout_rule = 'reuse-last' would mix a dome message from an earlier "
-            "round, in another sketch basis; use 'renormalize' or 'self' (or refresh = 0)"
-        )
+    refusal = round_faults.refusal(plan, f, net)
+    if refusal is not None:
+        raise ScenarioError(f"faults: {refusal}")
     for c in f.crashes:
         if not 0 <= c.node < plan.n:
             raise ScenarioError(f"faults.crashes: node {c.node} but the topology has {plan.n}")

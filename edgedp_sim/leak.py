@@ -355,13 +355,7 @@ def run(
     process's peak memory.
     """
     plan = sc.plan
-    delta = plan.delta if delta is None else delta
-    if not 0 < delta < 1:
-        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
-    if not 0 <= victim < plan.n:
-        raise ValueError(f"victim={victim} is not a node of the {plan.n}-node scenario.")
-    if trials <= k:
-        raise ValueError(f"Expected trials={trials} > k={k} for the MI estimates.")
+    delta = _check_arguments(plan, delta, victim=victim, trials=trials, k=k)
     engine_name = probing.engine_for(sc, engine_name)
     if data is not None and (client is not None or block_trials is not None):
         raise ValueError("data cannot be shipped to workers: give it in the scenario instead.")
@@ -369,7 +363,7 @@ def run(
     if engine_name == "event" and data.x.ndim == 4:
         raise ValueError("Per-trial data runs on the batch engine only.")
     model = models.for_task(plan.task, data.features)
-    dim, theta0 = model.dim, model.init_params()
+    dim = model.dim
     started = time.perf_counter()
     initial_state = sc.initial_state if initial_state is None else initial_state
     initial.parse(initial_state)  # a bad spec fails before any work
@@ -378,11 +372,10 @@ def run(
         progress=progress,
         data=data,
         dim=dim,
-        theta0=theta0,
+        theta0=model.init_params(),
         initial_state=initial_state,
         final=final,
     )
-    blocks = None
     if client is not None or block_trials is not None:
         parts, blocks = leak_blocks.observe(
             client,
@@ -397,23 +390,13 @@ def run(
             block_trials=block_trials,
             progress=block_progress,
         )
-    elif engine_name == "batch":
-        parts = leak_trials.observe_batch(sc, attackers, trials=trials, chunk=chunk, **common)
     else:
-        parts = leak_trials.observe_event(sc, attackers, trials=trials, **common)
+        parts, blocks = _observe_here(sc, attackers, engine_name, trials, chunk, common), None
     finals = parts[-1]
     sim_seconds = time.perf_counter() - started
     scores = dict(coordinate=coordinate, k=k, seed=seed, workers=workers, delta=delta)
-    V, results = _score_all(
-        plan,
-        attackers,
-        parts,
-        dim=dim,
-        standardized=standardized,
-        point_curve=point_curve,
-        progress=progress,
-        **scores,
-    )
+    curves = dict(standardized=standardized, point_curve=point_curve, progress=progress)
+    V, results = _score_all(plan, attackers, parts, dim=dim, **curves, **scores)
     out = {
         "scenario": sc.name,
         "mechanism": plan.mechanism,
@@ -432,22 +415,32 @@ def run(
         out.update(final_mean=float(values.mean()), final_std=float(values.std()))
     if audit_trials:
         audit = dict(trials=audit_trials, confidence=audit_confidence, delta=delta)
-        _audit_beside(
-            out,
-            sc,
-            attackers,
-            victim=victim,
-            engine_name=engine_name,
-            progress=progress,
-            client=client,
-            block_trials=block_trials,
-            block_progress=block_progress,
-            **audit,
-        )
+        cluster = dict(client=client, block_trials=block_trials, block_progress=block_progress)
+        where = dict(victim=victim, engine_name=engine_name, progress=progress)
+        _audit_beside(out, sc, attackers, **where, **audit, **cluster)
     if blocks is not None:
         out.update(shards.where(blocks))
     out["cost"] = _cost(out, started=started, sim_seconds=sim_seconds, trials=trials)
     return out
+
+
+def _check_arguments(plan, delta: float | None, *, victim: int, trials: int, k: int) -> float:
+    """Refuse what :func:`run` cannot estimate; the δ of the report (default the plan's)."""
+    delta = plan.delta if delta is None else delta
+    if not 0 < delta < 1:
+        raise ValueError(f"Expected delta={delta!r} in (0, 1).")
+    if not 0 <= victim < plan.n:
+        raise ValueError(f"victim={victim} is not a node of the {plan.n}-node scenario.")
+    if trials <= k:
+        raise ValueError(f"Expected trials={trials} > k={k} for the MI estimates.")
+    return delta
+
+
+def _observe_here(sc, attackers, engine_name: str, trials: int, chunk: int, common) -> tuple:
+    """The trials in this process: the batch engine in chunks, or the event engine."""
+    if engine_name == "batch":
+        return leak_trials.observe_batch(sc, attackers, trials=trials, chunk=chunk, **common)
+    return leak_trials.observe_event(sc, attackers, trials=trials, **common)
 
 
 def _cost(out, *, started: float, sim_seconds: float, trials: int) -> dict[str, Any]:

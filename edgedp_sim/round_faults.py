@@ -36,7 +36,7 @@ from edgedp.plan import NoisePlan
 from edgedp_sim.churn import Faults, crash_rounds
 from edgedp_sim.links import Network
 
-__all__ = ["RoundFaults", "faulty", "network_secret", "timing"]
+__all__ = ["RoundFaults", "faulty", "network_secret", "refusal", "timing"]
 
 
 def faulty(faults: Faults, network: Network | None = None) -> bool:
@@ -48,6 +48,26 @@ def faulty(faults: Faults, network: Network | None = None) -> bool:
         or faults.churn_rate_per_s
         or (network is not None and network.loss)
     )
+
+
+def refusal(plan: NoisePlan, faults: Faults, network: Network | None = None) -> str | None:
+    """Why no engine can run ``plan`` under ``faults`` (and ``network`` loss), or None. Every
+    engine and front end asks here: an adaptive dome basis under faults (its spanning-tree
+    aggregate needs every frame), ``reuse-last`` with a refreshed dome sketch (the kept
+    message's coordinates are in an earlier basis; the Agent refuses it too)."""
+    sketch = plan.sketch
+    if sketch is not None and sketch.basis == "adaptive" and faulty(faults, network):
+        return (
+            "An adaptive dome basis needs every spanning-tree frame: dropouts, crashes, "
+            "churn and message loss are not supported with it (use a block or gaussian basis)."
+        )
+    if faults.dropout_rule == "reuse-last" and sketch is not None and sketch.refresh:
+        return (
+            "dropout_rule='reuse-last' would mix a dome message from an earlier round, "
+            "whose coordinates are in another sketch basis; use 'renormalize' or 'self' "
+            "(or a plan with refresh=0)."
+        )
+    return None
 
 
 def timing(network: Network) -> str | None:
@@ -77,12 +97,9 @@ class RoundFaults:
         secret = network_secret(seed)
         idx = np.asarray(plan.mixing_index)
         self.rule = faults.dropout_rule
-        if self.rule == "reuse-last" and plan.sketch is not None and plan.sketch.refresh:
-            raise ValueError(  # as the Agent refuses it
-                "dropout_rule='reuse-last' would mix a dome message from an earlier round, "
-                "whose coordinates are in another sketch basis; use 'renormalize' or 'self' "
-                "(or a plan with refresh=0)."
-            )
+        why = refusal(plan, faults, network)
+        if why is not None:
+            raise ValueError(why)
         self.real = idx != np.arange(n)[:, None]  # (n, slots): a neighbour, not self/padding
         self.inactive = faults.dropout_table(n, T, secret)  # (n, T): sits out or is down
         self.dropped_rounds = int(self.inactive.sum())

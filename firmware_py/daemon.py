@@ -109,9 +109,10 @@ def _message_digest(out) -> bytes:
     return digest.digest()
 
 
-class Device:
+class Device(rounds.Interpreter):
     """One device's run after :func:`firmware_py.startup.start`: the round loop's commands
-    carried out over ``transport`` (module docstring), ``metrics`` its JSON lines."""
+    carried out over ``transport`` (module docstring), ``metrics`` its JSON lines; one method
+    per command (:class:`edgedp.rounds.Interpreter`)."""
 
     def __init__(
         self,
@@ -266,36 +267,28 @@ class Device:
     def ended(self, cmd: rounds.Ended) -> None:
         report, agent, transport = cmd.report, self.agent, self.transport
         fields = {
-                "event": "round",
-                "round": report.round,
-                "missing": list(report.missing),
-                "absent": sorted(self.absent),  # not waited for (missed deadlines unheard)
-                "clipped": report.clipped,
-                "nonfinite": report.nonfinite,
-                "update_norm": report.update_norm,
-                "noise": self.out.noise_digest if self.out is not None else "",
-                "seconds": round(time.monotonic() - self.started_at, 4),
-                # the CPU seconds of the agent and its listener process so far
-                "cpu": round(time.process_time() + transport.listener_cpu(), 4),
-                "rejected": dict(agent.metrics.rejected),
-                "refused": dict(transport.refused),
-                "refused_handshakes": transport.refused_handshakes,
-                "dropped": transport.dropped,
-            }
+            "event": "round",
+            "round": report.round,
+            "missing": list(report.missing),
+            "absent": sorted(self.absent),  # not waited for (missed deadlines unheard)
+            "clipped": report.clipped,
+            "nonfinite": report.nonfinite,
+            "update_norm": report.update_norm,
+            "noise": self.out.noise_digest if self.out is not None else "",
+            "seconds": round(time.monotonic() - self.started_at, 4),
+            # the CPU seconds of the agent and its listener process so far
+            "cpu": round(time.process_time() + transport.listener_cpu(), 4),
+            "rejected": dict(agent.metrics.rejected),
+            "refused": dict(transport.refused),
+            "refused_handshakes": transport.refused_handshakes,
+            "dropped": transport.dropped,
+        }
         self.line(dict(fields))
         self.textfile.update(fields)
         self.watch.round_end(report.round, report, agent, transport)
         # metrics first: a crash in between repeats a line instead of losing one; the
         # checkpoint is written while the next round is computed (joined before its send)
         self.pending = checkpoint.Pending(self.ckpt_path, checkpoint.copy_arrays(self.body()))
-
-    HANDLERS = {
-        rounds.Rejoined: rejoined,
-        rounds.Skipped: skipped,
-        rounds.Send: send,
-        rounds.Wait: wait,
-        rounds.Ended: ended,
-    }
 
     # ------------------------------------------------------------------ the run
     def line(self, fields: dict) -> None:
@@ -325,7 +318,7 @@ class Device:
                     raise RefusedError(EXIT_DIVERGED, str(exc)) from None
                 if self.signal:  # nothing more is sent or recorded after a stop signal
                     return 128 + self.signal
-                reply = self.HANDLERS[type(cmd)](self, cmd)
+                reply = self.step(cmd)
                 if self.signal:  # a round left unmixed resumes from the checkpoint
                     return 128 + self.signal
             return self.finish()

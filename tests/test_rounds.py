@@ -104,3 +104,62 @@ def test_zeromq_links_are_a_transport():
         assert link.recv(0) is None and link.send((), [b"x"]) == 0
     finally:
         link.close()
+
+
+class _Paused:
+    """A command a new round policy might add, which no runtime knows yet."""
+
+    def __repr__(self) -> str:
+        return "_Paused()"
+
+
+def test_a_command_no_runtime_knows_is_refused_by_the_event_engine(monkeypatch):
+    """A round loop that yields a command the engine has no method for stops the run with an
+    error naming it (it used to fall through to the rejoin branch)."""
+    from edgedp_sim import engine
+
+    plan = api.make_plan("dp-dsgd", "ring:4", steps=2, batch_size=2, noise_multiplier=1.0)
+    data = scenarios.from_plan(plan).data()
+    loop = rounds.rounds
+
+    def with_a_new_command(agent, **kw):
+        yield _Paused()
+        yield from loop(agent, **kw)
+
+    monkeypatch.setattr(rounds, "rounds", with_a_new_command)
+    with pytest.raises(TypeError, match=r"no method for the round command _Paused\(\)"):
+        engine.run(plan, data)
+
+
+def test_every_runtime_has_a_method_for_every_command():
+    """The device daemon and the event engine interpret every command of the round loop:
+    each is a rounds.Interpreter with nothing abstract left, and the interpreter's commands
+    are the ones the loop yields."""
+    import typing
+
+    from edgedp_sim import engine
+    from firmware_py import daemon
+
+    assert set(rounds.COMMANDS) == set(typing.get_args(rounds.Command))
+    for runtime in (daemon.Device, engine.NodeProcess):
+        assert issubclass(runtime, rounds.Interpreter)
+        assert not runtime.__abstractmethods__
+
+
+def test_an_interpreter_refuses_what_is_not_a_command():
+    class Partial(rounds.Interpreter):
+        def rejoined(self, cmd): ...
+        def skipped(self, cmd): ...
+        def send(self, cmd): ...
+        def wait(self, cmd): ...
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()  # a runtime without a method for Ended cannot even be made
+
+    class Recorder(Partial):
+        def ended(self, cmd):
+            return "ended"
+
+    assert Recorder().step(rounds.Ended(None)) == "ended"
+    with pytest.raises(TypeError, match="Recorder has no method for the round command"):
+        Recorder().step(_Paused())
