@@ -171,6 +171,9 @@ def run_blocks(
         # the payload as a task of its own (not scattered data): a worker that dies holding
         # its only copy takes nothing the scheduler cannot make again
         shared = client.submit(_payload, payload, key=f"{tag}-payload", pure=False)
+        # a copy on every worker before the blocks are placed: with the only copy on one
+        # worker the scheduler puts every block beside it (data locality) and the others idle
+        client.replicate([shared])
         futures = {
             client.submit(
                 _run_one, fn, shared, b.first, b.count, args, key=f"{tag}-{b.first}-{b.count}"

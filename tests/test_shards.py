@@ -308,3 +308,26 @@ def test_split_names_every_trial_once():
     assert [(b.index, b.first, b.count) for b in blocks] == [(0, 0, 4), (1, 4, 4), (2, 8, 2)]
     with pytest.raises(ValueError):
         shards.split(0, 4)
+
+
+def test_blocks_spread_over_every_worker_of_a_local_cluster():
+    # the payload every block needs sits on every worker before the blocks are placed; with
+    # its only copy on one worker, Dask put all 16 blocks beside it and the other worker idled
+    sc = scenarios.parse(
+        {
+            "name": "spread",
+            "steps": 10,
+            "topology": {"spec": "ring:8"},
+            "task": {"dataset": "synthetic-logistic:10:400"},
+            "privacy": {"mechanism": "dp-dsgd", "noise_multiplier": 1.0},
+        }
+    )
+    attackers = [adversary.parse_attacker("hbc:1"), adversary.tap_all()]
+    with shards.connect(None, 2) as client:
+        report = audit.run(sc, attackers, trials=4000, client=client, block_trials=250)
+        workers = set(client.scheduler_info()["workers"])
+    counts = {w: sum(b["worker"] == w for b in report["blocks"]) for w in workers}
+    assert len(report["blocks"]) == 16 and sum(counts.values()) == 16
+    assert min(counts.values()) >= 4, counts
+    alone = audit.run(sc, attackers, trials=4000)
+    assert report["attackers"] == alone["attackers"]
