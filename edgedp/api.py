@@ -560,6 +560,8 @@ def leak(
     seed: int = 0,
     delta: float | None = None,
     progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> LeakResult:
     """Empirical leakage of ``victim``'s gradients to each attacker (``edgedp leak``).
 
@@ -576,6 +578,10 @@ def leak(
       seed: the KSG tie-breaking noise.
       delta: δ of each attacker's certified ε (default the plan's ``delta``).
       progress: called with a line of text now and then.
+      workers: run the trials in keyed blocks on a local Dask cluster of this many processes.
+      scheduler: run them on the Dask scheduler at this address. Either way every number of
+        the report is the one of this process, bit for bit (``report["blocks"]`` says where
+        each block ran and ``report["peak_worker_mb"]`` the largest worker's peak memory).
 
     On a lossy network each iteration's M-NMI is estimated on the trials in which the
     attacker observed what its estimate needs (the messages that arrived); ValueError when
@@ -598,9 +604,7 @@ def leak(
     if not parsed:
         raise ValueError("Expected at least one attacker (e.g. 'hbc:1' or 'eavesdropper:all').")
     sc = scenario_for(plan, scenario)
-    report = leak_mod.run(
-        sc,
-        parsed,
+    options = dict(
         trials=trials,
         victim=victim,
         seed=seed,
@@ -608,6 +612,11 @@ def leak(
         audit_trials=audit_trials,
         delta=delta,
     )
+    if scheduler is None and workers is None:
+        report = leak_mod.run(sc, parsed, **options)
+    else:
+        with _need("edgedp_sim.shards").connect(scheduler, workers or 2) as client:
+            report = leak_mod.run(sc, parsed, client=client, **options)
     entries = tuple(
         AttackerLeak(
             attacker=e["attacker"],

@@ -331,3 +331,14 @@ def test_blocks_spread_over_every_worker_of_a_local_cluster():
     assert min(counts.values()) >= 4, counts
     alone = audit.run(sc, attackers, trials=4000)
     assert report["attackers"] == alone["attackers"]
+
+
+def test_the_public_api_runs_trials_on_a_local_cluster():
+    plan = edgedp.make_plan("dp-dsgd", "ring:6", steps=5, noise_multiplier=1.0)
+    one = edgedp.leak(plan, trials=120)
+    many = edgedp.leak(plan, trials=120, workers=2)
+    assert len(many.report["blocks"]) > 1 and many.report["peak_worker_mb"] > 0
+    assert many.attackers == one.attackers
+    sim_one = edgedp.simulate(plan, trials=4)
+    sim_many = edgedp.simulate(plan, trials=4, workers=2)
+    assert sim_many.model_digests == sim_one.model_digests
