@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -213,15 +214,25 @@ class _Rekeyable:
     def _bind(self) -> None:
         import ctypes
 
+        if ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
+            raise RuntimeError("the offsets below are those of 64-bit little-endian builds")
         bit_gen = self.gen.bit_generator
         address = bit_gen.ctypes.state_address
+        probe = np.array([0x0123456789ABCDEF, 0xFEDCBA9876543210], dtype=np.uint64)
+        _set_state(bit_gen, probe, 7)
+        # read before anything is written: the two leading words must point at the counter
+        # and key the setter just stored (only then is writing through them safe)
         ctr_at, key_at = ctypes.cast(address, ctypes.POINTER(ctypes.c_uint64))[:2]
+        if not (ctr_at and key_at and ctr_at % 8 == 0 and key_at % 8 == 0):
+            raise RuntimeError("numpy's Philox state layout differs")
         counter = (ctypes.c_uint64 * 4).from_address(ctr_at)
         key = (ctypes.c_uint64 * 2).from_address(key_at)
         buffer_pos = ctypes.c_int.from_address(address + 16)
         has_uint32 = ctypes.c_int.from_address(address + 56)  # after the 4-word buffer
-        probe = np.array([0x0123456789ABCDEF, 0xFEDCBA9876543210], dtype=np.uint64)
-        _set_state(bit_gen, probe, 7)
+        if list(counter) != [0, 0, 7, 0] or list(key) != [int(w) for w in probe]:
+            raise RuntimeError("numpy's Philox state layout differs")
+        if buffer_pos.value != 4 or has_uint32.value != 0:
+            raise RuntimeError("numpy's Philox state layout differs")
         first = self.gen.random(3)  # consumes a block: buffer_pos moves off 4
         key[:] = [int(w) for w in probe]
         counter[:] = [0, 0, 7, 0]

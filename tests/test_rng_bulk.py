@@ -115,3 +115,22 @@ def test_stacked_draws_equal_fresh_generators_per_stream(sample):
     # a stream re-keyed after one that kept half a word starts afresh, in either order
     again = rng.stacked(keys[::-1, ::-1], 6, (5,), sample)
     assert np.array_equal(again, want[::-1, ::-1])
+
+
+def test_the_in_place_rekey_is_active_here_and_its_fallback_draws_the_same(monkeypatch):
+    # on this 64-bit little-endian numpy the layout check passes (else every re-key would
+    # silently take the slower setter path and the benchmarks would measure that)
+    assert rng._Rekeyable()._key is not None
+    keys = _keys(2, 3)
+    fast = rng.stacked(keys, 4, (6,), lambda g: g.standard_normal(6))
+
+    def refuse(self):
+        raise RuntimeError("layout")
+
+    monkeypatch.setattr(rng._Rekeyable, "_bind", refuse)
+    monkeypatch.setattr(rng._SPARE, "gen", None, raising=False)
+    slow_gen = rng._Rekeyable()
+    assert slow_gen._key is None  # the setter path
+    slow = rng.stacked(keys, 4, (6,), lambda g: g.standard_normal(6))
+    want = np.array([[rng.generator(k, 4).standard_normal(6) for k in row] for row in keys])
+    assert fast.tobytes() == slow.tobytes() == want.tobytes()
