@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from edgedp_sim import demo, provenance
+from edgedp_sim import demo, demo_plans, provenance
 
 import common
 
@@ -43,7 +43,7 @@ def screenshot(report: Path, picture: Path) -> str | None:
 def main() -> int:
     args = common.parser(__doc__).parse_args()
     out = common.out_dir(args)
-    config = demo.QUICK if args.quick else demo.DemoConfig()
+    config = demo_plans.QUICK if args.quick else demo_plans.DemoConfig()
     with tempfile.TemporaryDirectory(prefix="edgedp-demo-run-") as tmp:
         summary = demo.run_demo(tmp, config, progress=lambda line: print(line, flush=True))
         missing = screenshot(Path(tmp) / "report.html", out / "demo_run.png")
