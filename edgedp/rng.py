@@ -135,10 +135,18 @@ def derive_keys(secret: bytes, labels: tuple, tails) -> list[StreamKey]:
     return out
 
 
-def generator(key: StreamKey, step: int) -> np.random.Generator:
-    """The numpy Generator positioned at the start of ``step`` of stream ``key``."""
+def _check_step(step: Any) -> None:
+    """Refuse a step that is not an integer in [0, 2⁶⁴): Philox's counter word holds 64 bits,
+    and a larger step written into it would wrap onto an earlier step's draws."""
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
         raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
+    if int(step) >= 2**64:
+        raise ValueError(f"Expected step={step!r} < 2**64 (Philox's counter word).")
+
+
+def generator(key: StreamKey, step: int) -> np.random.Generator:
+    """The numpy Generator positioned at the start of ``step`` of stream ``key``."""
+    _check_step(step)
     bit_gen = np.random.Philox(
         key=np.array(key.words, dtype=np.uint64),
         counter=np.array([0, 0, int(step), 0], dtype=np.uint64),
@@ -165,8 +173,7 @@ def stacked(
     >>> out.shape, bool(np.array_equal(out[1], gaussian(keys[1], 3, (4,))))
     ((2, 4), True)
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
+    _check_step(step)
     keys = np.asarray(keys, dtype=object)
     spare = getattr(_SPARE, "gen", None)  # building a Philox costs ~10x re-keying one
     _SPARE.gen = None  # taken: a nested call (from ``sample``) builds its own
@@ -223,7 +230,10 @@ class _Rekeyable:
         # read before anything is written: the two leading words must point at the counter
         # and key the setter just stored (only then is writing through them safe)
         ctr_at, key_at = ctypes.cast(address, ctypes.POINTER(ctypes.c_uint64))[:2]
-        if not (ctr_at and key_at and ctr_at % 8 == 0 and key_at % 8 == 0):
+        # both must point inside the bit generator object itself (numpy keeps its counter
+        # and key there): anything else is not dereferenced
+        inside = range(id(bit_gen), id(bit_gen) + sys.getsizeof(bit_gen) - 31)
+        if not (ctr_at in inside and key_at in inside and ctr_at % 8 == 0 and key_at % 8 == 0):
             raise RuntimeError("numpy's Philox state layout differs")
         counter = (ctypes.c_uint64 * 4).from_address(ctr_at)
         key = (ctypes.c_uint64 * 2).from_address(key_at)
@@ -402,8 +412,7 @@ def laplace_stacked(
     >>> out.shape, bool(np.array_equal(out[2], laplace(keys[2], 5, (2,), scale=0.5)))
     ((3, 2), True)
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"Expected step={step!r} to be a non-negative integer.")
+    _check_step(step)
     if not scale >= 0:
         raise ValueError(f"Expected scale={scale!r} >= 0.")
     keys = np.asarray(keys)

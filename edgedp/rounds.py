@@ -109,13 +109,13 @@ class Interpreter(abc.ABC):
 
     def step(self, cmd: Command) -> bool | None:
         """Carry out ``cmd`` with this runtime's method for its command."""
-        method = _METHODS.get(type(cmd))
-        if method is None:
+        name = _METHODS.get(type(cmd))
+        if name is None:
             raise TypeError(
                 f"{type(self).__name__} has no method for the round command {cmd!r} "
                 f"(expected one of {', '.join(c.__name__ for c in COMMANDS)})"
             )
-        return method(self, cmd)
+        return getattr(self, name)(cmd)
 
     @abc.abstractmethod
     def rejoined(self, cmd: Rejoined) -> None:
@@ -138,13 +138,8 @@ class Interpreter(abc.ABC):
         """The round is mixed and over."""
 
 
-_METHODS: dict[type, Callable[[Any, Any], Any]] = {
-    Rejoined: lambda it, cmd: it.rejoined(cmd),
-    Skipped: lambda it, cmd: it.skipped(cmd),
-    Send: lambda it, cmd: it.send(cmd),
-    Wait: lambda it, cmd: it.wait(cmd),
-    Ended: lambda it, cmd: it.ended(cmd),
-}
+#: each command's method: its class name in lower case (``Send`` → :meth:`Interpreter.send`)
+_METHODS: dict[type, str] = {c: c.__name__.lower() for c in COMMANDS}
 
 
 def rounds(

@@ -216,6 +216,8 @@ class Basis:
             # cut into pieces of at most _CHUNK products.
             nodes = x.reshape(-1, self.d)
             flat = out.reshape(-1, self.k)
+            if len(nodes) == 0:
+                return out
             ext = np.zeros((min(len(nodes), max(1, _CHUNK // self.index.size)), self.d + 1))
             for lo in range(0, len(nodes), len(ext)):
                 part = nodes[lo : lo + len(ext)]

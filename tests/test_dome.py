@@ -447,3 +447,18 @@ def test_block_projection_of_a_stack_equals_each_node_alone():
             want[lead] = [np.sum(ext[index[j]] * weight[j]) for j in range(k)]
         assert np.array_equal(basis.project(x), want)
         assert np.array_equal(basis.project(x[2, 3]), want[2, 3])
+        assert basis.project(x[:0]).shape == (0, 5, k)  # no node: an empty stack
+    # rows longer than a chunk's share and a stack cut into many chunks
+    d, k, length = 400, 5, 160
+    index = rs.integers(0, d + 1, (k, length))
+    weight = rs.standard_normal((k, length))
+    basis = sketch.Basis("block", d, k, index=index, weight=weight)
+    x = rs.standard_normal((40, d))
+    ext = np.concatenate([x, np.zeros((40, 1))], axis=1)
+    want = np.array([[np.sum(row[index[j]] * weight[j]) for j in range(k)] for row in ext])
+    old_chunk = sketch._CHUNK
+    try:
+        sketch._CHUNK = 3 * k * length  # three nodes per chunk
+        assert np.array_equal(basis.project(x), want)
+    finally:
+        sketch._CHUNK = old_chunk

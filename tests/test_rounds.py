@@ -141,6 +141,9 @@ def test_every_runtime_has_a_method_for_every_command():
     from firmware_py import daemon
 
     assert set(rounds.COMMANDS) == set(typing.get_args(rounds.Command))
+    assert {getattr(rounds.Interpreter, c.__name__.lower()) for c in rounds.COMMANDS} == {
+        getattr(rounds.Interpreter, m) for m in rounds.Interpreter.__abstractmethods__
+    }
     for runtime in (daemon.Device, engine.NodeProcess):
         assert issubclass(runtime, rounds.Interpreter)
         assert not runtime.__abstractmethods__
