@@ -413,11 +413,10 @@ def simulate(
     shards = _need("edgedp_sim.shards")
     runner = _need("edgedp_sim.runner")
     _need("edgedp_sim.engine_choice").check_engine(sc, engine)  # ScenarioError is a ValueError
-    if scheduler is None and workers is None:
-        res = trials_mod.run(sc, trials, engine_name=engine, progress=progress)
-    else:
-        with shards.connect(scheduler, workers or 2) as client:
-            res = trials_mod.run(sc, trials, engine_name=engine, client=client)
+    with shards.optional(scheduler, workers) as client:
+        res = trials_mod.run(
+            sc, trials, engine_name=engine, client=client, progress=None if client else progress
+        )
     first = {k: int(v[0]) for k, v in res.counters.items()}
     metrics: dict[str, Any] = {"nonfinite_examples": res.totals["nonfinite_examples"]}
     if res.engine == "batch":
@@ -612,11 +611,8 @@ def leak(
         audit_trials=audit_trials,
         delta=delta,
     )
-    if scheduler is None and workers is None:
-        report = leak_mod.run(sc, parsed, **options)
-    else:
-        with _need("edgedp_sim.shards").connect(scheduler, workers or 2) as client:
-            report = leak_mod.run(sc, parsed, client=client, **options)
+    with _need("edgedp_sim.shards").optional(scheduler, workers) as client:
+        report = leak_mod.run(sc, parsed, client=client, **options)
     entries = tuple(
         AttackerLeak(
             attacker=e["attacker"],

@@ -51,6 +51,7 @@ __all__ = [
     "block_lines",
     "connect",
     "finished",
+    "optional",
     "run_blocks",
     "split",
     "where",
@@ -266,6 +267,17 @@ def _same_code(client: Any) -> None:
                     f"worker {worker} runs {key} {theirs.get(key)}, this process {value}: "
                     "every worker needs the same code for results equal to a single run"
                 )
+
+
+@contextlib.contextmanager
+def optional(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
+    """None (run in this process) when neither is given, else :func:`connect`'s client of
+    ``scheduler`` or of a local cluster of ``workers`` (default 2) processes."""
+    if scheduler is None and workers is None:
+        yield None
+        return
+    with connect(scheduler, workers or 2) as client:
+        yield client
 
 
 @contextlib.contextmanager
