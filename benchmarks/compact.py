@@ -27,7 +27,8 @@ import numpy as np
 import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
-from edgedp.planning import compact, compact_banded, compact_blt, mafalda, mf_optimal
+from edgedp.families.mf import compact, compact_banded, compact_blt, mafalda
+from edgedp.planning import mf_optimal
 
 D = 10**6
 BANDWIDTHS = (2, 8, 32, 100)

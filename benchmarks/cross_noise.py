@@ -1,6 +1,6 @@
 """Per-agent cost of generating noise correlated across agents at d = 10^5.
 
-One node's step (:meth:`edgedp.cross_agent.CrossNoise.compose`) for the forms of a Whisper
+One node's step (:meth:`edgedp.families.cross.noise.CrossNoise.compose`) for the forms of a Whisper
 covariance: dense (row of R^½: n shared draws, Remark 1 of paper 001 with the independent
 part from the node's own key), low rank r (r shared draws) and graph-local (one draw per
 incident edge), as milliseconds per step and as a ratio to drawing d iid normals. The cost is
@@ -18,7 +18,8 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 import numpy as np
 from _timing import median_seconds
 
-from edgedp import cross_agent, rng, streams
+from edgedp import rng, streams
+from edgedp.families.cross import noise as cross_agent
 
 
 def _share(r: int, edges: int) -> cross_agent.NodeCrossAgent:

@@ -22,7 +22,8 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 import numpy as np
 from _timing import median_seconds
 
-from edgedp import rng, sketch, wire
+from edgedp import rng, wire
+from edgedp.families.dome import sketch
 
 CASES = [(19_210, 192), (19_210, 1_921), (100_000, 1_000), (100_000, 10_000)]
 GAUSSIAN_MAX_WORK = 2e10  # d·k² above which the CGS2 basis is not timed

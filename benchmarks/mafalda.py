@@ -19,7 +19,7 @@ from _timing import median_seconds, peak_bytes
 
 import edgedp_topologies
 from edgedp import topology
-from edgedp.planning import mafalda
+from edgedp.families.mf import mafalda
 
 
 def main() -> None:

@@ -36,7 +36,8 @@ from _timing import median_seconds, peak_bytes
 import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mafalda, mf_optimal
+from edgedp.families.mf import mafalda
+from edgedp.planning import mf_optimal
 
 NODES = 271
 EDGE_P = 0.05

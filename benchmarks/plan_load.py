@@ -39,7 +39,7 @@ from edgedp import factors
 from edgedp.accounting import budget, mf
 from edgedp.plan import NoisePlan
 mode, path = sys.argv[1], sys.argv[2]
-import edgedp.accounting.sensitivity, edgedp.accounting.cross_agent  # noqa: imports first
+import edgedp.accounting.sensitivity, edgedp.families.cross.accounting  # noqa: imports first
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -83,8 +83,8 @@ def _plan(kind: str, steps: int):
     import edgedp_topologies
     from edgedp import factors
     from edgedp.accounting.participation import Participation
+    from edgedp.families.cross import planning as cross_agent
     from edgedp.plan import make_plan
-    from edgedp.planning import cross_agent
 
     graph = edgedp_topologies.parse("ring:8")
     part = Participation(-(-steps // 50), 50)

@@ -1,9 +1,9 @@
 """Planner time for Whisper's covariance program (paper 001 Eq. 10) and its compact forms.
 
 For ER graphs with mean degree ≈ 10 and n ∈ {20, 100, 300, 1000}: the structured dual solver
-(:func:`edgedp.planning.whisper.optimal_covariance`, one BLAS thread), the compact fits
-(``local`` and ``lowrank`` r = 8, n <= 300; :mod:`edgedp.planning.compact_covariance`) and, for
-n <= 50, cvxpy/Clarabel on the 2n × 2n LMI form, with the certified gap and the compact /
+(:func:`edgedp.families.cross.covariance.optimal_covariance`, one BLAS thread), the compact fits
+(``local`` and ``lowrank`` r = 8, n <= 300; :mod:`edgedp.families.cross.compact_covariance`) and,
+for n <= 50, cvxpy/Clarabel on the 2n × 2n LMI form, with the certified gap and the compact /
 dense utility ratio. Run: python benchmarks/whisper_planner.py [--max-n 300]
 """
 
@@ -14,7 +14,8 @@ import time
 
 import edgedp_topologies
 from edgedp import topology
-from edgedp.planning import compact_covariance, whisper
+from edgedp.families.cross import compact_covariance
+from edgedp.families.cross import covariance as whisper
 
 
 def main() -> None:

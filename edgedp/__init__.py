@@ -10,13 +10,13 @@ The Python API (:mod:`edgedp.api`, docs/API.md) is re-exported here: ``edgedp.ma
 ``edgedp.account``, ``edgedp.simulate``, ``edgedp.leak``, ``edgedp.save_dataset`` (numpy
 arrays as a dataset file a plan can name) and ``edgedp.export_model``. It imports planning
 and the simulator only when called, so ``import edgedp`` stays a device import. Importing
-the package enters the built-in families and mechanisms (:data:`edgedp.algorithms.FAMILIES`,
-:data:`edgedp.algorithms.BUILTIN`) in the registry (:mod:`edgedp.mechanisms`), before any
+the package enters the built-in families and mechanisms (:data:`edgedp.families.FAMILIES`,
+:data:`edgedp.families.BUILTIN`) in the registry (:mod:`edgedp.mechanisms`), before any
 module can look one up.
 """
 
 # _numerics first: it fixes numpy's CPU dispatch before numpy loads (the names load in order).
-from edgedp import _numerics, algorithms, mechanisms  # noqa: F401
+from edgedp import _numerics, families, mechanisms  # noqa: F401
 from edgedp.api import (
     AttackerLeak,
     Guarantee,
@@ -31,7 +31,7 @@ from edgedp.api import (
 )
 
 # the registry's explicit lists, entered once
-mechanisms.install_builtin(algorithms.FAMILIES, algorithms.BUILTIN)
+mechanisms.install_builtin(families.FAMILIES, families.BUILTIN)
 
 __version__ = "0.1.0"
 

@@ -52,20 +52,20 @@ import numpy as np
 
 from edgedp import (
     _validate,
-    algorithms,
     dropout,
+    families,
     mailbox,
     node_round,
     rng,
     runtime,
-    sketch_adaptive,
     snapshot,
 )
-from edgedp import cross_agent as cross_mod
-from edgedp.algorithms import StepContext
 from edgedp.dropout import DROPOUT_RULES
 from edgedp.errors import PlanError
 from edgedp.factors import StreamState
+from edgedp.families.cross import noise as cross_mod
+from edgedp.families.dome import sketch_adaptive
+from edgedp.gossip import StepContext
 from edgedp.node_metrics import Metrics, RoundReport
 from edgedp.noise import NoiseSource
 from edgedp.outgoing import Outgoing
@@ -91,7 +91,7 @@ class Agent(node_round.RoundSide, mailbox.ReceiveSide):
       round_window: how many rounds ahead a message may be and still be buffered.
       memoize_noise: simulators only — see :class:`edgedp.noise.NoiseSource`.
       cross_keys: the shared-seed, per-edge and message stream keys a plan with a
-        ``cross_agent`` section needs (:class:`edgedp.cross_agent.CrossKeys`; secret).
+        ``cross_agent`` section needs (:class:`edgedp.families.cross.noise.CrossKeys`; secret).
       stream_fingerprint: a one-way fingerprint of the secrets, plan and run the keys come
         from, stored in snapshots and checked on restore.
       gradient_transform: simulators only (privacy audits plant canaries with it, never on
@@ -132,7 +132,7 @@ class Agent(node_round.RoundSide, mailbox.ReceiveSide):
         self.keep_gradient = keep_gradient
         self.stream_fingerprint = stream_fingerprint
         self.model = model
-        self.algo = algorithms.for_mechanism(share.mechanism)
+        self.algo = families.for_mechanism(share.mechanism)
         self.x, self.y = x, y
         cross = None
         if share.cross_agent is not None:

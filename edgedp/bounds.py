@@ -13,7 +13,7 @@ bounds P(|N(0, s²)| > s·√(2 ln(2/p))) ≤ p and P(|Lap(b)| > b ln(1/p)) = p.
 depend on the data or the model's loss: only on the plan (η, Δ, T, ν, the temporal factor,
 the cross-agent covariance, the Laplace schedule, W's column sums), the model dimension and
 the common initial model θ₀. Mixing is a convex combination (W ≥ 0, rows sum to 1), so the
-largest entry over all nodes never grows in a mixing step; each algorithm module's
+largest entry over all nodes never grows in a mixing step; each rules module's
 ``message_bound`` carries the rest of the recursion (derivations there and in
 docs/DEVICE_RUNTIME.md, "Hostile peers"). The per-node batch size B_node only divides, so
 the bound uses the plan's batch size, or 1 when the task uses whole local datasets (a

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from edgedp import _codec, footprint, mechanisms, signing
-from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import factor_sensitivity
-from edgedp.accounting import laplace as laplace_acc
 from edgedp.errors import PlanError
+from edgedp.families.cross import accounting as cross_acc
+from edgedp.families.laplace import accounting as laplace_acc
 
 #: A plan record: :class:`edgedp.plan.NoisePlan`, which imports this module (so this module
 #: reads the record's fields and never imports it).

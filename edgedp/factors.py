@@ -37,7 +37,7 @@ A new factor is one class with these names and one entry in :data:`KINDS`.
 
 ``dense`` regenerates past normals instead of storing them, so its memory is O(d) but its
 work is O(t·d) per step; ``banded`` and ``blt`` are the bounded-work forms for devices
-(fitted to a workload by ``edgedp.planning.compact_blt`` and ``compact_banded``).
+(fitted to a workload by ``edgedp.families.mf.compact_blt`` and ``compact_banded``).
 """
 
 # ruff: noqa: N803, N806  (paper letters C, Z, T: see docs/NOTATION.md)
@@ -519,7 +519,7 @@ class BLT:
             raise ValueError(
                 f"Expected spectral radius of diag(decays) − 1·weightsᵀ = {radius:.6g} < 1: "
                 "the noise stream y = C⁻¹z would grow without bound. Refit the BLT "
-                "(edgedp.planning.compact_blt.fit_blt) or use smaller weights."
+                "(edgedp.families.mf.compact_blt.fit_blt) or use smaller weights."
             )
         object.__setattr__(self, "decays", tuple(float(v) for v in theta))
         object.__setattr__(self, "weights", tuple(float(v) for v in omega))

@@ -6,14 +6,15 @@ noise kind, trust model, accountant, factor, attack and worked examples) in one
 of one family may differ in is the family's: a family names a ``traits`` type (a frozen
 dataclass, e.g. the cross-agent family's ``correlated``, ``shared_seed``, ...), and each of
 its mechanisms carries one value of it. This module names no family and no mechanism: the
-package's ``__init__`` enters the explicit lists :data:`edgedp.algorithms.FAMILIES` and
-:data:`edgedp.algorithms.BUILTIN` (:func:`install_builtin`) when edgedp is imported; the
-algorithms import this module, never the reverse.
+package's ``__init__`` enters the explicit lists :data:`edgedp.families.FAMILIES` and
+:data:`edgedp.families.BUILTIN` (:func:`install_builtin`) when edgedp is imported; the
+family packages import this module, never the reverse.
 Everything that used to keep its own list of mechanism names derives it from here: the
 plan's checks and :meth:`~edgedp.plan.NoisePlan.guarantee`, the planner's factorized set,
 the command line's choices, scenario files, the simulator's attacks and the tests' cases
 (each record's ``examples``). Adding a mechanism is one :func:`register` call (a built-in
-one: its module and one entry in :data:`edgedp.algorithms.MODULES`).
+one: its rules module in its family's package and one entry in
+:data:`edgedp.families.MODULES`).
 
 >>> from edgedp import mechanisms
 >>> mechanisms.get("mafalda").family, mechanisms.get("mafalda").has("planned")
@@ -31,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "EXAMPLE_FRAME",
+    "GAUSSIAN_EXAMPLE",
     "NOISE_KINDS",
     "Family",
     "Guarantee",
@@ -56,6 +58,8 @@ NOISE_KINDS = ("none", "gaussian", "laplace")
 EXAMPLE_FRAME: Mapping[str, Any] = MappingProxyType(
     {"topology": "ring:6", "steps": 6, "batch_size": 4}
 )
+#: Example options of a Gaussian mechanism (ε at δ), which several families' examples share.
+GAUSSIAN_EXAMPLE: Mapping[str, Any] = MappingProxyType({"target_epsilon": 4.0, "delta": 1e-6})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ class Family:
 
 @runtime_checkable
 class RoundRules(Protocol):
-    """The round protocol every engine drives (:mod:`edgedp.algorithms._gossip`)."""
+    """The round protocol every engine drives (:mod:`edgedp.gossip`)."""
 
     def init_state(self, theta0: Any) -> Any: ...
 
@@ -111,7 +115,7 @@ class RoundRules(Protocol):
 @dataclass(frozen=True, slots=True)
 class Rules:
     """A mechanism's round rules as one value (satisfies :class:`RoundRules`): each
-    algorithm module builds its ``RULES`` from functions, and a new mechanism may reuse
+    rules module builds its ``RULES`` from functions, and a new mechanism may reuse
     another's and change one (``dataclasses.replace(dsgd.RULES, check_plan=...)``)."""
 
     init_state: Callable[[Any], Any]
@@ -127,7 +131,7 @@ class Guarantee(Protocol):
     """What an accountant returns: ε at a given δ and δ at a given ε, for ``steps`` rounds.
 
     Gaussian plans return :class:`~edgedp.accounting.mf.LDPGuarantee` (μ-GDP), Laplace
-    plans :class:`~edgedp.accounting.laplace.PureGuarantee` (pure ε, δ = 0).
+    plans :class:`~edgedp.families.laplace.accounting.PureGuarantee` (pure ε, δ = 0).
     """
 
     @property
@@ -254,9 +258,9 @@ def _entered(mechanism: Mechanism, known: Mapping[str, Family]) -> Mechanism:
 
 def install_builtin(builtin_families: tuple[Family, ...], builtin: tuple[Mechanism, ...]) -> None:
     """Enter the built-in families and mechanisms, once: ``edgedp/__init__.py`` calls it
-    with :data:`edgedp.algorithms.FAMILIES` and :data:`edgedp.algorithms.BUILTIN` when the
-    package is imported, so this module names no mechanism and imports no algorithm (the
-    algorithms import it)."""
+    with :data:`edgedp.families.FAMILIES` and :data:`edgedp.families.BUILTIN` when the
+    package is imported, so this module names no mechanism and imports no rules (the
+    family packages import it)."""
     global _BUILTIN_INSTALLED
     if _BUILTIN_INSTALLED:
         raise RuntimeError("The built-in mechanisms are already installed.")

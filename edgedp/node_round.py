@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import dropout, outgoing, rejoin, sketch_adaptive
+from edgedp import dropout, outgoing, rejoin
 from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, NonFiniteStateError
+from edgedp.families.dome import sketch_adaptive
 from edgedp.node_metrics import RoundReport
 from edgedp.noise import noise_digest
 from edgedp.outgoing import Outgoing
@@ -246,7 +247,7 @@ class RoundSide:
         Gaussian plans: the model, a post-processing of released messages. sr-gt / DPOP: the
         last state x(K) carries one gradient step no message noised, so the release is
         x(K) + Lap(ν_{K+1}) from the node's stream at round K — a step no message uses
-        (:func:`edgedp.accounting.laplace.epsilon_spent` with ``final_release=True``).
+        (:func:`edgedp.families.laplace.accounting.epsilon_spent` with ``final_release=True``).
         """
         if self.round < self.share.steps:
             raise RuntimeError(f"node {self.node}: final_release() before the last round")

@@ -2,7 +2,7 @@
 
 A device receives a :class:`NodeShare` (:meth:`edgedp.plan.NoisePlan.share` builds it) and
 nothing about other nodes: no other node's neighbours, no secrets. Its cross-agent part is the
-node's own :class:`~edgedp.cross_agent.NodeCrossAgent`; an adaptive DOME basis adds the
+node's own :class:`~edgedp.families.cross.noise.NodeCrossAgent`; an adaptive DOME basis adds the
 public spanning tree of the aggregation.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edgedp import cross_agent as cross_mod
-from edgedp import sketch as sketch_mod
-from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import noise as cross_mod
+from edgedp.families.dome import sketch as sketch_mod
+from edgedp.families.laplace import accounting as laplace_acc
 from edgedp.task import TaskSpec
 
 __all__ = ["NodeShare"]
@@ -40,5 +40,7 @@ class NodeShare:
     laplace: laplace_acc.LaplaceSchedule | None = None
     cross_agent: cross_mod.NodeCrossAgent | None = None
     sketch: sketch_mod.SketchSpec | None = None
-    tree: Any = None  # adaptive DOME: the public spanning tree (edgedp.sketch_adaptive.Tree)
+    tree: Any = (
+        None  # adaptive DOME: the public spanning tree (edgedp.families.dome.sketch_adaptive.Tree)
+    )
     network: Any = None  # edgedp.bounds.NetworkFacts: n, W's column sums, noise std per round

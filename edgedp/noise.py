@@ -133,7 +133,7 @@ class NoiseStreams:
       keys: the noise key(s): one StreamKey or a ``(trials, nodes)`` object array.
       dim: the model dimension (Laplace draws are model-sized).
       message_dim: the dimension the Gaussian noise privatizes (k for DOME sketches).
-      cross: the :class:`~edgedp.cross_agent.CrossNoise` of a cross-agent plan (its
+      cross: the :class:`~edgedp.families.cross.noise.CrossNoise` of a cross-agent plan (its
         ``compose(own, step)`` adds the shared-seed, per-edge and message components).
       memoize, consume: :class:`~edgedp.noise.NoiseSource`'s options.
       laplace_ahead: a stack: makes its bulk Laplace draws from the keys' words and the

@@ -45,11 +45,11 @@ from typing import Any
 import numpy as np
 
 from edgedp import _codec, _validate, bounds, certification, factors, mechanisms, signing, topology
-from edgedp import cross_agent as cross_mod
-from edgedp import sketch as sketch_mod
 from edgedp.accounting import gdp, mf
-from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import noise as cross_mod
+from edgedp.families.dome import sketch as sketch_mod
+from edgedp.families.laplace import accounting as laplace_acc
 from edgedp.node_share import NodeShare
 from edgedp.plan_axes import MessageKind, NoiseKind, axes
 from edgedp.step_size import StepSizeChoice
@@ -149,9 +149,9 @@ class NoisePlan:
         """Re-derive the guarantee with the mechanism's accountant (never from stored
         numbers): μ-GDP for Gaussian plans, pure ε for Laplace plans (DP-D-SGD family:
         :func:`~edgedp.accounting.mf.plan_guarantee`, cross-agent:
-        :func:`~edgedp.accounting.cross_agent.guarantee`, DOME:
-        :func:`~edgedp.accounting.dome.guarantee`, sr-gt/dpop:
-        :func:`~edgedp.accounting.laplace.plan_guarantee`)."""
+        :func:`~edgedp.families.cross.accounting.guarantee`, DOME:
+        :func:`~edgedp.families.dome.accounting.guarantee`, sr-gt/dpop:
+        :func:`~edgedp.families.laplace.accounting.plan_guarantee`)."""
         return mechanisms.get(self.mechanism).accountant(self, steps_done=steps_done)
 
     @property
@@ -333,7 +333,7 @@ def _aggregate_tree(plan: NoisePlan) -> Any:
     """The public spanning tree of an adaptive DOME basis (None otherwise)."""
     if plan.sketch is None or plan.sketch.basis != sketch_mod.ADAPTIVE:
         return None
-    from edgedp import sketch_adaptive
+    from edgedp.families.dome import sketch_adaptive
 
     return sketch_adaptive.spanning_tree(
         topology.neighbour_lists(plan.mixing_index, plan.mixing_weight)
@@ -378,7 +378,7 @@ def make_plan(
     if mech.family == "cross":
         raise ValueError(
             f"mechanism={mechanism!r} plans correlated noise across agents: build it with "
-            "edgedp.planning.cross_agent.plan_cross_agent (or `edgedp plan`)."
+            "edgedp.families.cross.planning.plan_cross_agent (or `edgedp plan`)."
         )
     _validate.integer(minimum=1, steps=steps)
     if delta is not None:

@@ -15,18 +15,18 @@ message kind  :attr:`MessageKind.MODEL` (a noised model), :attr:`MessageKind.SKE
 ============  =========================================================================
 
 Laplace mechanisms (``sr-gt``, ``dpop``) carry a
-:class:`~edgedp.accounting.laplace.LaplaceSchedule` (γ, β, q₁, q₂, δ, ε, adjacency). Their
+:class:`~edgedp.families.laplace.accounting.LaplaceSchedule` (γ, β, q₁, q₂, δ, ε, adjacency). Their
 Gaussian fields are inert: identity factor, σ = 0, participation (T, 1) (every round is
 counted), and ``learning_rate`` holds γ = α₁ for display only — the schedule is
 authoritative. Cross-agent mechanisms (``whisper``, ``decor``, ``zipdl``, ``muffliato``;
-papers 001, 000 App. A.4–A.6) carry a :class:`~edgedp.cross_agent.CrossAgentSpec` with the
+papers 001, 000 App. A.4–A.6) carry a :class:`~edgedp.families.cross.noise.CrossAgentSpec` with the
 normalized covariance factors (build them with
-:func:`edgedp.planning.cross_agent.plan_cross_agent`);
+:func:`edgedp.families.cross.planning.plan_cross_agent`);
 ``sensitivity`` is then the Mahalanobis one, so ν = σ·sens·Δ and μ = 1/σ as everywhere.
 Pairwise secrets and the shared seed are never in a plan. DOME plans carry a
-:class:`~edgedp.sketch.SketchSpec` (k, basis family, public seed, refresh, optimizer), and
-may carry a ``cross_agent`` section of a sketchable kind. Each section is part of the plan's
-encoding and hash only when present, so plans without it keep their hashes; the axes
+:class:`~edgedp.families.dome.sketch.SketchSpec` (k, basis family, public seed, refresh,
+optimizer), and may carry a ``cross_agent`` section of a sketchable kind. Each section is part of
+the plan's encoding and hash only when present, so plans without it keep their hashes; the axes
 themselves are never encoded (they follow from the mechanism and the sections).
 
 >>> MessageKind.of(sketch=True, cross=False)
@@ -110,6 +110,6 @@ def axes(
         raise PlanError(
             "A cross_agent section belongs exactly to mechanisms "
             f"{mechanisms.names(family='cross')}, not {mechanism!r}; build them with "
-            "edgedp.planning.cross_agent.plan_cross_agent."
+            "edgedp.families.cross.planning.plan_cross_agent."
         )
     return noise, MessageKind.of(sketch=sketch is not None, cross=cross_agent is not None)

@@ -1,6 +1,6 @@
 """The node runtime: what a node uses in round t, written once for one node or a stack.
 
-Besides the update rules (:mod:`edgedp.algorithms`), three things decide a node's bits, and
+Besides the update rules (:mod:`edgedp.families`), three things decide a node's bits, and
 the engines must agree on each of them exactly (DESIGN §2):
 
 * **keys** — which streams the node draws from: :func:`node_keys` (one secret for every
@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import cross_agent as cross_mod
 from edgedp import footprint, gradient_sums, rng, streams
-from edgedp.algorithms import _gossip
-from edgedp.algorithms._gossip import StepContext
+from edgedp import gossip as _gossip
+from edgedp.families.cross import noise as cross_mod
+from edgedp.gossip import StepContext
 from edgedp.noise import NoiseStreams
 from edgedp.task import batch_schedule
 
@@ -79,7 +79,7 @@ class NodeKeys:
     ``noise`` keys the node's own noise (the temporal factor's input and the Laplace draws),
     ``batch`` its data-order permutation, ``cross`` the cross-agent streams of one node
     (shared seed, per-edge keys, message noise; a stack's are derived by
-    :meth:`edgedp.cross_agent.CrossNoise.for_plan`).
+    :meth:`edgedp.families.cross.noise.CrossNoise.for_plan`).
     """
 
     noise: Any
@@ -198,7 +198,7 @@ def step_context(
     mean: np.ndarray | None = None,
     release: Callable[[np.ndarray], None] | None = None,
 ) -> StepContext:
-    """The :class:`~edgedp.algorithms.StepContext` of round ``t`` for ``params`` (a plan or a
+    """The :class:`~edgedp.families.StepContext` of round ``t`` for ``params`` (a plan or a
     node's share): the common fields and the one extra of the plan's family — its Laplace
     schedule (with ``laplace``), its sketch (with ``sketch_gradient``, ``basis``, ``mean``,
     ``release``; DOME, also with cross-agent noise) or its cross-agent section."""
@@ -236,8 +236,8 @@ class Runtime:
       x, y: local data, ``(m, f)`` / ``(m,)`` for one node; ``(nodes, m, f)`` or, other
         data in every trial, ``(all trials, nodes, m, f)`` for a stack.
       keys: :class:`NodeKeys` (one node's, or :func:`stack_keys`).
-      cross: the cross-agent noise (:class:`~edgedp.cross_agent.CrossNoise`) if the plan has it.
-      memoize, consume: :class:`~edgedp.noise.NoiseSource`'s options.
+      cross: the cross-agent noise (:class:`~edgedp.families.cross.noise.CrossNoise`) if the plan
+      has it. memoize, consume: :class:`~edgedp.noise.NoiseSource`'s options.
       gradient_transform: simulators only (audit canaries): ``(round, point, sel, rows) ->
         rows`` on the per-example gradients of the batch ``sel`` before projection/clipping.
       first_trial: a stack with per-trial data: the trial of its first row.

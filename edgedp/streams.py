@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from edgedp import rng
-from edgedp.cross_agent import CrossKeys
+from edgedp.families.cross.noise import CrossKeys
 
 __all__ = ["SIMULATION_RUN", "RunKeys", "edge_key", "new_run_id", "validate_run_id"]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from edgedp import _validate
-from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
+from edgedp.families.laplace import accounting as laplace_acc
 
 __all__ = ["TaskSpec", "batch_schedule"]
 

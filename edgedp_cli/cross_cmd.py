@@ -2,7 +2,7 @@
 
 Prints the noise each agent adds (its independent part and its total variance), the
 post-mixing variance Tr(W R Wᵀ)/n per step next to DP-D-SGD's at the same guarantee, and
-ε per trust model (papers 001, 000 App. A.4–A.6; :mod:`edgedp.planning.cross_agent`).
+ε per trust model (papers 001, 000 App. A.4–A.6; :mod:`edgedp.families.cross.planning`).
 """
 
 from __future__ import annotations

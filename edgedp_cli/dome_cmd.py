@@ -1,10 +1,10 @@
 """``edgedp plan dome --sketch-dim k``: sketched (k-float) private messages.
 
 ``edgedp plan cross --mechanism whisper|decor --sketch-dim k`` plans a ``dome`` plan whose
-k-dim noise is correlated across agents (:func:`edgedp.planning.cross_agent.plan_cross_agent`
+k-dim noise is correlated across agents (:func:`edgedp.families.cross.planning.plan_cross_agent`
 with ``sketch=``).
 
-The options build the plan's :class:`~edgedp.sketch.SketchSpec`
+The options build the plan's :class:`~edgedp.families.dome.sketch.SketchSpec`
 (:func:`edgedp.planning.build.sketch_of`); the report adds the floats
 and bytes per message and the per-step noise energy relative to DP-D-SGD at the same ε
 (paper 002 Lemma 3.1: k ν² instead of d ν²).

@@ -21,7 +21,8 @@ __all__ = ["add_plan_arguments", "register"]
 
 def cmd_optimize(args) -> None:
     from edgedp import topology
-    from edgedp.planning import mafalda, mf_optimal
+    from edgedp.families.mf import mafalda
+    from edgedp.planning import mf_optimal
 
     part = parse_participation(args.participation)
     if args.steps < 1:

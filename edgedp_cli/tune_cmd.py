@@ -2,9 +2,9 @@
 plan options of paper 004's Laplace mechanisms.
 
 ``edgedp tune sr-gt`` runs Remark 5.20's parameter search on the accuracy bound (Eq. 25,
-:mod:`edgedp.planning.sr_gt_tuning`). ``edgedp plan laplace`` takes the options below;
+:mod:`edgedp.families.laplace.sr_gt_tuning`). ``edgedp plan laplace`` takes the options below;
 :func:`edgedp.planning.build.build` builds the Laplace schedule (Eq. 5 with the noise of
-each message paired with the state it releases: :mod:`edgedp.accounting.laplace`) and
+each message paired with the state it releases: :mod:`edgedp.families.laplace.accounting`) and
 :func:`edgedp.planning.report.laplace_report` reports ``epsilon_spent`` by the messages of
 the horizon, ``epsilon_with_final_release`` (the noised final model a device publishes),
 ``epsilon`` (infinite horizon), the same under replace-one adjacency, and (ε, δ) from a
@@ -48,7 +48,7 @@ def add_plan_arguments(p) -> None:
 
 def cmd_tune(args) -> None:
     """``edgedp tune sr-gt``: Remark 5.20's search on the bound of Eq. (25)."""
-    from edgedp.planning import sr_gt_tuning
+    from edgedp.families.laplace import sr_gt_tuning
 
     L, mu, n, p = args.smoothness, args.strong_convexity, args.nodes, args.dim  # noqa: N806
     if args.problem:

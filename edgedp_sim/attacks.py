@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from edgedp import mechanisms
-from edgedp.algorithms._gossip import mix_gathered
+from edgedp.gossip import mix_gathered
 from edgedp_sim.adversary import ObservationLog
 
 __all__ = [
@@ -191,7 +191,8 @@ def known_cross_noise(
     — an attacker holding the same secrets on devices regenerates the same draws.
     Scaled like the engines' noise (ν · coefficient · draw); divide by B for a message.
     """
-    from edgedp import cross_agent, runtime
+    from edgedp import runtime
+    from edgedp.families.cross import noise as cross_agent
 
     spec = plan.cross_agent
     if spec is None:
@@ -263,7 +264,7 @@ def whisper_estimate(
     """Whisper (paper 001): the victim's g + n/B from the message inversion, minus what the
     attacker can regenerate of n, ``(trials, T, d)``.
 
-    Trust model (:data:`edgedp.algorithms.whisper.TRUST_MODEL`, DESIGN §6): insiders (an
+    Trust model (:data:`edgedp.families.cross.whisper.TRUST_MODEL`, DESIGN §6): insiders (an
     honest-but-curious set) know the shared seed and subtract the shared-seed part
     ν Σ_k U[u, k] s_k and the edge terms of their own edges with the victim — what is
     left is the victim's independent part √D_u ν z_u and its other edges; an eavesdropper
@@ -288,7 +289,7 @@ def decor_estimate(
 
     A colluding neighbour j holds the secret of edge (u, j) and regenerates v_uj; when every
     neighbour colludes only the independent σ_pair part is left (the
-    :func:`~edgedp.accounting.cross_agent.trust_report` case). An eavesdropper holds no
+    :func:`~edgedp.families.cross.accounting.trust_report` case). An eavesdropper holds no
     pairwise secret and subtracts nothing.
     """
     return _cross_estimate(

@@ -5,8 +5,8 @@ local batches (every example in every round: participation (T, 1)), calibrated t
 ``epsilon`` at ``delta`` — Gaussian mechanisms through their own accountant (μ-GDP against
 the eavesdropper on every link), the Laplace mechanisms (sr-gt, DPOP) to the pure ε of
 their schedule with the zero-out δ = Δ√d/B of the task (paper 004 Eq. 5 without q₂,
-:mod:`edgedp.accounting.laplace`). Planned temporal factors (dmf, mafalda, banded, blt)
-come from :func:`edgedp.planning.factorization.plan_factor` for the graph's MH weights.
+:mod:`edgedp.families.laplace.accounting`). Planned temporal factors (dmf, mafalda, banded, blt)
+come from :func:`edgedp.families.mf.factorization.plan_factor` for the graph's MH weights.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from edgedp import mechanisms, models, topology
 from edgedp.accounting import gdp
-from edgedp.accounting import laplace as laplace_acc
 from edgedp.accounting.participation import Participation
+from edgedp.families.laplace import accounting as laplace_acc
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp_sim import datasets
 
@@ -97,7 +97,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         return make_plan(mechanism, graph, laplace=sched, **common)
     noise = dict(target_epsilon=setting.epsilon, delta=setting.delta)
     if mech.family == "cross":
-        from edgedp.planning import cross_agent
+        from edgedp.families.cross import planning as cross_agent
 
         steps = T * setting.gossip_rounds if mech.has("gossip_rounds") else T
         common["steps"] = steps
@@ -107,7 +107,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         ).plan
     factor = None
     if mech.has("planned"):
-        from edgedp.planning import factorization
+        from edgedp.families.mf import factorization
 
         W = topology.metropolis_hastings(graph)  # noqa: N806
         sizes = {option: getattr(setting, option) for option in mech.traits.factor_options}
@@ -116,7 +116,7 @@ def build(mechanism: str, setting: Setting = Setting()) -> NoisePlan:
         ).factor
     sketch = None
     if mech.family == "dome":
-        from edgedp.sketch import SketchSpec
+        from edgedp.families.dome.sketch import SketchSpec
 
         sketch = SketchSpec(dim=setting.sketch_dim, refresh=1)
     noise_kw = dict(noise)

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgedp import algorithms, models, runtime, sketch_adaptive, streams, topology
-from edgedp import cross_agent as cross_mod
+from edgedp import families, models, runtime, streams, topology
 from edgedp.errors import NonFiniteMessageError
+from edgedp.families.cross import noise as cross_mod
+from edgedp.families.dome import sketch_adaptive
 from edgedp.models import model_digest
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial, kernels, round_faults
@@ -108,7 +109,7 @@ def run(
     per_trial = data.x.ndim == 4  # edgedp_sim.datasets.PerTrialData: other local data every trial
     if per_trial and data.x.shape[0] < first_trial + trials:
         raise ValueError(f"Expected data for trials up to {first_trial + trials - 1}.")
-    algo = algorithms.for_mechanism(plan.mechanism)
+    algo = families.for_mechanism(plan.mechanism)
     rf = _round_faults(plan, faults, network, seed, observers)
     model = models.for_task(plan.task, data.features)
     d = model.dim

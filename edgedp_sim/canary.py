@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgedp import runtime, sketch, streams
+from edgedp import runtime, streams
+from edgedp.families.dome import sketch
 from edgedp.plan import NoisePlan, batch_schedule
 
 __all__ = [

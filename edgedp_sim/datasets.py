@@ -50,6 +50,7 @@ __all__ = [
     "write_shards",
 ]
 
+
 @dataclass(frozen=True, slots=True, eq=False)
 class FederatedData:
     """Equal-size local datasets: x ``(n, m, f)``, y ``(n, m)``, plus a shared test set.

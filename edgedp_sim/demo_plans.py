@@ -141,9 +141,11 @@ def make_plans(
     """
     import edgedp_topologies
     from edgedp import topology as topo_mod
-    from edgedp.accounting import dome as dome_acc
-    from edgedp.planning import cross_agent, factorization, step_rule
-    from edgedp.sketch import SketchSpec
+    from edgedp.families.cross import planning as cross_agent
+    from edgedp.families.dome import accounting as dome_acc
+    from edgedp.families.dome.sketch import SketchSpec
+    from edgedp.families.mf import factorization
+    from edgedp.planning import step_rule
 
     spec = topology or config.topology
     steps = steps or config.steps
@@ -234,7 +236,7 @@ def describe(p: plan_mod.NoisePlan, delta: float | None = None) -> dict[str, Any
     out.update(mu=g.mu, epsilon=eps, sensitivity_exact=bool(g.exact))
     by = dict.fromkeys(classes, eps)  # node-private noise: every attacker (LDP)
     if p.cross_agent is not None and mechanisms.get(p.cross_agent.kind).has("correlated"):
-        from edgedp.accounting import cross_agent as cross_acc
+        from edgedp.families.cross import accounting as cross_acc
 
         by = cross_acc.trust_report(p, delta=delta)
     out["epsilon_by_attacker"] = {c: by[c] for c in classes}

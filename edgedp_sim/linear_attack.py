@@ -124,7 +124,7 @@ def dsgd_linear_view(
 
 def _noise_sources(plan, members, knows_seed: bool):
     """G (n x S) with n_t = ν G s_t, s_t ~ N(0, I): own streams √D_u, shared-seed U[u, k],
-    edge streams ±√c_e (paper 001, :mod:`edgedp.cross_agent`), and which sources the
+    edge streams ±√c_e (paper 001, :mod:`edgedp.families.cross.noise`), and which sources the
     attacker regenerates (its members' own streams, their edges, the seed if it knows it)."""
     spec = plan.cross_agent
     n = spec.n

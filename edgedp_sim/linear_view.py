@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgedp import algorithms, cross_agent, rng, runtime
+from edgedp import families, rng, runtime
+from edgedp.families.cross import noise as cross_agent
 from edgedp.noise import laplace_draw
 
 __all__ = [
@@ -74,7 +75,7 @@ def trace(plan, *, batch_size: int, dim: int, theta0: np.ndarray) -> Trace:
       ValueError: the mechanism is not affine in its inputs (DOME with Adam or an adaptive
         basis) or has more than :data:`MAX_IMPULSES` unknowns.
     """
-    algo = algorithms.for_mechanism(plan.mechanism)
+    algo = families.for_mechanism(plan.mechanism)
     T, n = plan.steps, plan.n
     spec = plan.sketch
     isotropic = spec is None

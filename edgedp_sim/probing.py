@@ -13,7 +13,7 @@ from typing import Any
 
 from edgedp import mechanisms
 from edgedp.accounting import gdp
-from edgedp.accounting import laplace as laplace_acc
+from edgedp.families.laplace import accounting as laplace_acc
 from edgedp_sim import round_faults
 from edgedp_sim.adversary import Attacker
 
@@ -76,7 +76,7 @@ def formal_guarantee(plan, attacker: Attacker, *, delta: float | None = None) ->
         f"{plan.adjacency} adjacency"
     )
     if plan.cross_agent is not None and mechanisms.get(plan.cross_agent.kind).has("correlated"):
-        from edgedp.accounting import cross_agent as cross_acc
+        from edgedp.families.cross import accounting as cross_acc
 
         report = cross_acc.trust_report(plan, delta=delta)
         out["trust_report_epsilon"] = report

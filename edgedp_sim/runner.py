@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from edgedp import _validate, mechanisms, models
-from edgedp.accounting import laplace
+from edgedp.families.laplace import accounting as laplace
 from edgedp_sim import provenance, training_check
 from edgedp_sim.engine_choice import check_engine
 from edgedp_sim.scenarios import Scenario

@@ -9,7 +9,7 @@ online sets per q:
 
 * planned noise, no mitigation — the online nodes add their planned noise (R_A = R[A, A]),
   neighbours renormalize their weights over the online ones;
-* mitigation: re-plan on the online graph (:func:`edgedp.planning.cross_agent.replan_alive`)
+* mitigation: re-plan on the online graph (:func:`edgedp.families.cross.planning.replan_alive`)
   — Metropolis–Hastings on the induced subgraph and Eq. (10) (Whisper) or σ²_pair I + σ²_cor L
   (DECOR) solved for it with the same unit bound — which needs the online set before the
   noise is drawn (a liveness beacon at the start of each round; not wired into the engines).
@@ -38,9 +38,9 @@ import numpy as np
 
 import edgedp_topologies
 from edgedp import topology
-from edgedp.accounting import cross_agent as acc
-from edgedp.planning import cross_agent as planner
-from edgedp.planning import whisper
+from edgedp.families.cross import accounting as acc
+from edgedp.families.cross import covariance as whisper
+from edgedp.families.cross import planning as planner
 from edgedp_sim import provenance
 
 import common

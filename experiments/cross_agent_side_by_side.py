@@ -26,8 +26,8 @@ import numpy as np
 import edgedp_topologies
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import planning as planner
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import cross_agent as planner
 from edgedp_sim import batch, datasets, provenance
 
 import common

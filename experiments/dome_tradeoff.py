@@ -18,7 +18,7 @@ projection.
 
 Adaptive bases at ε = 4 on ``mlp:64-32-10`` (d = 2,410; k = d/100 = 24 and d/10 = 241):
 paper 002 Alg. 2 fed by the spanning-tree sum of the releases with the shortest lag the
-BFS tree of ER(16, 0.3) allows (:mod:`edgedp.sketch_adaptive`), with and without mean
+BFS tree of ER(16, 0.3) allows (:mod:`edgedp.families.dome.sketch_adaptive`), with and without mean
 removal, against random ``block`` and ``gaussian`` bases and DP-D-SGD on the same model.
 The adaptive and Gaussian bases are dense (O(d·k) per projection of every per-example
 gradient), too slow for d = 19,210 here.
@@ -57,10 +57,11 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 import numpy as np
 
 import edgedp_topologies
-from edgedp import factors, models, sketch_adaptive, wire
+from edgedp import factors, models, wire
 from edgedp.accounting.participation import Participation
+from edgedp.families.dome import sketch_adaptive
+from edgedp.families.dome.sketch import SketchSpec
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.sketch import SketchSpec
 from edgedp_sim import batch, datasets, provenance
 
 import common

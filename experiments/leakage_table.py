@@ -44,12 +44,12 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 import numpy as np
 
 import edgedp_topologies
-from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import planning as cross_planner
+from edgedp.families.dome.sketch import SketchSpec
+from edgedp.families.laplace.accounting import LaplaceSchedule
+from edgedp.families.mf import factorization
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import cross_agent as cross_planner
-from edgedp.planning import factorization
-from edgedp.sketch import SketchSpec
 from edgedp.topology import metropolis_hastings
 from edgedp_sim import adversary, datasets, leak, provenance, scenarios
 

@@ -70,8 +70,8 @@ import numpy as np
 import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting.participation import Participation
+from edgedp.families.mf import factorization
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import factorization
 from edgedp_sim import batch, datasets, provenance
 
 import common

@@ -90,8 +90,8 @@ import numpy as np
 from edgedp import models, topology
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
+from edgedp.families.mf import factorization
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import factorization
 from edgedp.topology import Graph
 from edgedp_sim import batch, datasets, provenance
 

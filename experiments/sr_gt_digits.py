@@ -6,7 +6,7 @@ Metropolis–Hastings weights, and a softmax regression (``softmax:10``, d = 650
 round uses the agent's whole local set (B = 14), per-example gradients clipped at Δ = 1.
 
 Privacy is certified example-level (replace one image of one agent): δ = 2Δ√d/B = 3.642
-(L2 clip → L1 bound; :func:`edgedp.accounting.laplace.example_delta`); the engines refuse a
+(L2 clip → L1 bound; :func:`edgedp.families.laplace.accounting.example_delta`); the engines refuse a
 smaller δ. Paper 004 does not say how its δ was obtained for the CNN.
 
 Runs (each sr-gt and DPOP with the same γ, q₁, q₂, hence the same α_k, ν_k and ε):
@@ -36,8 +36,8 @@ import numpy as np
 
 import edgedp_topologies
 from edgedp import models
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace.accounting import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
 from edgedp_sim import batch, datasets, provenance
 

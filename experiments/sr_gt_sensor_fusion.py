@@ -38,8 +38,8 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 import numpy as np
 
 import edgedp_topologies
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace.accounting import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
 from edgedp_sim import batch, provenance, sensor_fusion
 

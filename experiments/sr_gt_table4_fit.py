@@ -49,7 +49,7 @@ import edgedp._numerics  # noqa: F401  (before numpy: the CPU dispatch edgedp pi
 # isort: split
 import numpy as np
 
-from edgedp.accounting.laplace import LaplaceSchedule
+from edgedp.families.laplace.accounting import LaplaceSchedule
 from edgedp_sim import adversary, leak, provenance, scenarios, sensor_fusion
 
 import common

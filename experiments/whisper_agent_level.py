@@ -69,8 +69,9 @@ from whisper_tasks import quadratic_problem  # Eq. (11), n = 20, 15°: the same 
 
 import edgedp_topologies
 from edgedp import topology
-from edgedp.accounting import cross_agent, gdp
-from edgedp.planning import whisper
+from edgedp.accounting import gdp
+from edgedp.families.cross import accounting as cross_agent
+from edgedp.families.cross import covariance as whisper
 from edgedp_sim import datasets, provenance
 
 import common

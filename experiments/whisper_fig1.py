@@ -2,7 +2,7 @@
 
 Setting of 001 §VI-A: n = 20 agents on Erdős–Rényi graphs, p ∈ {0.2, …, 1.0},
 Metropolis–Hastings weights, C = 0.1, T = 5,000, δ = 1e-5, ε ∈ {3, …, 40}. For each graph
-we solve Eq. (10) once (:func:`edgedp.planning.whisper.optimal_covariance`, unit bound;
+we solve Eq. (10) once (:func:`edgedp.families.cross.covariance.optimal_covariance`, unit bound;
 R scales as 1/b) and calibrate LDP, CDP and DECOR (§V-C). σ²_mix := λ_min(R⋆) (the largest
 independent variance every agent adds; the paper does not define how R⋆ is split). The
 paper draws one graph per p; we average over GRAPH_SEEDS graphs and check the ordering
@@ -30,7 +30,8 @@ import numpy as np
 
 import edgedp_topologies
 from edgedp import topology
-from edgedp.planning import compact_covariance, whisper
+from edgedp.families.cross import compact_covariance
+from edgedp.families.cross import covariance as whisper
 from edgedp_sim import provenance
 
 import common

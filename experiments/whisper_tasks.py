@@ -16,7 +16,7 @@ even reverse the ordering).
 (ii) Logistic regression on scikit-learn's bundled breast-cancer data (569 examples, 30
 features, offline; the paper's a9a needs a download), 80/20 split, Dirichlet(10) partition
 over 20 nodes, full local batch each step, in the batch engine with certified plans
-(``planning.cross_agent.plan_cross_agent`` / ``plan.make_plan("dp-dsgd")``: example-level μ-GDP,
+(``families.cross.planning.plan_cross_agent`` / ``plan.make_plan("dp-dsgd")``: example-level μ-GDP,
 participation (T, 1), δ = 1e-5, clip 0.1). Test loss averaged over nodes and 10 noise
 trials (± standard error). The CDP reference is DP-D-SGD with σ/√n. T_LOGISTIC = 1,000
 (not 5,000, to fit a shared 2-core machine's time budget); the learning rate is the
@@ -45,9 +45,10 @@ import numpy as np
 import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import compact_covariance
+from edgedp.families.cross import covariance as whisper
+from edgedp.families.cross import planning as planner
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import compact_covariance, whisper
-from edgedp.planning import cross_agent as planner
 from edgedp_sim import batch, datasets, provenance
 
 import common

@@ -67,8 +67,9 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from edgedp import rounds, sketch_adaptive
+from edgedp import rounds
 from edgedp.errors import NonFiniteMessageError, NonFiniteStateError
+from edgedp.families.dome import sketch_adaptive
 from edgedp.transport.zmq import Peer, ZmqTransport
 from firmware_py import checkpoint, config, logs, observe, resources, trust
 from firmware_py.claim import checkpoint_body

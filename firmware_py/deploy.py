@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import zmq.auth
 
-from edgedp import algorithms, keys, signing, streams
+from edgedp import families, keys, signing, streams
 from edgedp.accounting import budget
 from edgedp.plan import NoisePlan
 from firmware_py import checkpoint, ledger, trust
@@ -571,7 +571,7 @@ class LocalRun:
     def final_models(self) -> np.ndarray:
         """Every node's last model state, from its final checkpoint (what the simulators'
         ``model_digest`` covers; for sr-gt/DPOP it differs from the published release)."""
-        algo = algorithms.for_mechanism(self.plan.mechanism)
+        algo = families.for_mechanism(self.plan.mechanism)
         out = []
         for u in range(len(self.configs)):
             body = checkpoint.load(self._state(u) / "checkpoint")

@@ -25,7 +25,7 @@ import numpy as np
 
 def main(shard: str, out: str) -> None:
     from edgedp import rng
-    from edgedp.algorithms._gossip import mix_gathered
+    from edgedp.gossip import mix_gathered
     from edgedp.models.linear import LinearModel
 
     t0 = time.perf_counter()

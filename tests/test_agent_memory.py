@@ -20,9 +20,9 @@ from hypothesis.extra import numpy as hnp
 import edgedp_topologies
 from edgedp import agent as agent_mod
 from edgedp import factors, rng
+from edgedp import gossip as _gossip
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
-from edgedp.algorithms import _gossip
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource

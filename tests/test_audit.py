@@ -119,7 +119,7 @@ def _run_worlds(plan, trials, attacker, *, canary="gradient"):
 def _lowrank_whisper(task, sketch=None):
     import edgedp_topologies
     from edgedp.accounting.participation import Participation
-    from edgedp.planning import cross_agent
+    from edgedp.families.cross import planning as cross_agent
 
     return cross_agent.plan_cross_agent(
         "whisper",
@@ -144,7 +144,7 @@ def test_linear_view_reproduces_every_message_of_the_engine(mechanism, plans):
     = the batch engine's messages, to rounding, for every mechanism (and the shared seed of
     Whisper's low-rank form, also on DOME's sketched messages)."""
     if mechanism.endswith("whisper-lowrank"):
-        from edgedp.sketch import SketchSpec
+        from edgedp.families.dome.sketch import SketchSpec
 
         sketch = SketchSpec(dim=1, refresh=1) if mechanism.startswith("dome") else None
         plan = _lowrank_whisper(plans["dp-dsgd"].task, sketch)

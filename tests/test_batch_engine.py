@@ -6,8 +6,8 @@ import pytest
 import edgedp_topologies
 from edgedp import clipping, rng, streams
 from edgedp.accounting.participation import Participation
-from edgedp.algorithms._gossip import local_step, mix_node
 from edgedp.errors import PlanError
+from edgedp.gossip import local_step, mix_node
 from edgedp.models.linear import LinearModel
 from edgedp.noise import NoiseSource
 from edgedp.plan import TaskSpec, batch_schedule, make_plan

@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 
 import edgedp_topologies
-from edgedp import algorithms, factors, models, streams, topology
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
+from edgedp import factors, families, models, streams, topology
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
+from edgedp.families.cross import planning as cross_agent
+from edgedp.families.dome.sketch import SketchSpec
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace.accounting import LaplaceSchedule
+from edgedp.families.mf import factorization
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import cross_agent, factorization
-from edgedp.sketch import SketchSpec
 from edgedp_sim import batch, datasets, engine, engine_choice, round_faults, runner, scenarios
 from edgedp_sim.churn import Crash, Faults, crash_round, crash_rounds
 from edgedp_sim.links import Latency, LinkDraws, Network
@@ -119,7 +120,7 @@ NET = Network(loss=0.1, compute_s=0.125, round_timeout_s=0.25)
 
 
 # every mechanism with the default rule; the other rules on one member of each family
-CASES = [(m, "renormalize") for m in sorted(algorithms.BY_MECHANISM)] + [
+CASES = [(m, "renormalize") for m in sorted(families.BY_MECHANISM)] + [
     (m, rule)
     for m in ("dp-dsgd", "mafalda", "zipdl", "dome", "sr-gt")
     for rule in ("reuse-last", "self")
@@ -209,7 +210,7 @@ ZERO_LATENCY = Network(loss=0.05, compute_s=0.125, round_timeout_s=1.0, startup_
 WITH_CRASH = Faults(dropout=0.1, crashes=(Crash(3, 0.2, 0.3),))
 
 
-@pytest.mark.parametrize("mechanism", sorted(algorithms.BY_MECHANISM))
+@pytest.mark.parametrize("mechanism", sorted(families.BY_MECHANISM))
 def test_batch_equals_event_engine_under_faults_at_zero_latency(mechanism):
     p = _plan(mechanism)
     ev = engine.run(p, DATA, network=ZERO_LATENCY, faults=WITH_CRASH, seed=11)

@@ -14,13 +14,13 @@ import pytest
 
 import edgedp_topologies
 from edgedp import bounds, factors, models, wire
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.accounting.participation import Participation
 from edgedp.errors import NonFiniteStateError, PlanError
+from edgedp.families.cross import planning as planner
+from edgedp.families.dome.sketch import SketchSpec
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace.accounting import LaplaceSchedule
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from edgedp.planning import cross_agent as planner
-from edgedp.sketch import SketchSpec
 from edgedp_sim import datasets, sensor_fusion
 
 GRAPH = edgedp_topologies.parse("er:6:0.6:1")
@@ -131,7 +131,7 @@ def test_closed_forms_of_the_d_sgd_bound():
     p = _gaussian("dsgd")
     dim = models.for_task(TASK, DATA.features).dim
     theta0 = np.zeros(dim)
-    algo = __import__("edgedp.algorithms", fromlist=["dsgd"]).dsgd.RULES
+    algo = __import__("edgedp.families", fromlist=["dsgd"]).dsgd.RULES
     (b,) = algo.message_bound(p.share(0), dim=dim, theta0=theta0)
     assert b == pytest.approx(0.3 * STEPS * 1.0, rel=2e-9)
     # dp-dsgd, whole local datasets (B ≥ 1): η(TΔ + z T ν), z = √(2 ln(2/p)), p = 1e-12/(n T d)

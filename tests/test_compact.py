@@ -1,5 +1,5 @@
 # ruff: noqa: N803, N806  (paper letters H, C, T, W: see docs/NOTATION.md)
-"""Tests for edgedp.planning.compact (banded and BLT fits) and the BLT factor."""
+"""Tests for edgedp.families.mf.compact (banded and BLT fits) and the BLT factor."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting import sensitivity as sens_mod
 from edgedp.accounting.participation import Participation
-from edgedp.planning import compact, compact_banded, compact_blt, mafalda, mf_optimal
+from edgedp.families.mf import compact, compact_banded, compact_blt, mafalda
+from edgedp.planning import mf_optimal
 
 T = 256
 PART = Participation(4, 64)

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 import edgedp_topologies
-from edgedp import cross_agent, rng, streams
-from edgedp.accounting import cross_agent as acc
+from edgedp import rng, streams
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
+from edgedp.families.cross import accounting as acc
+from edgedp.families.cross import noise as cross_agent
+from edgedp.families.cross import planning as planner
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from edgedp.planning import cross_agent as planner
 from edgedp_sim import batch, datasets
 
 GRAPH = edgedp_topologies.parse("er:8:0.5:2")
@@ -89,7 +90,7 @@ def test_gaussian_plans_keep_their_encoding():
         noise_multiplier=1.0,
     )
     assert "cross_agent" not in p.to_dict() and p.share(0).cross_agent is None
-    with pytest.raises(ValueError, match="planning.cross_agent"):
+    with pytest.raises(ValueError, match="families.cross.planning"):
         make_plan(
             "whisper",
             GRAPH,

@@ -111,7 +111,7 @@ def test_an_accepted_dense_factor_streams_what_is_certified(steps, column, seed)
 def test_planned_dense_factors_are_accepted():
     import edgedp_topologies
     from edgedp import topology
-    from edgedp.planning import factorization
+    from edgedp.families.mf import factorization
 
     W = topology.WEIGHTINGS["metropolis-hastings"](edgedp_topologies.parse("ring:8"))
     for mech in ("dmf", "mafalda"):

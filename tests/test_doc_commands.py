@@ -117,7 +117,7 @@ PLACEHOLDERS = {"NAME", "PATH", "RUN_ID", "FAMILY", "MECH"}
 
 def _exists(mention: str) -> bool:
     """A file or folder of the checkout; ``pkg/module.Name`` names module.py's attribute, and
-    a path with a placeholder (``algorithms/NAME.py``) stands for any such file."""
+    a path with a placeholder (``families/FAMILY/NAME.py``) stands for any such file."""
     module, _, attribute = mention.rpartition(".")
     return (
         (ROOT / mention).exists()
@@ -157,7 +157,7 @@ def test_the_link_check_can_fail(tmp_path):
     assert list(_links(doc)) == ["#keys-and-trust", "#nothing", "NOPE.md"]
     assert _slug("`make_plan` — one builder") == "make_plan--one-builder"
     assert not _exists("docs/NOPE.md") and not _exists("tests/test_nope.py")
-    assert _exists("edgedp_sim/audit_plans.Setting") and _exists("edgedp/algorithms/NAME.py")
+    assert _exists("edgedp_sim/audit_plans.Setting") and _exists("edgedp/families/FAMILY/NAME.py")
     assert _slug("5. Resume, and what to do when an agent refuses") == (
         "5-resume-and-what-to-do-when-an-agent-refuses"
     )

@@ -36,16 +36,18 @@ class Feature:
 FEATURES = (
     Feature(
         "MAFALDA",
-        ("edgedp.planning.mafalda",),
+        ("edgedp.families.mf.mafalda",),
         (r"MAFALDA[^.]{0,60}\b(planned|future|not (yet )?(built|available))",),
     ),
     Feature(
         "Whisper and DECOR (secret-based noise)",
-        ("edgedp.algorithms.whisper", "edgedp.algorithms.decor"),
+        ("edgedp.families.cross.whisper", "edgedp.families.cross.decor"),
         (r"secret-based noise[^.]{0,40}\bnot\b", r"(Whisper|DECOR)[^.]{0,40}\bnot (yet )?built"),
     ),
-    Feature("Zip-DL", ("edgedp.algorithms.zipdl",), (r"Zip-DL[^.]{0,40}\bnot (yet )?built",)),
-    Feature("DOME", ("edgedp.algorithms.dome",), (r"DOME[^.]{0,40}\b(planned|not (yet )?built)",)),
+    Feature("Zip-DL", ("edgedp.families.cross.zipdl",), (r"Zip-DL[^.]{0,40}\bnot (yet )?built",)),
+    Feature(
+        "DOME", ("edgedp.families.dome.rules",), (r"DOME[^.]{0,40}\b(planned|not (yet )?built)",)
+    ),
     Feature(
         "SimPy event engine with faults",
         ("edgedp_sim.engine", "edgedp_sim.churn", "edgedp_sim.links"),

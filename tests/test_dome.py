@@ -10,17 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import edgedp_topologies
-from edgedp import algorithms, factors, rng, sketch, streams, wire
-from edgedp.accounting import dome as dome_acc
+from edgedp import factors, families, rng, streams, wire
 from edgedp.accounting import mf
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
-from edgedp.algorithms import StepContext, dome
-from edgedp.algorithms._gossip import SketchExtra
 from edgedp.errors import PlanError
+from edgedp.families.dome import accounting as dome_acc
+from edgedp.families.dome import rules as dome
+from edgedp.families.dome import sketch
+from edgedp.families.dome.sketch import SketchSpec
+from edgedp.gossip import SketchExtra, StepContext
 from edgedp.models.linear import LinearModel
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from edgedp.sketch import SketchSpec
 from edgedp_sim import batch, datasets, engine
 
 GRAPH = edgedp_topologies.parse("er:8:0.5:2")
@@ -153,7 +154,7 @@ def test_plan_round_trip_and_refusals():
     back = NoisePlan.from_bytes(p.to_bytes())
     assert back.plan_hash == p.plan_hash and back.sketch == spec
     assert p.share(3).sketch == spec
-    assert algorithms.for_mechanism("dome") is dome.RULES
+    assert families.for_mechanism("dome") is dome.RULES
     assert _plan(SketchSpec(dim=6)).plan_hash != _plan(SketchSpec(dim=5)).plan_hash
     with pytest.raises(PlanError, match="needs a sketch section"):
         _plan(None)
@@ -189,7 +190,7 @@ def _ctx(t, grad, noise=None, spec=None, batch_size=1, noise_std=0.0):
 
 def test_full_rank_sketch_without_noise_is_dsgd():
     """k = d: S is orthogonal, so DOME's rule reduces to D-SGD's (up to rounding)."""
-    from edgedp.algorithms import _gossip
+    from edgedp import gossip as _gossip
 
     r = np.random.default_rng(0)
     d, n = 9, 4
@@ -380,7 +381,7 @@ def test_faulty_network_with_dropouts_and_a_crash():
 def test_cross_agent_noise_in_the_sketched_space(kind):
     """dome + Whisper/DECOR: same guarantee as the unsketched plan, k-dim correlated noise,
     batch engine == event engine (agents with their cross keys)."""
-    from edgedp.planning import cross_agent as planner
+    from edgedp.families.cross import planning as planner
 
     kw = {
         "steps": 8,

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import edgedp_topologies
-from edgedp import sketch, sketch_adaptive, wire
+from edgedp import wire
 from edgedp.accounting.participation import Participation
+from edgedp.families.dome import sketch, sketch_adaptive
+from edgedp.families.dome.sketch import SketchSpec
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from edgedp.sketch import SketchSpec
 from edgedp_sim import batch, datasets, engine
 from edgedp_sim.churn import Faults
 
@@ -228,7 +229,7 @@ def test_cli_plan_adaptive_picks_the_minimum_lag(tmp_path):
 
 def test_adaptive_basis_is_refused_with_cross_agent_noise():
     """Tree frames (subtree sums of releases) are outside the insider views it certifies."""
-    from edgedp.planning import cross_agent as planner
+    from edgedp.families.cross import planning as planner
 
     spec = SketchSpec(dim=4, basis="adaptive", lag=4)
     kw = {"steps": 10, "participation": Participation(10, 1), "clip_norm": 1.0}

@@ -107,7 +107,8 @@ def test_sparse_spectral_gap_matches_the_dense_one():
 
 
 def test_dp_dsgd_loss_ratio_is_one_without_an_eigendecomposition():
-    from edgedp.planning import factorization, report
+    from edgedp.families.mf import factorization
+    from edgedp.planning import report
 
     p = make_plan(
         "dp-dsgd",

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
-from edgedp.planning import sr_gt_tuning
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace import sr_gt_tuning
+from edgedp.families.laplace.accounting import LaplaceSchedule
 
 # paper 004 §6.1 parameters for ε = 0.1 / 1 / 10
 PAPER_61 = [

@@ -18,19 +18,19 @@ DEVICE_MODULES = [
     "edgedp.accounting.pndp",
     "edgedp.plan",
     "edgedp.topology",
-    "edgedp.algorithms",
+    "edgedp.families",
     "edgedp.accounting",
     "edgedp.accounting.gdp",
     "edgedp.accounting.rdp",
     "edgedp.accounting.sensitivity",
     "edgedp.accounting.mf",
-    "edgedp.accounting.laplace",
-    "edgedp.accounting.cross_agent",
-    "edgedp.accounting.dome",
-    "edgedp.sketch",
-    "edgedp.sketch_adaptive",
-    "edgedp.algorithms.dome",
-    "edgedp.cross_agent",
+    "edgedp.families.laplace.accounting",
+    "edgedp.families.cross.accounting",
+    "edgedp.families.dome.accounting",
+    "edgedp.families.dome.sketch",
+    "edgedp.families.dome.sketch_adaptive",
+    "edgedp.families.dome.rules",
+    "edgedp.families.cross.noise",
     "edgedp.models.least_squares",
     "edgedp.models",
     "edgedp.models.linear",
@@ -66,7 +66,7 @@ FORBIDDEN = [
     "tqdm",
     "onnx",  # graph building is offline tooling (edgedp.models.graph / importer)
     "onnxruntime",  # imported lazily, only when an ONNX model is loaded
-    "dp_accounting",  # offline (edgedp.planning.laplace_pld) and tests only
+    "dp_accounting",  # offline (edgedp.families.laplace.pld) and tests only
     "cryptography",  # tests only
     "cvxpy",
 ]
@@ -94,9 +94,9 @@ def test_the_device_daemon_imports_only_the_device_path():
 
 
 def _algorithm_modules():
-    from edgedp import algorithms
+    from edgedp import families
 
-    return sorted(m.__name__ for m in algorithms.MODULES)
+    return sorted(m.__name__ for m in families.MODULES)
 
 
 @pytest.mark.parametrize("module", _algorithm_modules())

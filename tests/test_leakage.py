@@ -330,7 +330,7 @@ def test_attacker_specs_parse_and_resolve():
 
 # ---------------------------------------------------------------- observers on every mechanism
 def _cross_plan(mechanism, **options):
-    from edgedp.planning import cross_agent as planner
+    from edgedp.families.cross import planning as planner
 
     return planner.plan_cross_agent(
         mechanism,
@@ -347,7 +347,7 @@ def _cross_plan(mechanism, **options):
 
 
 def _sr_gt_plan(eps=1.0, steps=6, mechanism="sr-gt"):
-    from edgedp.accounting.laplace import LaplaceSchedule
+    from edgedp.families.laplace.accounting import LaplaceSchedule
 
     sched = LaplaceSchedule(
         gamma=0.002,
@@ -394,7 +394,7 @@ def _mechanism_case(name):
     if name == "decor":
         return _cross_plan("decor"), DATA
     if name == "dome":  # k = 2 floats per message, noise and clipping in the sketch space
-        from edgedp.sketch import SketchSpec
+        from edgedp.families.dome.sketch import SketchSpec
 
         p = _plan("dp-dsgd", steps=4)
         return make_plan(

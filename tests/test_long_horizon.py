@@ -15,8 +15,9 @@ import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting import sensitivity as sens_mod
 from edgedp.accounting.participation import Participation
-from edgedp.planning import build, compact_banded, compact_blt, factorization, mafalda, workload
-from edgedp.planning.compact import _Toeplitz
+from edgedp.families.mf import compact_banded, compact_blt, factorization, mafalda
+from edgedp.families.mf.compact import _Toeplitz
+from edgedp.planning import build, workload
 from edgedp.planning.request import PlanRequest
 
 

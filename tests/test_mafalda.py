@@ -1,5 +1,5 @@
 # ruff: noqa: N803, N806  (paper letters W, H, C, T: see docs/NOTATION.md)
-"""Tests for edgedp.planning.mafalda (paper 000, Lemma 10: MAFALDA workload Gram matrix)."""
+"""Tests for edgedp.families.mf.mafalda (paper 000, Lemma 10: MAFALDA workload Gram matrix)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from edgedp import topology
 from edgedp.accounting.participation import Participation
 from edgedp.accounting.sensitivity import sensitivity
 from edgedp.errors import TopologyError
-from edgedp.planning import mafalda
+from edgedp.families.mf import mafalda
 
 RTOL = 1e-10  # brief: fast paths agree with the explicit nT x nT construction to 1e-10
 

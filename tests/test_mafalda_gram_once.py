@@ -9,7 +9,7 @@ import pytest
 import edgedp_topologies
 from edgedp import topology
 from edgedp.accounting.participation import Participation
-from edgedp.planning import factorization, mafalda
+from edgedp.families.mf import factorization, mafalda
 from edgedp_cli import main as cli
 
 ARGS = [

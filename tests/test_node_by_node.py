@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from edgedp import api, clipping, mechanisms, models, rng, streams
-from edgedp.algorithms._gossip import LaplaceExtra, StepContext
+from edgedp.gossip import LaplaceExtra, StepContext
 from edgedp.noise import NoiseSource
 from edgedp.plan import batch_schedule
 from edgedp_sim import batch, scenarios

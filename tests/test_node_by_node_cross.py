@@ -8,7 +8,7 @@ derives its own share of the joint noise from its plan share the way a device do
 ``plan.share(u).cross_agent`` (its row of D and U, its edges' ±√c_e, its recipients) and
 the stream keys of :class:`edgedp.streams.RunKeys` (own noise, shared seed, one key per
 edge known to both ends, its message stream) — and composes it here from the formulas of
-:mod:`edgedp.cross_agent`'s docstring, with :func:`edgedp.rng.gaussian` draws only: no
+:mod:`edgedp.families.cross.noise`'s docstring, with :func:`edgedp.rng.gaussian` draws only: no
 ``CrossNoise``, no ``NoiseSource``, no ``reverse_slots``, nothing of the batch engine.
 Summation orders are the documented ones (own part, then the shared part factor by
 factor, then the edges by neighbour id; Zip-DL's weighted sums in row order), since the
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from edgedp import api, clipping, mechanisms, models, rng, streams
-from edgedp.algorithms._gossip import CrossExtra, SketchExtra, StepContext
+from edgedp.gossip import CrossExtra, SketchExtra, StepContext
 from edgedp.plan import batch_schedule
 from edgedp_sim import batch, scenarios
 

@@ -21,8 +21,8 @@ import edgedp_topologies
 from edgedp import _codec, keys, signing
 from edgedp.accounting.participation import Participation
 from edgedp.errors import PlanError
+from edgedp.families.cross import planning as planner
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from edgedp.planning import cross_agent as planner
 from firmware_py import config, daemon, deploy, trust
 
 

@@ -12,11 +12,11 @@ import pytest
 
 import edgedp_topologies
 from edgedp import _codec, factors, footprint, signing
-from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import factor_sensitivity
 from edgedp.accounting.participation import Participation
-from edgedp.cross_agent import CrossAgentSpec
 from edgedp.errors import PlanError
+from edgedp.families.cross import accounting as cross_acc
+from edgedp.families.cross.noise import CrossAgentSpec
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 
 T = 13
@@ -248,7 +248,7 @@ def test_agents_clipping_in_chunks_equal_the_batch_engine_bitwise(mechanism, mon
     """Per-example gradients held 3 examples at a time (as at d = 10⁶, one at a time): the
     event engine's agents give the batch engine's bits."""
     from edgedp import agent as agent_mod
-    from edgedp.sketch import SketchSpec
+    from edgedp.families.dome.sketch import SketchSpec
     from edgedp_sim import batch, datasets, engine
 
     data = datasets.partition(datasets.load("synthetic-logistic", seed=2), 6, seed=2)

@@ -148,7 +148,8 @@ def _functions_named(root, name):
 def test_every_make_plan_returns_a_noise_plan_and_family_planners_return_records():
     """No two functions named make_plan return different types: each returns a NoisePlan;
     the family planners are plan_<what> returning a Planned<What> record (plan + facts)."""
-    from edgedp.planning import cross_agent, factorization
+    from edgedp.families.cross import planning as cross_agent
+    from edgedp.families.mf import factorization
 
     makers = [
         f

@@ -11,8 +11,9 @@ import pytest
 import edgedp_topologies
 from edgedp import factors, topology
 from edgedp.accounting.participation import Participation
+from edgedp.families.mf import factorization
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
-from edgedp.planning import factorization, mf_optimal
+from edgedp.planning import mf_optimal
 from edgedp_sim import batch, datasets, engine
 
 GRAPH = edgedp_topologies.parse("er:10:0.4:2")
@@ -74,7 +75,7 @@ def test_mafalda_beats_dp_dsgd_and_antipgd_on_its_objective():
 
 
 def test_complete_graph_mafalda_equals_dmf():
-    # complete graph with MH weights: W = 11ᵀ/n, so H is the prefix-sum Gram (planning/mafalda)
+    # complete graph with MH weights: W = 11ᵀ/n, so H is the prefix-sum Gram (families/mf/mafalda)
     g = edgedp_topologies.complete(6)
     Wc = topology.metropolis_hastings(g)
     part = Participation(2, 8)

@@ -18,9 +18,9 @@ from hostile import harness
 import edgedp_topologies
 from edgedp import wire
 from edgedp.accounting.participation import Participation
+from edgedp.families.dome.sketch import SketchSpec
 from edgedp.models import model_digest
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.sketch import SketchSpec
 from edgedp_sim import batch, datasets
 from firmware_py import deploy
 

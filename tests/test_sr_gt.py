@@ -8,9 +8,9 @@ import pytest
 
 import edgedp_topologies
 from edgedp import models, noise, rng, streams
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.errors import PlanError
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace.accounting import LaplaceSchedule
 from edgedp.plan import NoisePlan, TaskSpec, make_plan
 from edgedp_cli.main import main as cli
 from edgedp_sim import batch, datasets, engine, sensor_fusion
@@ -68,7 +68,7 @@ def test_batch_engine_equals_a_direct_transcription(mechanism):
     for t in range(p.steps):  # paper 004 Alg. 1 with k = t + 1 / Eq. (45)
         alpha = 0.001 * 0.97**t
         # ν of the message that releases x(t): paper 004's Eq. (5) scale divided by q2
-        # (accounting.laplace: x(k) goes out in z(k + 1), so Eq. 5 would spend ε/q2)
+        # (families.laplace.accounting: x(k) goes out in z(k + 1), so Eq. 5 would spend ε/q2)
         nu = 0.001 * 1.0 / (1.0 * (0.99 - 0.97)) * 0.99**t
         z = x + np.stack([rng.laplace(keys[u], t, (SF.dim,), scale=nu) for u in range(n)])
         zbar = W @ z

@@ -8,10 +8,11 @@ import pytest
 
 import edgedp_topologies
 from edgedp import topology
-from edgedp.accounting import cross_agent as acc
 from edgedp.accounting import gdp
-from edgedp.cross_agent import CrossAgentSpec
-from edgedp.planning import compact_covariance, whisper
+from edgedp.families.cross import accounting as acc
+from edgedp.families.cross import compact_covariance
+from edgedp.families.cross import covariance as whisper
+from edgedp.families.cross.noise import CrossAgentSpec
 
 
 @dataclass(frozen=True)

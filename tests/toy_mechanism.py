@@ -11,7 +11,7 @@ import dataclasses
 
 from edgedp import factors, mechanisms
 from edgedp.accounting import mf
-from edgedp.algorithms import dsgd
+from edgedp.families.sgd import dsgd
 
 
 def check_plan(plan) -> None:

@@ -11,29 +11,17 @@ Modules (import the module, then call its functions):
   non-adaptive gradients (000 §7.1, App. A).
 - :mod:`~edgedp.accounting.pndp_muffliato` — the pairwise accounting of Cyffers et al. 2022
   (Muffliato, Thm 11) for DP-D-SGD, the baseline of 000 Fig. 2.
-- :mod:`~edgedp.accounting.laplace` — pure ε-DP of the Laplace schedules of sr-gt/DPOP (004).
-- :mod:`~edgedp.accounting.cross_agent` — GDP of noise correlated across agents (001, 000 A.4–A.6).
-- :mod:`~edgedp.accounting.dome` — LDP guarantee of DOME's sketched messages (002 on gossip).
+
+The accountants of one family live in its package (:mod:`edgedp.families`):
+:mod:`edgedp.families.laplace.accounting` (pure ε-DP of the Laplace schedules, 004),
+:mod:`edgedp.families.cross.accounting` (GDP of noise correlated across agents, 001, 000
+A.4–A.6) and :mod:`edgedp.families.dome.accounting` (DOME's sketched messages, 002).
 """
 
-from edgedp.accounting import (
-    cross_agent,
-    dome,
-    gdp,
-    laplace,
-    mf,
-    participation,
-    pndp,
-    pndp_muffliato,
-    rdp,
-    sensitivity,
-)
+from edgedp.accounting import gdp, mf, participation, pndp, pndp_muffliato, rdp, sensitivity
 
 __all__ = [
-    "cross_agent",
-    "dome",
     "gdp",
-    "laplace",
     "mf",
     "participation",
     "pndp",

@@ -6,10 +6,10 @@ A device's ``run.max_epsilon`` must bind the strongest adversary it faces (DESIG
   LDP guarantee holds against every adversary (all messages seen, no secret known).
 * Whisper / DECOR: the eavesdropper's ε is the plan's, but a curious neighbour holds the
   device's pairwise secrets (and, for shared-seed forms, the seed), and a colluding
-  neighbourhood more (:func:`edgedp.accounting.cross_agent.trust_report`). ``worst`` is the
+  neighbourhood more (:func:`edgedp.families.cross.accounting.trust_report`). ``worst`` is the
   largest of the three.
 * sr-gt / DPOP: pure ε against every adversary, counting the noised final release the
-  device publishes (:func:`edgedp.accounting.laplace.epsilon_spent`).
+  device publishes (:func:`edgedp.families.laplace.accounting.epsilon_spent`).
 
 All numbers are under the plan's own adjacency (``plan.adjacency``) and, unless the device
 names another δ (``run.delta``), at the plan's own δ (``plan.delta``). Numpy only: devices
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 
 from edgedp import mechanisms
-from edgedp.accounting import cross_agent as cross_acc
-from edgedp.accounting import laplace
+from edgedp.families.cross import accounting as cross_acc
+from edgedp.families.laplace import accounting as laplace
 
 __all__ = ["ADVERSARIES", "device_epsilon"]
 

@@ -198,7 +198,8 @@ class PNDPSetting:
             # so the decoder B_a = P_a W_T of 000 §7.1 does not describe what an attacker sees
             raise ValueError(
                 "PNDP accounting is derived for D-SGD's model messages; 'dome' plans send "
-                "sketched models and are certified under LDP only (edgedp.accounting.dome)."
+                "sketched models and are certified under LDP only "
+                "(edgedp.families.dome.accounting)."
             )
         return cls(
             mixing=plan.mixing_matrix(),

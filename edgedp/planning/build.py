@@ -5,10 +5,11 @@ three support the same mechanisms with the same checks and the same bytes. Per f
 
 * sgd / mf / dome: :func:`edgedp.plan.make_plan`; the planned mechanisms (dmf, mafalda,
   banded, blt) first compute their temporal factor for the topology
-  (:func:`edgedp.planning.factorization.plan_factor`, on the MAFALDA workload Gram);
-* cross (whisper, decor, zipdl, muffliato): :func:`edgedp.planning.cross_agent.plan_cross_agent`;
-* laplace (sr-gt, dpop): a :class:`~edgedp.accounting.laplace.LaplaceSchedule`, its gradient-gap
-  bound δ from the clip norm and task (zero-out / replace-one) or given (``adjacency="problem"``).
+  (:func:`edgedp.families.mf.factorization.plan_factor`, on the MAFALDA workload Gram);
+* cross (whisper, decor, zipdl, muffliato): :func:`edgedp.families.cross.planning.plan_cross_agent`;
+* laplace (sr-gt, dpop): a :class:`~edgedp.families.laplace.accounting.LaplaceSchedule`, its
+  gradient-gap bound δ from the clip norm and task (zero-out / replace-one) or given
+  (``adjacency="problem"``).
 
 Every Gaussian plan's participation is refused unless it covers what its task runs (an ε for
 another participation certifies nothing runnable). Errors are :class:`ValueError` with the
@@ -230,7 +231,8 @@ def _planned(mechanism: str) -> bool:
 def _planned_factor(request: PlanRequest, graph, participation, progress, warn):
     """(factor, planning result, (W, H) with H the MAFALDA workload Gram or None)."""
     from edgedp import topology
-    from edgedp.planning import factorization, mafalda, workload
+    from edgedp.families.mf import factorization, mafalda
+    from edgedp.planning import workload
 
     W = topology.WEIGHTINGS[request.weighting](graph)  # noqa: N806
     H: Any = None  # noqa: N806  (the T × T Gram, a SpectralWorkload, or None for dmf)
@@ -262,21 +264,21 @@ def _planned_factor(request: PlanRequest, graph, participation, progress, warn):
 
 
 def sketch_of(request: PlanRequest, model_dim: int, graph=None):
-    """The :class:`~edgedp.sketch.SketchSpec` of the request (dome; whisper/decor with a
-    sketch dimension), checked against the model dimension d; None without a sketch."""
+    """The :class:`~edgedp.families.dome.sketch.SketchSpec` of the request (dome; whisper/decor
+    with a sketch dimension), checked against the model dimension d; None without a sketch."""
     if request.family != "dome":
         if request.sketch_dim is None:
             return None
         if not mechanisms.get(request.mechanism).has("sketchable"):
             mechs = " or ".join(", ".join(mechanisms.names(sketchable=True)).rsplit(", ", 1))
             raise ValueError(f"--sketch-dim is only for --mechanism dome, {mechs}")
-    from edgedp.sketch import SketchSpec
+    from edgedp.families.dome.sketch import SketchSpec
 
     if request.sketch_dim is None:
         raise ValueError("edgedp plan dome needs --sketch-dim k")
     adaptive: dict[str, Any] = {}
     if request.sketch_basis == "adaptive":
-        from edgedp import sketch_adaptive
+        from edgedp.families.dome import sketch_adaptive
 
         lag = request.sketch_lag
         if lag == 0 and graph is not None:
@@ -317,7 +319,7 @@ def _cross(request, graph, task, participation, shape, report) -> Built:
     """A cross-agent plan; ``shape`` is (model dimension d, examples per node)."""
     import numpy as np
 
-    from edgedp.planning import cross_agent as planner
+    from edgedp.families.cross import planning as planner
 
     model_dim = shape[0]
     sketch = sketch_of(request, model_dim, graph)
@@ -363,7 +365,7 @@ def _cross(request, graph, task, participation, shape, report) -> Built:
 def _laplace(request: PlanRequest, report: bool) -> Built:
     """sr-gt / dpop (paper 004 Eq. 5): pure ε-DP, every round counted."""
     from edgedp import plan as plan_mod
-    from edgedp.accounting import laplace
+    from edgedp.families.laplace import accounting as laplace
 
     m = request.mechanism
     if request.target_eps is None:
@@ -420,7 +422,7 @@ def _laplace(request: PlanRequest, report: bool) -> Built:
 
 def _example_delta(task, nodes: int, clip: float, adjacency: str) -> tuple[float, int, int]:
     """(δ, d, B) for the task's model and local batch: Δ√d/B, or 2Δ√d/B for replace-one."""
-    from edgedp.accounting import laplace
+    from edgedp.families.laplace import accounting as laplace
 
     model, local = task_model(task, nodes)
     if local < 1:

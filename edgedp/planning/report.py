@@ -65,7 +65,7 @@ def plan_report(p, delta: float | None = None, steps_done: int | None = None) ->
         "plan_hash": p.plan_hash,
     }
     if p.cross_agent is not None and p.noise_multiplier > 0:
-        from edgedp.accounting import cross_agent as cross_acc
+        from edgedp.families.cross import accounting as cross_acc
 
         report = cross_acc.trust_report(p, delta=delta, steps_done=steps_done)
         payload.update({f"epsilon_{name}": value for name, value in report.items()})
@@ -95,7 +95,8 @@ def loss_ratio(p, gram=None) -> float | None:
     import numpy as np
 
     from edgedp import factors
-    from edgedp.planning import factorization, workload
+    from edgedp.families.mf import factorization
+    from edgedp.planning import workload
 
     if isinstance(p.factor, factors.Identity):  # C = I is DP-D-SGD: the ratio is 1 exactly
         return 1.0
@@ -132,7 +133,7 @@ def step_size_report(p) -> dict[str, Any]:
 def dome_report(p, model_dim: int) -> dict[str, Any]:
     """Message size and noise energy of a dome plan (paper 002 Lemma 3.1: k ν² per step
     instead of DP-D-SGD's d ν²)."""
-    from edgedp.accounting import dome as dome_acc
+    from edgedp.families.dome import accounting as dome_acc
 
     energy = dome_acc.noise_energy(p, model_dim=model_dim)
     return {
@@ -157,7 +158,7 @@ def laplace_report(
     """An sr-gt/dpop plan's pure ε spent by the messages of ``steps_done`` rounds, with the
     final release, over the infinite horizon, under replace-one, and (ε, δ) from a PLD at
     ``delta`` (default the plan's δ)."""
-    from edgedp.accounting import laplace
+    from edgedp.families.laplace import accounting as laplace
 
     delta = p.delta if delta is None else delta
     s = p.laplace
@@ -200,7 +201,7 @@ def _pld_fields(schedule, rounds: int, delta: float) -> dict[str, Any]:
     """(ε, δ) of the messages and final release from a privacy-loss distribution."""
     missing = {"pld_epsilon": None, "pld_note": "pip install 'edgedp[plan]' for (epsilon, delta)"}
     try:
-        from edgedp.planning import laplace_pld
+        from edgedp.families.laplace import pld as laplace_pld
 
         eps = laplace_pld.epsilon_at(schedule, rounds, delta=delta, final_release=True)
     except ImportError:  # a device-only install has no dp-accounting

@@ -2,7 +2,7 @@
 # ruff: noqa: N803, N806
 """The MAFALDA workload of a symmetric W without its T × T Gram matrix (long horizons).
 
-For symmetric W with eigenvalues λⱼ, MAFALDA's H (:mod:`edgedp.planning.mafalda`) is
+For symmetric W with eigenvalues λⱼ, MAFALDA's H (:mod:`edgedp.families.mf.mafalda`) is
 H = Σⱼ AⱼᵀAⱼ with Aⱼ the lower-triangular Toeplitz matrix of column (λⱼ, λⱼ², λⱼ³, …):
 (AⱼᵀAⱼ)[a, b] = Σ_{t ≥ max(a,b)} λⱼ^{2t−a−b+2}, the sum of DESIGN §4. For a Toeplitz
 strategy C (identity, AntiPGD, BLT, banded Toeplitz), B = C⁻¹ is lower-triangular Toeplitz
@@ -17,7 +17,7 @@ of H. The prefix-sum workload is the single eigenvalue 1 (v = cumsum(β)). The g
 runs the same filter backwards: ∂/∂β = 2 Σⱼ mⱼ Aⱼᵀ(w ∘ vⱼ), w_t = T − t.
 
 Eigenvalues equal within 1e-12 are merged (a ring's come in pairs that differ in the last
-bits). :func:`edgedp.planning.mafalda.workload_gram` computes H from the same eigenvalues;
+bits). :func:`edgedp.families.mf.mafalda.workload_gram` computes H from the same eigenvalues;
 tests check :meth:`SpectralWorkload.dense` against it and the energy against
 ``mf_optimal.loss``. Planning only; numpy and scipy.
 """

@@ -14,10 +14,10 @@ import pytest
 
 import edgedp_topologies
 from edgedp.accounting import budget
-from edgedp.accounting.laplace import LaplaceSchedule
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import planning as planner
+from edgedp.families.laplace.accounting import LaplaceSchedule
 from edgedp.plan import TaskSpec, make_plan
-from edgedp.planning import cross_agent as planner
 from firmware_py import daemon, deploy
 
 DELTA = 1e-6

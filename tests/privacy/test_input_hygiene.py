@@ -24,8 +24,9 @@ from edgedp import clipping, factors, models, streams, wire
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError, PlanError
+from edgedp.families.mf import compact_blt
 from edgedp.plan import NoisePlan, TaskSpec, batch_schedule, make_plan
-from edgedp.planning import compact_blt, mf_optimal
+from edgedp.planning import mf_optimal
 from edgedp_sim import batch, datasets, engine, scenarios, sweep
 from firmware_py import checkpoint, config, daemon, deploy
 

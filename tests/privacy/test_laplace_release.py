@@ -16,10 +16,10 @@ import math
 import numpy as np
 import pytest
 
-from edgedp.accounting import laplace
-from edgedp.accounting.laplace import LaplaceSchedule
-from edgedp.algorithms import StepContext, dpop, sr_gt
-from edgedp.algorithms._gossip import LaplaceExtra
+from edgedp.families.laplace import accounting as laplace
+from edgedp.families.laplace import dpop, sr_gt
+from edgedp.families.laplace.accounting import LaplaceSchedule
+from edgedp.gossip import LaplaceExtra, StepContext
 
 ROW = np.array([0, 1, 2])  # victim 0 mixes its own message with nodes 1 and 2
 WEIGHTS = np.array([0.5, 0.25, 0.25])
@@ -130,7 +130,7 @@ def _exact_delta(eps_terms, epsilon):
 
 @pytest.mark.parametrize("rounds", [3, 8, 12])
 def test_pld_epsilon_is_valid_and_close_to_brute_force(rounds):
-    pld = pytest.importorskip("edgedp.planning.laplace_pld")
+    pld = pytest.importorskip("edgedp.families.laplace.pld")
     s = LaplaceSchedule(gamma=0.3, beta=0.0, q1=0.6, q2=0.9, delta_grad=0.5, epsilon=2.0)
     delta = 1e-3
     eps = pld.epsilon_at(s, rounds, delta=delta)

@@ -27,7 +27,8 @@ import numpy as np
 
 from edgedp import factors, mechanisms
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mafalda, mf_optimal, workload
+from edgedp.families.mf import mafalda
+from edgedp.planning import mf_optimal, workload
 
 __all__ = ["PLANNED", "PlannedFactor", "plan_factor", "relative_loss"]
 
@@ -125,7 +126,7 @@ def _compact(
     buffers,
     workload_gram,
 ):
-    from edgedp.planning import compact_banded, compact_blt
+    from edgedp.families.mf import compact_banded, compact_blt
 
     if mechanism == "banded" and bandwidth is None:
         raise ValueError("mechanism='banded' needs a bandwidth (e.g. --bandwidth 8).")

@@ -2,7 +2,7 @@
 
 Per step an attacker sees the nodes' releases ``y = g + v`` (the half-step messages, minus
 what it can recompute), ``v ~ N(0, ν² R̃ ⊗ I_d)`` independent across steps
-(:mod:`edgedp.cross_agent`). Adding or removing one example of node u moves ``g_u`` by at
+(:mod:`edgedp.families.cross.noise`). Adding or removing one example of node u moves ``g_u`` by at
 most the clip norm Δ, so one step is a Gaussian mechanism with Mahalanobis sensitivity
 Δ·√([R̃⁻¹]_uu)/ν, and k participations compose (adaptively) to
 
@@ -104,7 +104,7 @@ def participations(
 
     (k, b) counts rounds; for Muffliato only gradient rounds (multiples of K) release data.
 
-    >>> from edgedp.cross_agent import CrossAgentSpec
+    >>> from edgedp.families.cross.noise import CrossAgentSpec
     >>> spec = CrossAgentSpec("muffliato", np.ones(2), np.zeros((2, 0)), [], gossip_rounds=3)
     >>> participations(spec, Participation(12, 1), 12)
     4

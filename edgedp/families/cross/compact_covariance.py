@@ -1,8 +1,8 @@
 """Compact cross-agent covariances a device can generate in O((r+1)·d) per step.
 
 A dense R⋆ (paper 001 Eq. 10) costs each agent n·d shared draws per step (its row of
-R⋆^½). Two compact families (:mod:`edgedp.cross_agent`), both ``diag(D) + Σ_a x_a v_a v_aᵀ``
-with fixed atoms v_a:
+R⋆^½). Two compact families (:mod:`edgedp.families.cross.noise`), both ``diag(D) + Σ_a x_a v_a
+v_aᵀ`` with fixed atoms v_a:
 
 * ``lowrank`` — atoms are the r leading eigenvectors of R⋆ (shared seed; r + 1 draws);
 * ``local`` — atoms are e_i − e_j for every edge (per-edge secrets; deg_u + 1 draws),
@@ -145,7 +145,7 @@ def fit(
     Args:
       mixing_matrix: W (n × n).
       edges: the graph's edges (i < j), as in the plan.
-      optimum: R⋆ from :func:`edgedp.planning.whisper.optimal_covariance` (bound 1).
+      optimum: R⋆ from :func:`edgedp.families.cross.covariance.optimal_covariance` (bound 1).
       form: ``local``, ``lowrank`` or ``dense``.
       rank: r for ``lowrank`` (1 <= r < n).
       ridge: ρ of the objective (as for R⋆).

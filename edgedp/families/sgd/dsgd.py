@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from edgedp import factors, mechanisms
+from edgedp import gossip as _gossip
 from edgedp.accounting import mf
-from edgedp.algorithms import _gossip
 
 __all__ = [
     "MECHANISMS",
@@ -24,9 +24,9 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected noise_multiplier=0 for dsgd, got {plan.noise_multiplier}.")
 
 
-#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+#: The round rules: D-SGD's (:mod:`edgedp.gossip`) with this plan check.
 RULES = _gossip.rules(check_plan)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dsgd",

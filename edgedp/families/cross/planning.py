@@ -2,14 +2,14 @@
 
 :func:`plan_cross_agent` returns a :class:`PlannedCrossAgent`: a certified
 :class:`~edgedp.plan.NoisePlan` (``.plan``) with a ``cross_agent`` section
-(:class:`~edgedp.cross_agent.CrossAgentSpec`), normalized so that the most exposed node has
+(:class:`~edgedp.families.cross.noise.CrossAgentSpec`), normalized so that the most exposed node has
 unit precision max_u [R̃⁻¹]_uu = 1; the plan's ν = σ·sens·Δ then gives μ = 1/σ
-(:mod:`edgedp.accounting.cross_agent`). :func:`report` gives what ``edgedp plan`` prints:
+(:mod:`edgedp.families.cross.accounting`). :func:`report` gives what ``edgedp plan`` prints:
 the noise each agent adds, the post-mixing variance Tr(W R Wᵀ)/n per step (paper 001
 Thm 1) next to DP-D-SGD's at the same guarantee, and ε per trust model.
 
-* whisper — 001 Eq. (10) solved densely (:mod:`~edgedp.planning.whisper`), then a compact
-  form (:mod:`~edgedp.planning.compact_covariance`): ``local`` (default; per-edge
+* whisper — 001 Eq. (10) solved densely (:mod:`~edgedp.families.cross.covariance`), then a compact
+  form (:mod:`~edgedp.families.cross.compact_covariance`): ``local`` (default; per-edge
   secrets, cost deg+1 draws), ``lowrank`` r (shared seed, r+1 draws) or ``dense``.
 * decor — 001 §V-C: σ²_pair I + σ²_cor L put in Eq. (10).
 * zipdl — 000 App. A.6: D = 1, message-wise variance m (not credited under LDP).
@@ -35,12 +35,13 @@ from typing import Any
 import numpy as np
 
 from edgedp import _validate, factors, mechanisms, topology
-from edgedp import cross_agent as cross_mod
-from edgedp.accounting import cross_agent as cross_acc
 from edgedp.accounting import gdp
 from edgedp.accounting.participation import Participation
+from edgedp.families.cross import accounting as cross_acc
+from edgedp.families.cross import compact_covariance
+from edgedp.families.cross import covariance as whisper
+from edgedp.families.cross import noise as cross_mod
 from edgedp.plan import DEFAULT_DELTA, NoisePlan, TaskSpec
-from edgedp.planning import compact_covariance, whisper
 
 __all__ = [
     "PlannedCrossAgent",
@@ -146,7 +147,7 @@ def plan_cross_agent(
     noise: the eavesdropper guarantee is μ = 1/σ with k = the plan's participations
     (gradient rounds for Muffliato). ``steps`` counts rounds (K·T' for Muffliato).
     ``sketch=SketchSpec(...)`` (whisper, decor) gives a ``dome`` plan whose k-dim releases
-    carry this noise, R̃ ⊗ I_k: every per-step bound of :mod:`edgedp.accounting.cross_agent`
+    carry this noise, R̃ ⊗ I_k: every per-step bound of :mod:`edgedp.families.cross.accounting`
     is coordinate-free, and all nodes share S_t, so the noise cancels in the mixing as in ℝᵈ.
 
     Raises:

@@ -39,8 +39,9 @@ from collections import deque
 
 import numpy as np
 
-from edgedp import rng, sketch
+from edgedp import rng
 from edgedp.errors import EdgeDPError
+from edgedp.families.dome import sketch
 
 __all__ = [
     "AdaptiveSketch",

@@ -1,8 +1,8 @@
 """(ε, δ) of the Laplace schedules from a privacy-loss distribution (offline; dp-accounting).
 
 Users compare mechanisms at a common δ, but sr-gt and DPOP are certified in pure ε
-(:mod:`edgedp.accounting.laplace`). Round t's message is ε_t-DP given everything released
-before it (Lemma 4.4), with ε_t = :func:`~edgedp.accounting.laplace.release_epsilons`.
+(:mod:`edgedp.families.laplace.accounting`). Round t's message is ε_t-DP given everything released
+before it (Lemma 4.4), with ε_t = :func:`~edgedp.families.laplace.accounting.release_epsilons`.
 Any ε_t-DP mechanism is dominated by randomized response with parameter ε_t (its privacy
 loss is ±ε_t with probabilities e^{ε_t}/(1 + e^{ε_t}) and 1/(1 + e^{ε_t})), whatever the
 dimension of the message, so the adaptive composition of the rounds is dominated by the
@@ -14,7 +14,7 @@ noise is smoother than randomized response: the (ε, δ) printed is valid, not t
 
 Offline only (scipy and dp-accounting are allowed here, never on devices).
 
->>> from edgedp.accounting.laplace import LaplaceSchedule
+>>> from edgedp.families.laplace.accounting import LaplaceSchedule
 >>> s = LaplaceSchedule(gamma=0.001, beta=1000, q1=0.97, q2=0.99, delta_grad=1.0, epsilon=1.0)
 >>> round(epsilon_at(s, 300, delta=1e-6), 2)
 0.41
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from edgedp.accounting import laplace
+from edgedp.families.laplace import accounting as laplace
 
 __all__ = ["epsilon_at"]
 

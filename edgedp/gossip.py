@@ -1,6 +1,7 @@
 """The algorithm protocol every engine drives, and the shared D-SGD-family rules.
 
-An algorithm module exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
+A rules module (one per mechanism, or group of mechanisms, in its family's package under
+:mod:`edgedp.families`) exposes (CONVENTIONS C4), besides ``NAME``, ``TRUST_MODEL``,
 ``check_plan(plan)`` and its ``MECHANISMS`` records (:mod:`edgedp.mechanisms`):
 
 * ``init_state(theta0) -> state`` — a dict of arrays shaped like ``theta0``, i.e. ``(d,)`` on a
@@ -65,7 +66,7 @@ class LaplaceExtra:
     ``laplace(scale)`` returns Laplace(0, scale) draws shaped like the model state, a pure
     function of (node key, round): calling it twice in a round gives the same draws, never
     fresh noise. ``schedule`` is the plan's
-    :class:`~edgedp.accounting.laplace.LaplaceSchedule` (α_k, β, ν_k).
+    :class:`~edgedp.families.laplace.accounting.LaplaceSchedule` (α_k, β, ν_k).
     """
 
     laplace: Callable[[float], np.ndarray]
@@ -85,15 +86,15 @@ class CrossExtra:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class SketchExtra:
-    """DOME plans: ``sketch`` is the plan's :class:`~edgedp.sketch.SketchSpec`; ``noise()``
-    is k-dimensional and ``noise_std`` ν, the std of its coordinates;
+    """DOME plans: ``sketch`` is the plan's :class:`~edgedp.families.dome.sketch.SketchSpec`;
+    ``noise()`` is k-dimensional and ``noise_std`` ν, the std of its coordinates;
     ``sketch_gradient(point, project)`` returns Σ_b clip(project(g_b), Δ) — per-example
     gradients projected, then clipped and summed in order (paper 002 Alg. 1 lines 10-11).
     With an adaptive sketch (``sketch.basis == "adaptive"``) the engine also passes
-    ``basis``, the round's shared basis (:class:`~edgedp.sketch_adaptive.AdaptiveSketch`),
-    ``release(c)``, which hands the node's released coefficients to the aggregate, and
-    ``mean`` (m̄ of the window with ``mean_removal``, else None; ``(trials, d)`` in the
-    batch engine)."""
+    ``basis``, the round's shared basis
+    (:class:`~edgedp.families.dome.sketch_adaptive.AdaptiveSketch`), ``release(c)``, which hands
+    the node's released coefficients to the aggregate, and ``mean`` (m̄ of the window with
+    ``mean_removal``, else None; ``(trials, d)`` in the batch engine)."""
 
     sketch: Any
     noise_std: float

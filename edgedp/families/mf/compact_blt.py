@@ -1,6 +1,6 @@
 # Paper letters H (workload Gram), C, X = CᵀC, T, S, E: see docs/NOTATION.md.
 # ruff: noqa: N803, N806
-"""BLT factors fitted to a workload (:mod:`edgedp.planning.compact` has the objective).
+"""BLT factors fitted to a workload (:mod:`edgedp.families.mf.compact` has the objective).
 
 **BLT fit**: L-BFGS on log(loss) in (logit θ, log ω) — decays stay in (0, 1), weights
 positive so the sensitivity is exact and smooth — from deterministic and seeded random
@@ -27,8 +27,7 @@ from scipy.special import expit
 from edgedp import factors
 from edgedp._validate import integer
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mf_optimal, workload
-from edgedp.planning.compact import (
+from edgedp.families.mf.compact import (
     NO_DENSE_OPTIMUM,
     CompactFit,
     _certify,
@@ -41,6 +40,7 @@ from edgedp.planning.compact import (
     _steps,
     _Toeplitz,
 )
+from edgedp.planning import mf_optimal, workload
 
 __all__ = ["fit_blt"]
 

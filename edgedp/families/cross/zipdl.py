@@ -9,7 +9,7 @@ the node keeps the common-part message (its own slot) for itself.
 
 Trust model: all noise is node-private, so every attacker (eavesdropper, curious
 neighbours, colluders) sees at most the node's messages; their covariance D_u 11ᵀ + m P
-gives μ = 1/σ (:func:`edgedp.accounting.cross_agent.guarantee`). The message-wise part is
+gives μ = 1/σ (:func:`edgedp.families.cross.accounting.guarantee`). The message-wise part is
 not credited (it protects against single neighbours; PNDP for Zip-DL is not implemented).
 """
 
@@ -18,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from edgedp import factors, mechanisms
-from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip, families
-from edgedp.algorithms._gossip import StepContext
+from edgedp import gossip as _gossip
+from edgedp.families import cross as family
+from edgedp.families.cross import accounting as cross_agent
+from edgedp.gossip import StepContext
 
 __all__ = [
     "MECHANISMS",
@@ -65,7 +66,9 @@ def check_plan(plan) -> None:
     """Zip-DL plans: a cross_agent section of kind 'zipdl' and a symmetric mixing matrix."""
     spec = getattr(plan, "cross_agent", None)
     if spec is None or spec.kind != NAME:
-        raise ValueError("Expected a cross_agent section of kind 'zipdl' (planning.cross_agent).")
+        raise ValueError(
+            "Expected a cross_agent section of kind 'zipdl' (edgedp.families.cross.planning)."
+        )
     if spec.rank or spec.edge_variance.size or spec.gossip_rounds != 1:
         raise ValueError("Zip-DL noise is node-private: no shared seed, no edge terms.")
     W = plan.mixing_matrix()  # noqa: N806
@@ -73,9 +76,9 @@ def check_plan(plan) -> None:
         raise ValueError("Zip-DL needs a symmetric mixing matrix (w_j = W[j, u] = W[u, j]).")
 
 
-#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this send and plan check.
+#: The round rules: D-SGD's (:mod:`edgedp.gossip`) with this send and plan check.
 RULES = _gossip.rules(check_plan, send=send)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "zipdl",
@@ -86,9 +89,9 @@ MECHANISMS = (
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
         attack="zipdl-weighted-sum",
-        traits=families.CrossTraits(message_noise=True),
+        traits=family.CrossTraits(message_noise=True),
         examples={
-            "zipdl": families.CROSS_EXAMPLE,
+            "zipdl": family.EXAMPLE,
             "zipdl-sigma": {"noise_multiplier": 1.5, "clip_norm": 0.1, "message_variance": 0.5},
         },
     ),

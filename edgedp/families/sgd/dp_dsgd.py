@@ -8,8 +8,8 @@ guarantee is certified by :func:`edgedp.accounting.mf.ldp_guarantee` with C_loca
 from __future__ import annotations
 
 from edgedp import factors, mechanisms
+from edgedp import gossip as _gossip
 from edgedp.accounting import mf
-from edgedp.algorithms import _gossip, families
 
 __all__ = [
     "MECHANISMS",
@@ -29,9 +29,9 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected the identity factor for dp-dsgd, got {plan.factor.kind!r}.")
 
 
-#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+#: The round rules: D-SGD's (:mod:`edgedp.gossip`) with this plan check.
 RULES = _gossip.rules(check_plan)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dp-dsgd",
@@ -42,7 +42,7 @@ MECHANISMS = (
         accountant=mf.plan_guarantee,
         factor=factors.Identity,
         examples={
-            "dp-dsgd": families.GAUSSIAN_EXAMPLE,
+            "dp-dsgd": {**mechanisms.GAUSSIAN_EXAMPLE},
             "dp-dsgd-sigma": {"noise_multiplier": 1.5},
         },
     ),

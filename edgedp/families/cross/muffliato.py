@@ -7,16 +7,17 @@ round counter, as when a node sits out a round); gossip-only rounds discard it u
 
 Trust model LDP: the messages of gossip-only rounds are post-processing of earlier ones,
 so μ = 1/σ with k counting gradient rounds only
-(:func:`edgedp.accounting.cross_agent.participations`). Privacy amplification by gossip
+(:func:`edgedp.families.cross.accounting.participations`). Privacy amplification by gossip
 (PNDP) is not credited.
 """
 
 from __future__ import annotations
 
 from edgedp import factors, mechanisms
-from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip, families
-from edgedp.algorithms._gossip import CrossExtra, StepContext, local_step
+from edgedp import gossip as _gossip
+from edgedp.families import cross as family
+from edgedp.families.cross import accounting as cross_agent
+from edgedp.gossip import CrossExtra, StepContext, local_step
 
 __all__ = [
     "MECHANISMS",
@@ -56,7 +57,7 @@ def check_plan(plan) -> None:
     spec = getattr(plan, "cross_agent", None)
     if spec is None or spec.kind != NAME:
         raise ValueError(
-            "Expected a cross_agent section of kind 'muffliato' (planning.cross_agent)."
+            "Expected a cross_agent section of kind 'muffliato' (edgedp.families.cross.planning)."
         )
     if spec.rank or spec.edge_variance.size or spec.message_variance != 0:
         raise ValueError("Muffliato noise is independent per node.")
@@ -64,9 +65,9 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected steps={plan.steps} to be a multiple of K={spec.gossip_rounds}.")
 
 
-#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this send and plan check.
+#: The round rules: D-SGD's (:mod:`edgedp.gossip`) with this send and plan check.
 RULES = _gossip.rules(check_plan, send=send)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "muffliato",
@@ -76,10 +77,10 @@ MECHANISMS = (
         trust_model=TRUST_MODEL,
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
-        traits=families.CrossTraits(gossip_rounds=True),
+        traits=family.CrossTraits(gossip_rounds=True),
         examples={
-            "muffliato": families.CROSS_EXAMPLE,
-            "muffliato-k2": {**families.CROSS_EXAMPLE, "gossip_rounds": 2},
+            "muffliato": family.EXAMPLE,
+            "muffliato-k2": {**family.EXAMPLE, "gossip_rounds": 2},
         },
     ),
 )

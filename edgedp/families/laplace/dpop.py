@@ -10,11 +10,11 @@ with the same schedules α_k = γq₁^{k−1}, ν_k (Eq. 5) and the same sensiti
 Δ(k) ≤ δα_k (App. 8, Eq. 46), hence the same accountant as sr-gt; β is unused (0).
 
 Trust model: pure ε-LDP against an attacker who sees every message, certified by
-:mod:`edgedp.accounting.laplace`.
+:mod:`edgedp.families.laplace.accounting`.
 
 >>> import numpy as np
->>> from edgedp.accounting.laplace import LaplaceSchedule
->>> from edgedp.algorithms._gossip import LaplaceExtra, StepContext
+>>> from edgedp.families.laplace.accounting import LaplaceSchedule
+>>> from edgedp.gossip import LaplaceExtra, StepContext
 >>> s = LaplaceSchedule(gamma=0.5, beta=0, q1=0.5, q2=0.9, delta_grad=1, epsilon=float("inf"))
 >>> lap = LaplaceExtra(lambda scale: 0 * np.ones(1), s)
 >>> ctx = StepContext(0, 0.5, 1.0, 1, lambda p: p, lambda: None, lap)
@@ -28,9 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from edgedp import bounds, factors, mechanisms
-from edgedp.accounting import laplace
-from edgedp.algorithms import families
-from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gathered
+from edgedp.families import laplace as family
+from edgedp.families.laplace import accounting as laplace
+from edgedp.gossip import LaplaceExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
@@ -103,7 +103,7 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
 
 #: The round rules.
 RULES = mechanisms.Rules(init_state, send, receive, model, check_plan, message_bound)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dpop",
@@ -115,8 +115,8 @@ MECHANISMS = (
         factor=factors.Identity,
         attack="dpop-inversion",
         examples={
-            "dpop": families.LAPLACE_EXAMPLE,
-            "dpop-zero-out": {**families.LAPLACE_EXAMPLE, "adjacency": "zero-out"},
+            "dpop": family.EXAMPLE,
+            "dpop-zero-out": {**family.EXAMPLE, "adjacency": "zero-out"},
         },
     ),
 )

@@ -50,7 +50,7 @@ for any batch schedule). Since ε is linear in δ at fixed noise, a zero-out pla
 2ε-DP under replace-one (:func:`replace_one_epsilon`).
 
 Everything here is numpy/stdlib only (it runs on devices); (ε, δ) from a privacy-loss
-distribution is offline (:mod:`edgedp.planning.laplace_pld`).
+distribution is offline (:mod:`edgedp.families.laplace.pld`).
 
 >>> s = LaplaceSchedule(gamma=0.001, beta=1000, q1=0.97, q2=0.99, delta_grad=1.0, epsilon=1.0)
 >>> round(epsilon_spent(s, 100), 6), epsilon(s)

@@ -45,7 +45,7 @@ __all__ = [
 #: Families of shared data-independent orthonormal bases.
 BASES = ("block", "gaussian")
 #: The data-dependent family: paper 002 Alg. 2 fed by a lagged network aggregate of the
-#: released coefficients (:mod:`edgedp.sketch_adaptive`).
+#: released coefficients (:mod:`edgedp.families.dome.sketch_adaptive`).
 ADAPTIVE = "adaptive"
 #: Where per-example gradients are clipped to Δ: after projection (paper 002 Alg. 1 line 11)
 #: or before it, in ℝᵈ. Both bound the sensitivity of the k-dim release by Δ.
@@ -284,7 +284,7 @@ def basis(spec: SketchSpec, round_: int, d: int) -> Basis:
     if spec.basis == "adaptive":
         raise ValueError(
             "An adaptive basis depends on the network aggregate, not on the round alone; "
-            "use edgedp.sketch_adaptive.AdaptiveSketch."
+            "use edgedp.families.dome.sketch_adaptive.AdaptiveSketch."
         )
     if spec.dim > d:
         raise ValueError(f"Expected sketch dim={spec.dim} <= model dimension d={d}.")

@@ -1,6 +1,6 @@
 # Paper letters H (workload Gram), C, X = CᵀC, T, S, E: see docs/NOTATION.md.
 # ruff: noqa: N803, N806
-"""Banded factors fitted to a workload (:mod:`edgedp.planning.compact` has the objective).
+"""Banded factors fitted to a workload (:mod:`edgedp.families.mf.compact` has the objective).
 
 **Banded fit** (Choquette-Choo et al. 2023, "(Amplified) Banded Matrix Factorization: a
 unified approach to private training"). With bandwidth p <= b (or k = 1) the columns s
@@ -25,8 +25,7 @@ import scipy.linalg as sla
 from edgedp import factors
 from edgedp._validate import integer
 from edgedp.accounting.participation import Participation
-from edgedp.planning import mf_optimal, workload
-from edgedp.planning.compact import (
+from edgedp.families.mf.compact import (
     NO_DENSE_OPTIMUM,
     CompactFit,
     _certify,
@@ -39,6 +38,7 @@ from edgedp.planning.compact import (
     _steps,
     _Toeplitz,
 )
+from edgedp.planning import mf_optimal, workload
 
 __all__ = ["fit_banded"]
 

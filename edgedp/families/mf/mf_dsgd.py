@@ -12,8 +12,9 @@ under the plan's (k, b) participation (paper 000 Thm 7, Lemma 10).
 from __future__ import annotations
 
 from edgedp import factors, mechanisms
+from edgedp import gossip as _gossip
 from edgedp.accounting import mf
-from edgedp.algorithms import _gossip, families
+from edgedp.families import mf as family
 
 __all__ = [
     "MECHANISMS",
@@ -34,7 +35,7 @@ def check_plan(plan) -> None:
         raise ValueError(f"Expected the factor's horizon {steps} >= steps={plan.steps}.")
 
 
-#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+#: The round rules: D-SGD's (:mod:`edgedp.gossip`) with this plan check.
 RULES = _gossip.rules(check_plan)
 
 
@@ -43,7 +44,7 @@ def _mechanism(name: str, *, options=(), examples=None, **fields) -> mechanisms.
     ``options`` are the factor's planner options (a planned factor), ``examples`` its
     examples besides the one at target ε with those options' values."""
     planned = fields.pop("planned", False)
-    first = {**families.GAUSSIAN_EXAMPLE, **dict(options)}
+    first = {**mechanisms.GAUSSIAN_EXAMPLE, **dict(options)}
     return mechanisms.Mechanism(
         name,
         RULES,
@@ -51,14 +52,14 @@ def _mechanism(name: str, *, options=(), examples=None, **fields) -> mechanisms.
         noise="gaussian",
         trust_model=TRUST_MODEL,
         accountant=mf.plan_guarantee,
-        traits=families.MfTraits(planned=planned, factor_options=tuple(dict(options))),
+        traits=family.MfTraits(planned=planned, factor_options=tuple(dict(options))),
         examples={name: first, **(examples or {})},
         **fields,
     )
 
 
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`): ``planned`` ones
-#: get their factor from :mod:`edgedp.planning.factorization`.
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`): ``planned`` ones
+#: get their factor from :mod:`edgedp.families.mf.factorization`.
 MECHANISMS = (
     _mechanism("antipgd", factor=factors.AntiPGD),
     _mechanism("dmf", planned=True),

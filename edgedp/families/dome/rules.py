@@ -1,6 +1,6 @@
 """DOME on a gossip graph: k-float messages, privacy noise in ℝᵏ (paper 002 §3, Alg. 1).
 
-Round t at node u, with the shared basis S = S_t ∈ ℝ^{d×k} (:mod:`edgedp.sketch`):
+Round t at node u, with the shared basis S = S_t ∈ ℝ^{d×k} (:mod:`edgedp.families.dome.sketch`):
 
 1. c_u = Σ_b clip(Sᵀg_b, Δ) + z_u,  z_u ~ ν·(C_local⁻¹ Z)[t] ∈ ℝᵏ (ν = σ·sens·Δ) — the
    node's privatized sketched gradient (Alg. 1 lines 10-14; with ``clip="model"``
@@ -20,12 +20,12 @@ by streaming PCA of the aggregate plus orthogonal random probes (Alg. 2), and br
 (step 4) and runs its own optimizer on its own decoded update. The bases are shared
 without a server in one of two ways. ``block`` / ``gaussian``: data-independent, a pure
 function of the plan's public sketch seed and the round. ``adaptive``
-(:mod:`edgedp.sketch_adaptive`): Alg. 2 fed by the network sum of the released c_u's,
+(:mod:`edgedp.families.dome.sketch_adaptive`): Alg. 2 fed by the network sum of the released c_u's,
 all-reduced along a public spanning tree (k-float frames piggybacked on the messages of
 tree edges, fixed summation order) and used after a public lag of D windows, so every
 node computes the same bits; optionally with the paper's mean removal (lines 9, 17; the
 mean m̄, the paper's m̂, is the β₁-average of the same lagged aggregates, ``mean`` of the
-context's :class:`~edgedp.algorithms._gossip.SketchExtra`).
+context's :class:`~edgedp.gossip.SketchExtra`).
 No Secure Aggregation: the aggregate is a sum of values already released. Consensus is
 reached only inside the sketched subspaces, which change every ``refresh`` rounds. With
 SGD the local step lies in span(S_t) (plus m̄, the same at every node, with mean
@@ -42,12 +42,12 @@ and of the messages it received, so every message is post-processing of the sequ
 Gaussian releases c_u, adaptively composed. With a temporal factor the release is the MF
 mechanism on the stream x_t = S_tᵀ g_t ∈ ℝᵏ; paper 000 Thm 7's bound
 Σ X[s,t]⟨d_s, d_t⟩ ≤ Σ|X[s,t]| Δ² only uses ‖d_t‖ ≤ Δ, which holds in any orthonormal
-coordinates, so :mod:`edgedp.accounting.dome` certifies it with the same sensitivity as
+coordinates, so :mod:`edgedp.families.dome.accounting` certifies it with the same sensitivity as
 MF-D-SGD. The noise then cancels in coefficient space: with a basis that changes
 (``refresh ≥ 1``) the decoded noises live in different subspaces and do not cancel in the
 model, so temporal factors are only useful with ``refresh=0``. Whisper / DECOR noise
 (R̃ ⊗ I_k across nodes; a ``cross_agent`` section) is certified by
-:mod:`edgedp.accounting.cross_agent` unchanged: its per-step bounds are coordinate-free and
+:mod:`edgedp.families.cross.accounting` unchanged: its per-step bounds are coordinate-free and
 every node decodes with the same S_t, so the noise cancels in the mixing as in ℝᵈ.
 """
 
@@ -57,10 +57,10 @@ import math
 
 import numpy as np
 
-from edgedp import bounds, factors, mechanisms, sketch, topology
-from edgedp.accounting import dome
-from edgedp.algorithms import families
-from edgedp.algorithms._gossip import SketchExtra, StepContext, extra, mix_gathered
+from edgedp import bounds, factors, mechanisms, topology
+from edgedp.families.dome import accounting as dome
+from edgedp.families.dome import sketch
+from edgedp.gossip import SketchExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
@@ -93,7 +93,7 @@ def check_plan(plan) -> None:
             "with cross-agent noise it is ν²·R̃_uu (not derived)."
         )
     if spec.basis == "adaptive":
-        from edgedp import sketch_adaptive
+        from edgedp.families.dome import sketch_adaptive
 
         if getattr(plan, "cross_agent", None) is not None:
             raise ValueError(
@@ -238,7 +238,7 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
 
 #: The round rules.
 RULES = mechanisms.Rules(init_state, send, receive, model, check_plan, message_bound)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "dome",
@@ -249,9 +249,9 @@ MECHANISMS = (
         accountant=dome.guarantee,
         default_factor=factors.Identity,
         examples={
-            "dome": {**families.GAUSSIAN_EXAMPLE, "sketch_dim": 8},
+            "dome": {**mechanisms.GAUSSIAN_EXAMPLE, "sketch_dim": 8},
             "dome-gaussian-adam": {
-                **families.GAUSSIAN_EXAMPLE,
+                **mechanisms.GAUSSIAN_EXAMPLE,
                 "sketch_dim": 5,
                 "sketch_basis": "gaussian",
                 "optimizer": "adam",

@@ -5,7 +5,7 @@
 A device streams ``C⁻¹ z`` with bounded state: a banded C keeps its last p − 1 outputs
 (``edgedp.factors.Banded``), a buffered linear Toeplitz (BLT) C keeps one running sum per
 buffer (``edgedp.factors.BLT``). The planner fits either form to a workload Gram H (prefix
-sums, or MAFALDA's H from ``planning.mafalda``) under (k, b)-participation and reports the
+sums, or MAFALDA's H from ``families.mf.mafalda``) under (k, b)-participation and reports the
 loss ``sens(C)²·tr(H (CᵀC)⁻¹)`` (``mf_optimal.loss``) relative to the dense optimum of
 ``mf_optimal.optimize``. Every reported loss is recomputed from ``factor.strategy(T)`` with
 ``edgedp.accounting.sensitivity`` — the same C the plan's accountant certifies.
@@ -34,8 +34,8 @@ sum of c); for a banded c no longer than b (co-participating columns never overl
 for any c with one step per window, it is Σ_{s∈π} ‖C[:, s]‖². Signed BLTs (|X| over all
 pairs) and the dense optimum are not computed there; the fits say so (``CompactFit.skipped``).
 
-The fitters: :func:`edgedp.planning.compact_blt.fit_blt` and
-:func:`edgedp.planning.compact_banded.fit_banded`; both return a :class:`CompactFit`.
+The fitters: :func:`edgedp.families.mf.compact_blt.fit_blt` and
+:func:`edgedp.families.mf.compact_banded.fit_banded`; both return a :class:`CompactFit`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ with L, μ the smoothness and strong convexity of every fᵢ (Assumption 1), n n
 dimension p, the gradient bound δ, the budget ε, and c₁, c₂ the (problem-dependent, not
 computable) bounds on E‖x̄(k) − x*‖² and E‖x(k) − 1x̄(k)‖² of the proof — the user
 supplies estimates. The two noise terms are Σ_k 2pν_k² and Σ_k α_k·ν_k² written out with the
-noise scale the engines use, ν₁ = γδ/(ε(q₂ − q₁)) (:mod:`edgedp.accounting.laplace`; paper
+noise scale the engines use, ν₁ = γδ/(ε(q₂ − q₁)) (:mod:`edgedp.families.laplace.accounting`; paper
 004 prints them with its Eq. (5) scale, which carries an extra factor q₂ and spends ε/q₂).
 Problem (41) minimizes d over γ > 0, 0 < q₁ < q₂ < 1; it is non-convex,
 and Remark 5.20's heuristic is what :func:`tune` runs: random feasible starts, then

@@ -3,21 +3,22 @@
 Paper 001, Alg. 1: the nodes' noises are v ~ N(0, ν² R̃) with R̃ = diag(D) + UUᵀ + Σ_e c_e
 a_e a_eᵀ solving (a compact form of) Eq. (10), so the correlated part cancels when mixed
 (Thm 1: the variance after mixing is Tr(W R Wᵀ)). The update rules are D-SGD's
-(:mod:`edgedp.algorithms._gossip`); the engines compose each node's noise from its own
-stream, the shared seed and its edges' streams (:class:`edgedp.cross_agent.CrossNoise`).
+(:mod:`edgedp.gossip`); the engines compose each node's noise from its own
+stream, the shared seed and its edges' streams (:class:`edgedp.families.cross.noise.CrossNoise`).
 
 Trust model: eavesdroppers who see every message but know no seed are covered by
-μ = 1/σ (001 Thm 2, exact GDP form; :func:`edgedp.accounting.cross_agent.guarantee`).
+μ = 1/σ (001 Thm 2, exact GDP form; :func:`edgedp.families.cross.accounting.guarantee`).
 Insiders know the shared seed (DESIGN §6): against them only D (and the edges they are
 not on) protect — ``edgedp plan`` reports that ε too
-(:func:`~edgedp.accounting.cross_agent.trust_report`).
+(:func:`~edgedp.families.cross.accounting.trust_report`).
 """
 
 from __future__ import annotations
 
 from edgedp import factors, mechanisms
-from edgedp.accounting import cross_agent
-from edgedp.algorithms import _gossip, families
+from edgedp import gossip as _gossip
+from edgedp.families import cross as family
+from edgedp.families.cross import accounting as cross_agent
 
 __all__ = [
     "MECHANISMS",
@@ -38,14 +39,16 @@ def check_plan(plan) -> None:
     """Whisper plans carry a cross_agent section of kind 'whisper' and identity time factor."""
     spec = getattr(plan, "cross_agent", None)
     if spec is None or spec.kind != NAME:
-        raise ValueError("Expected a cross_agent section of kind 'whisper' (planning.cross_agent).")
+        raise ValueError(
+            "Expected a cross_agent section of kind 'whisper' (edgedp.families.cross.planning)."
+        )
     if spec.gossip_rounds != 1 or spec.message_variance != 0:
         raise ValueError("Whisper plans have one gossip round per step and no message noise.")
 
 
-#: The round rules: D-SGD's (:mod:`edgedp.algorithms._gossip`) with this plan check.
+#: The round rules: D-SGD's (:mod:`edgedp.gossip`) with this plan check.
 RULES = _gossip.rules(check_plan)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "whisper",
@@ -56,11 +59,11 @@ MECHANISMS = (
         accountant=cross_agent.guarantee,
         factor=factors.Identity,
         attack="whisper-known-noise",
-        traits=families.CrossTraits(correlated=True, shared_seed=True, sketchable=True),
+        traits=family.CrossTraits(correlated=True, shared_seed=True, sketchable=True),
         examples={
-            "whisper": families.CROSS_EXAMPLE,
-            "whisper-lowrank": {**families.CROSS_EXAMPLE, "form": "lowrank", "rank": 2},
-            "whisper-sketched": {**families.CROSS_EXAMPLE, "sketch_dim": 8},
+            "whisper": family.EXAMPLE,
+            "whisper-lowrank": {**family.EXAMPLE, "form": "lowrank", "rank": 2},
+            "whisper-sketched": {**family.EXAMPLE, "sketch_dim": 8},
         },
     ),
 )

@@ -13,11 +13,11 @@ of the per-example clipped gradients of the round's batch (``ctx.gradient(z) / B
 The deployed model is x_i.
 
 Trust model: pure ε-LDP against an attacker who sees every message (all links, any curious
-coalition), certified by :mod:`edgedp.accounting.laplace` (Lemma 4.4, Thm 4.5).
+coalition), certified by :mod:`edgedp.families.laplace.accounting` (Lemma 4.4, Thm 4.5).
 
 >>> import numpy as np
->>> from edgedp.accounting.laplace import LaplaceSchedule
->>> from edgedp.algorithms._gossip import LaplaceExtra, StepContext
+>>> from edgedp.families.laplace.accounting import LaplaceSchedule
+>>> from edgedp.gossip import LaplaceExtra, StepContext
 >>> s = LaplaceSchedule(gamma=0.5, beta=1, q1=0.5, q2=0.9, delta_grad=1, epsilon=float("inf"))
 >>> lap = LaplaceExtra(lambda scale: 0 * np.ones(1), s)
 >>> ctx = StepContext(0, 0.5, 1.0, 1, lambda p: p, lambda: None, lap)
@@ -32,9 +32,9 @@ from __future__ import annotations
 import numpy as np
 
 from edgedp import bounds, factors, mechanisms
-from edgedp.accounting import laplace
-from edgedp.algorithms import families
-from edgedp.algorithms._gossip import LaplaceExtra, StepContext, extra, mix_gathered
+from edgedp.families import laplace as family
+from edgedp.families.laplace import accounting as laplace
+from edgedp.gossip import LaplaceExtra, StepContext, extra, mix_gathered
 
 __all__ = [
     "MECHANISMS",
@@ -117,7 +117,7 @@ def message_bound(share, *, dim: int, theta0: np.ndarray) -> tuple[float]:
 
 #: The round rules.
 RULES = mechanisms.Rules(init_state, send, receive, model, check_plan, message_bound)
-#: The mechanisms these rules run (registered by :mod:`edgedp.algorithms`).
+#: The mechanisms these rules run (registered by :mod:`edgedp.families`).
 MECHANISMS = (
     mechanisms.Mechanism(
         "sr-gt",
@@ -128,7 +128,7 @@ MECHANISMS = (
         accountant=laplace.plan_guarantee,
         factor=factors.Identity,
         attack="sr-gt-eq44",
-        traits=families.LaplaceTraits(tracking=True),
-        examples={"sr-gt": {**families.LAPLACE_EXAMPLE, "beta": 1000}},
+        traits=family.LaplaceTraits(tracking=True),
+        examples={"sr-gt": {**family.EXAMPLE, "beta": 1000}},
     ),
 )

@@ -2,9 +2,9 @@
 
 Node u releases, at each step t, c_t = Σ_b clip(S_tᵀg_b, Δ) + ν (C_local⁻¹ Z)[t] ∈ ℝᵏ (or
 S_tᵀ Σ_b clip(g_b, Δ) + ν (C_local⁻¹ Z)[t] with ``clip="model"``) with
-S_t ∈ ℝ^{d×k} a public basis with orthonormal columns (:mod:`edgedp.sketch`). Everything
-else a node sends is post-processing of these releases and of the messages it received
-(:mod:`edgedp.algorithms.dome`). Stacked over T steps this is the MF mechanism
+S_t ∈ ℝ^{d×k} a public basis with orthonormal columns (:mod:`edgedp.families.dome.sketch`).
+Everything else a node sends is post-processing of these releases and of the messages it received
+(:mod:`edgedp.families.dome.rules`). Stacked over T steps this is the MF mechanism
 C_local⁻¹(C_local X + Z) on the k-dimensional stream x_t of clipped sketched gradients. For
 two neighbouring datasets (one example added or removed) the difference rows
 d_t = x_t − x_t' are clip(S_tᵀg, Δ) or S_tᵀ clip(g, Δ), of norm ≤ Δ (‖S_tᵀy‖ ≤ ‖y‖), on the
@@ -19,8 +19,8 @@ DP-D-SGD's) for the same σ and participation: μ = 1/σ-GDP per node and exampl
 attacker who sees every message. What changes is the noise energy per message:
 k ν² instead of d ν².
 
-An adaptive basis (:mod:`edgedp.sketch_adaptive`: paper 002 Alg. 2 and mean removal fed by
-the spanning-tree sum of the releases c_u) is a function of released values only, hence
+An adaptive basis (:mod:`edgedp.families.dome.sketch_adaptive`: paper 002 Alg. 2 and mean removal
+fed by the spanning-tree sum of the releases c_u) is a function of released values only, hence
 post-processing: S_t and m̄ are chosen adaptively, which the bound above already allows (the
 mean m̄ is fixed before the round's examples are clipped, so each example still moves
 Σ_b clip(S_tᵀ(g_b − m̄), Δ) by at most Δ). Same guarantee.
@@ -28,12 +28,13 @@ mean m̄ is fixed before the round's examples are clipped, so each example still
 Not covered: the paper's server-side guarantee with Secure Aggregation (distributed DP,
 noise of B clients summed) — there is no server here, every message is released.
 Plans with Whisper / DECOR noise in the sketched space are certified by
-:mod:`edgedp.accounting.cross_agent` (its per-step bounds are coordinate-free likewise).
+:mod:`edgedp.families.cross.accounting` (its per-step bounds are coordinate-free likewise).
 """
 
 from __future__ import annotations
 
-from edgedp.accounting import cross_agent, mf
+from edgedp.accounting import mf
+from edgedp.families.cross import accounting as cross_agent
 
 __all__ = ["guarantee", "noise_energy"]
 
@@ -44,7 +45,7 @@ def guarantee(plan, *, steps_done: int | None = None) -> mf.LDPGuarantee:
     >>> import edgedp_topologies
     >>> from edgedp.accounting.participation import Participation
     >>> from edgedp.plan import make_plan
-    >>> from edgedp.sketch import SketchSpec
+    >>> from edgedp.families.dome.sketch import SketchSpec
     >>> p = make_plan("dome", edgedp_topologies.parse("ring:6"), steps=20,
     ...               participation=Participation(4, 5), clip_norm=1.0, learning_rate=0.1,
     ...               noise_multiplier=2.0, sketch=SketchSpec(dim=4))
@@ -68,7 +69,7 @@ def noise_energy(plan, *, model_dim: int) -> dict[str, float]:
     >>> import edgedp_topologies
     >>> from edgedp.accounting.participation import Participation
     >>> from edgedp.plan import make_plan
-    >>> from edgedp.sketch import SketchSpec
+    >>> from edgedp.families.dome.sketch import SketchSpec
     >>> p = make_plan("dome", edgedp_topologies.parse("ring:6"), steps=20,
     ...               participation=Participation(4, 5), clip_norm=1.0, learning_rate=0.1,
     ...               noise_multiplier=2.0, sketch=SketchSpec(dim=4))
