@@ -6,14 +6,24 @@ with the dropout rule for neighbours whose message never came). The same object 
 the ZeroMQ daemon (firmware_py), the event simulator and in-process tests; only who moves
 the frames and who keeps time differs.
 
-The class holds the node's state — θ (the algorithm's state), the round, the noise stream
-(in its node runtime), the inbox (in its mailbox), the metrics — and calls functions
-(CONVENTIONS C1): the node runtime (:mod:`edgedp.runtime`: batch schedule, noise streams,
-step contexts), the algorithm's rules, the outgoing frames (:mod:`edgedp.outgoing`), the
-dropout rules (:mod:`edgedp.dropout`), snapshots (:mod:`edgedp.snapshot`), the rejoin rule
-(:mod:`edgedp.rejoin`). Its round API is :class:`edgedp.node_round.RoundSide`, its receive
-API :class:`edgedp.mailbox.ReceiveSide` (the checks and the inbox:
-:class:`edgedp.mailbox.Mailbox`); both are bases of :class:`Agent`, the one public class.
+The Agent is put together from three parts, each built and tested on its own and given
+what it needs as constructor arguments (CONVENTIONS C1: they hold state and call
+functions):
+
+* the node's state, :class:`edgedp.node_state.NodeState` — the round, the algorithm's state
+  (θ), the noise streams, the last message seen from each neighbour, the counters; what a
+  snapshot saves (:mod:`edgedp.snapshot`);
+* its mailbox, :class:`edgedp.mailbox.Mailbox` — every check of a neighbour's message, the
+  inbox by round, what the node knows of its neighbours' rounds (the rejoin evidence,
+  equivocations); it counts what it receives and rejects into the state's counters;
+* its round runtime, :class:`edgedp.node_round.NodeRound` — the local noisy step on the node
+  runtime (:mod:`edgedp.runtime`: batch schedule, clipping, noise streams), the mixing with
+  the dropout rule (:mod:`edgedp.dropout`), skipped rounds and the final release; it
+  advances the state and takes the round's messages from the mailbox.
+
+The Agent itself builds the parts from the node's share, keys and data, answers the round
+loop (:mod:`edgedp.rounds`) and the transports with the node's current round, and decides
+the rejoin (:mod:`edgedp.rejoin`).
 
 Guarantees (DESIGN §6, §8):
 * the only way to obtain outgoing frames is :meth:`begin_round`, which always adds the
@@ -46,6 +56,7 @@ Guarantees (DESIGN §6, §8):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,19 +65,21 @@ from edgedp import (
     _validate,
     dropout,
     families,
-    mailbox,
-    node_round,
+    rejoin,
     rng,
     runtime,
     snapshot,
+    wire,
 )
 from edgedp.dropout import DROPOUT_RULES
 from edgedp.errors import PlanError
 from edgedp.factors import StreamState
 from edgedp.families.cross import noise as cross_mod
 from edgedp.families.dome import sketch_adaptive
-from edgedp.gossip import StepContext
+from edgedp.mailbox import Mailbox, honest_bounds
 from edgedp.node_metrics import Metrics, RoundReport
+from edgedp.node_round import NodeRound
+from edgedp.node_state import NodeState
 from edgedp.noise import NoiseSource
 from edgedp.outgoing import Outgoing
 from edgedp.plan import NodeShare
@@ -78,8 +91,8 @@ __all__ = ["DROPOUT_RULES", "Agent", "Metrics", "Outgoing", "RoundReport"]
 CHUNK_FLOATS = runtime.CHUNK_FLOATS
 
 
-class Agent(node_round.RoundSide, mailbox.ReceiveSide):
-    """One node. See the module docstring for the protocol.
+class Agent:
+    """One node. See the module docstring for the protocol and its parts.
 
     Args:
       share: the node's :class:`~edgedp.plan.NodeShare`.
@@ -125,15 +138,11 @@ class Agent(node_round.RoundSide, mailbox.ReceiveSide):
             raise ValueError(f"Expected x (m, f) and y (m,), got {x.shape} and {y.shape}.")
         _validate.finite_array("x", x)  # NaN/inf data would reach the messages
         _validate.finite_array("y", y)
-        self.share = share
-        self.node = share.node
-        # simulators only (audits plant canaries): (round, point, sel, rows) -> rows
-        self.gradient_transform = gradient_transform
-        self.keep_gradient = keep_gradient
-        self.stream_fingerprint = stream_fingerprint
-        self.model = model
-        self.algo = families.for_mechanism(share.mechanism)
-        self.x, self.y = x, y
+        self._share, self._model = share, model
+        self._rules = families.for_mechanism(share.mechanism)
+        self._dropout_rule, self._window = dropout_rule, round_window
+        self._fingerprint = stream_fingerprint
+        self._neighbours = tuple(sorted(set(share.neighbours) - {share.node}))
         cross = None
         if share.cross_agent is not None:
             if cross_keys is None:
@@ -145,7 +154,7 @@ class Agent(node_round.RoundSide, mailbox.ReceiveSide):
                 share.cross_agent, cross_keys, scale=share.noise_std
             )
         # the node runtime: batch schedule, noise streams and step contexts (edgedp.runtime)
-        self.runtime = runtime.Runtime(
+        node_runtime = runtime.Runtime(
             share,
             model=model,
             x=x,
@@ -157,115 +166,162 @@ class Agent(node_round.RoundSide, mailbox.ReceiveSide):
             gradient_transform=gradient_transform,
             chunk_floats=CHUNK_FLOATS,
         )
-        self.batch = self.runtime.schedule.batch_size
-        self.per_epoch = self.runtime.schedule.per_epoch
-        self.dropout_rule = dropout_rule
-        self.round_window = round_window
+        self._schedule = node_runtime.schedule
         # DOME plans send (and privatize) k floats instead of d
-        self.message_dim = self.runtime.message_dim
+        self._message_dim = node_runtime.message_dim
         theta0 = np.asarray(model.init_params(), dtype=np.float64)
         if theta0.shape != (model.dim,):
             raise ValueError(
                 f"Model init_params has shape {theta0.shape}, expected ({model.dim},)."
             )
-        self.state: dict[str, np.ndarray] = self.algo.init_state(theta0)
         # adaptive DOME: the spanning-tree all-reduce and the bases
-        self.aggregator: sketch_adaptive.TreeAggregator | None = None
+        self._aggregator: sketch_adaptive.TreeAggregator | None = None
         if share.sketch is not None and share.sketch.basis == "adaptive":
             if share.tree is None:
                 raise PlanError(f"node {share.node}: an adaptive dome share needs its tree.")
-            self.aggregator = sketch_adaptive.TreeAggregator(
-                share.sketch, model.dim, tree=share.tree, node=share.node, batch_size=self.batch
+            self._aggregator = sketch_adaptive.TreeAggregator(
+                share.sketch,
+                model.dim,
+                tree=share.tree,
+                node=share.node,
+                batch_size=self._schedule.batch_size,
             )
-        self.round = 0
-        self.message: np.ndarray | None = None  # this round's outgoing vector, once begun
-        self._ctx: StepContext | None = None
-        self._tally = runtime.Tally()
-        self.neighbours = tuple(sorted(set(share.neighbours) - {self.node}))
-        self.last_seen: dict[int, np.ndarray] = {}
-        self.metrics = Metrics()
-        self._set_bounds(theta0)
+        self._state = NodeState(self._rules, theta0, noise=node_runtime.noise)
+        self._mailbox = Mailbox.for_node(
+            share,
+            bounds=self._honest_bounds(theta0),
+            neighbours=self._neighbours,
+            message_dim=self._message_dim,
+            window=round_window,
+            metrics=self._state.metrics,
+            aggregator=self._aggregator,
+        )
+        self._round = NodeRound(
+            share,
+            rules=self._rules,
+            runtime=node_runtime,
+            state=self._state,
+            mailbox=self._mailbox,
+            neighbours=self._neighbours,
+            dropout_rule=dropout_rule,
+            aggregator=self._aggregator,
+            keep_gradient=keep_gradient,
+        )
 
-    # ------------------------------------------------------------------ state
+    def _honest_bounds(self, theta0: np.ndarray) -> tuple[float, ...]:
+        """The plan's bound on honest messages from the common θ₀ (:mod:`edgedp.bounds`)."""
+        return honest_bounds(self._share, self._rules, dim=self._model.dim, theta0=theta0)
+
+    # ------------------------------------------------------------------ what the node is
     @property
     def share(self) -> NodeShare:
-        """The node's plan share (what the node runtime computes with)."""
+        """The node's plan share."""
         return self._share
 
-    @share.setter
-    def share(self, value: NodeShare) -> None:
-        self._share = value
-        if hasattr(self, "runtime"):
-            self.runtime.params = value
+    @property
+    def node(self) -> int:
+        """The node's id."""
+        return self._share.node
+
+    @property
+    def neighbours(self) -> tuple[int, ...]:
+        """The node's neighbours (sorted, without itself)."""
+        return self._neighbours
 
     @property
     def model(self):
         """The model backend."""
         return self._model
 
-    @model.setter
-    def model(self, value) -> None:
-        self._model = value
-        if hasattr(self, "runtime"):
-            self.runtime.model = value
+    @property
+    def dropout_rule(self) -> str:
+        """How a missing neighbour's message is replaced (:data:`DROPOUT_RULES`)."""
+        return self._dropout_rule
+
+    @property
+    def round_window(self) -> int:
+        """How many rounds ahead a message may be and still be buffered."""
+        return self._window
+
+    @property
+    def message_dim(self) -> int:
+        """The length of the node's messages (d, or k for a DOME sketch)."""
+        return self._message_dim
+
+    @property
+    def schedule(self) -> runtime.BatchSchedule:
+        """The node's batch schedule: its batch size, and the examples of each round."""
+        return self._schedule
+
+    # ------------------------------------------------------------------ state
+    @property
+    def round(self) -> int:
+        """The round the node is in, or begins next."""
+        return self._state.round
+
+    @round.setter
+    def round(self, value: int) -> None:
+        self._state.round = value
+
+    @property
+    def done(self) -> bool:
+        return self._state.round >= self._share.steps
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """The algorithm's state (θ and whatever else the rules keep)."""
+        return self._state.state
 
     @property
     def theta(self) -> np.ndarray:
         """The node's current model (the algorithm's ``model(state)``)."""
-        return self.algo.model(self.state)
+        return self._state.theta
 
     @theta.setter
     def theta(self, value: np.ndarray) -> None:
-        """Start the node from the model ``value`` (its θ₀; every node must use the same)."""
+        """Start the node from the model ``value`` (its θ₀; every node must use the same):
+        the algorithm's initial state, and the plan's bound on honest messages from it."""
         theta0 = np.asarray(value, dtype=np.float64)
-        self.state = self.algo.init_state(theta0)
-        self._set_bounds(theta0)
+        self._state.start_from(theta0)
+        self._mailbox.bound_to(self._honest_bounds(theta0))
 
-    def _set_bounds(self, theta0: np.ndarray) -> None:
-        """The plan's bound on honest messages from the common θ₀ (:mod:`edgedp.bounds`),
-        and a receive side that holds neighbours' messages to it (keeping what it holds)."""
-        self.mailbox = mailbox.Mailbox.for_node(
-            self.share,
-            bounds=mailbox.honest_bounds(self.share, self.algo, dim=self.model.dim, theta0=theta0),
-            neighbours=self.neighbours,
-            message_dim=self.message_dim,
-            window=self.round_window,
-            aggregator=self.aggregator,
-            keep=getattr(self, "mailbox", None),
-        )
-        self.bounds = self.mailbox.bounds
+    @property
+    def metrics(self) -> Metrics:
+        """The node's counters (one object for the node's life)."""
+        return self._state.metrics
 
     @property
     def noise(self) -> NoiseSource:
         """The node's Gaussian noise source (its temporal factor on its key)."""
-        return self.runtime.noise.source
+        return self._state.noise.source
 
     @property
     def noise_state(self) -> StreamState:
         """Where the node's noise stream stands (its step is the next round to draw)."""
-        return self.runtime.noise.state
-
-    @noise_state.setter
-    def noise_state(self, value: StreamState) -> None:
-        self.runtime.noise.state = value
+        return self._state.noise.state
 
     @property
-    def done(self) -> bool:
-        return self.round >= self.share.steps
+    def message(self) -> np.ndarray | None:
+        """This round's outgoing vector once the round has begun, else None."""
+        return self._round.message
+
+    @message.setter
+    def message(self, value: np.ndarray | None) -> None:
+        self._round.message = value
+
+    @property
+    def last_gradient(self) -> np.ndarray | None:
+        """The last round's clipped gradient sum (``keep_gradient`` only; simulator probes)."""
+        return self._round.last_gradient
 
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to resume at the start of the current round (no secrets)."""
-        if self.message is not None:
+        if self._round.begun:
             raise RuntimeError("snapshot() must be taken between rounds, not inside one.")
-        return snapshot.take(
-            plan_hash=self.share.plan_hash,
-            node=self.node,
-            stream_fingerprint=self.stream_fingerprint,
-            round=self.round,
-            state=self.state,
-            noise_step=self.noise_state.step,
-            last_seen=self.last_seen,
-            metrics=self.metrics,
+        return self._state.snapshot(
+            plan_hash=self._share.plan_hash,
+            node=self._share.node,
+            stream_fingerprint=self._fingerprint,
         )
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -278,16 +334,178 @@ class Agent(node_round.RoundSide, mailbox.ReceiveSide):
         """
         resume = snapshot.check(
             snap,
-            self.share,
-            stream_fingerprint=self.stream_fingerprint,
-            fresh_state=self.algo.init_state(self.theta),
-            neighbours=self.neighbours,
-            message_dim=self.message_dim,
-            adaptive=self.aggregator is not None,
+            self._share,
+            stream_fingerprint=self._fingerprint,
+            fresh_state=self._state.fresh(),
+            neighbours=self._neighbours,
+            message_dim=self._message_dim,
+            adaptive=self._aggregator is not None,
         )
-        self.state, self.round = resume.state, resume.round
-        # regenerated from the key: a checkpoint holds no noise (module docstring)
-        self.runtime.noise.rewind(resume.round)
-        self.last_seen = resume.last_seen
-        self.metrics = resume.metrics
-        self.mailbox.drop_before(resume.round)
+        self._state.resume(resume)
+        self._mailbox.drop_before(resume.round)
+
+    # ------------------------------------------------------------------ the round
+    def begin_round(self) -> Outgoing:
+        """Local noisy step; returns the frames every neighbour must receive
+        (:meth:`edgedp.node_round.NodeRound.begin`).
+
+        Raises:
+          BudgetExhaustedError: the plan's T rounds are done.
+          NonFiniteMessageError: the round's message would hold NaN or ±inf (the model
+            diverged); nothing is returned to send and the agent stays at the start of the
+            round (state and noise stream unchanged; counted in
+            ``metrics.rejected["NonFiniteMessageError"]``).
+        """
+        return self._round.begin()
+
+    def end_round(self) -> RoundReport:
+        """Mix (fixed order; dropout rule for missing neighbours) and advance the round
+        (:meth:`edgedp.node_round.NodeRound.end`).
+
+        Raises:
+          NonFiniteStateError: the mixed state would hold NaN or ±inf; nothing changes (the
+            agent stays inside the round, its inbox intact; counted in
+            ``metrics.rejected["NonFiniteStateError"]``).
+        """
+        return self._round.end()
+
+    def skip_round(self) -> None:
+        """Sit out the current round (the node is offline): no step, no messages; its noise
+        is drawn and discarded (:meth:`edgedp.node_round.NodeRound.skip`)."""
+        self._round.skip()
+
+    def rejoin_target(self) -> int | None:
+        """The round to skip to if this node fell more than the receive window behind, else
+        None (also inside a round): :func:`edgedp.rejoin.target` on the rounds of the
+        neighbours' messages past the window (rejected, their round noted) — only of those
+        still missing at a deadline since (:meth:`edgedp.mailbox.Mailbox.rejoin_evidence`).
+        Never with an adaptive dome basis: its spanning-tree aggregate needs every round.
+        """
+        if self._round.begun or self._aggregator is not None:
+            return None
+        return rejoin.target(
+            self._state.round,
+            window=self._window,
+            steps=self._share.steps,
+            seen=self._mailbox.rejoin_evidence(),
+            neighbours=self._neighbours,
+        )
+
+    def rejoin(self, target: int) -> int:
+        """Skip every round before ``target`` (see :meth:`rejoin_target`); returns how many.
+
+        Each skipped round is :meth:`skip_round`: no step and no message, its noise drawn and
+        discarded, so the stream stays aligned with the round counter and never reused.
+        """
+        state, steps = self._state, self._share.steps
+        if not state.round < target < steps:
+            raise ValueError(f"Expected round {state.round} < target={target} < T={steps}.")
+        skipped = target - state.round
+        while state.round < target:
+            self.skip_round()
+        return skipped
+
+    def final_release(self) -> np.ndarray:
+        """The model to publish once the plan's rounds are done, covered by its accountant
+        (:meth:`edgedp.node_round.NodeRound.final_release`)."""
+        return self._round.final_release()
+
+    # ------------------------------------------------------------------ receiving
+    @property
+    def mailbox(self) -> Mailbox:
+        """The node's mailbox (its checks, inbox and what it knows of its neighbours)."""
+        return self._mailbox
+
+    @property
+    def context(self) -> wire.Context:
+        """What a neighbour's message is checked against (:func:`edgedp.mailbox.wire_context`)."""
+        return self._mailbox.context
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        """The plan's bound on each array an honest message carries (:mod:`edgedp.bounds`)."""
+        return self._mailbox.bounds
+
+    @property
+    def inbox(self) -> dict[int, dict[int, np.ndarray]]:
+        """The accepted messages: round -> sender -> vector."""
+        return self._mailbox.inbox
+
+    @inbox.setter
+    def inbox(self, value: dict[int, dict[int, np.ndarray]]) -> None:
+        self._mailbox.inbox = value
+
+    @property
+    def ahead(self) -> dict[int, int]:
+        """The latest round accepted from each neighbour."""
+        return self._mailbox.ahead
+
+    def wire_limits(self) -> tuple[int, int]:
+        """``(largest frame in bytes, most frames)`` of any message this node accepts
+        (:func:`edgedp.mailbox.wire_limits`). Transports cap inbound frames and parts."""
+        return self._mailbox.limits()
+
+    def receive(
+        self,
+        frames: Sequence[Any],
+        *,
+        authenticated_sender: int | None = None,
+        owned: bool = False,
+    ) -> bool:
+        """Take a message; returns False (and counts why) if it is rejected. ``owned``: the
+        frames' buffers belong to this node alone and nothing else writes them (a transport
+        whose ``OWNS_FRAMES`` is true): the accepted vector is kept without a copy
+        (:meth:`edgedp.mailbox.Mailbox.accept`)."""
+        return self._mailbox.receive(frames, self._state.round, authenticated_sender, owned)
+
+    def accept(
+        self,
+        msg: wire.Message,
+        *,
+        authenticated_sender: int | None = None,
+        extremes: tuple | None = None,
+    ) -> bool:
+        """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
+        every check against this node's plan, round window and bounds, then the inbox
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed)."""
+        # positional: the event engine and the daemon call this for every message
+        return self._mailbox.accept(msg, self._state.round, authenticated_sender, extremes)
+
+    def missing(self) -> tuple[int, ...]:
+        """Neighbours whose message for the current round has not arrived."""
+        return self._mailbox.missing(self._state.round)
+
+    def hopeless(self) -> tuple[int, ...]:
+        """Missing neighbours with an accepted message of a later round: their message for
+        this round will never come."""
+        return self._mailbox.hopeless(self._state.round)
+
+    def behind(self) -> bool:
+        """Whether every missing neighbour's latest message was past the receive window:
+        this node fell behind them (they are not late; a runtime need not wait for them
+        as for a start-up)."""
+        return self._mailbox.behind(self._state.round)
+
+    def ready(self) -> bool:
+        return self._round.begun and not self.missing()
+
+    def waits(self) -> bool:
+        """Whether waiting can still help: ``not ready()``, unless every missing neighbour
+        is :meth:`hopeless` (one pass over the neighbours; the simulator asks at every
+        message)."""
+        return self._mailbox.waits(self._state.round, self._round.begun)
+
+    def deadline_passed(self) -> None:
+        """The current round's wait ended at its deadline
+        (:meth:`edgedp.mailbox.Mailbox.deadline_passed`)."""
+        self._mailbox.deadline_passed(self._state.round)
+
+    def plan_rejected_by_all(self, limit: int) -> bool:
+        """True when every neighbour sent at least ``limit`` messages for another plan and no
+        valid one since: this node, not its neighbours, holds the wrong plan."""
+        return self._mailbox.plan_rejected_by_all(limit)
+
+    def take_equivocations(self) -> list[tuple[int, int, bytes, bytes]]:
+        """The equivocations seen since the last call: (neighbour, round, fingerprint of the
+        message kept, fingerprint of the other one)."""
+        return self._mailbox.take_equivocations()

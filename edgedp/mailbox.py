@@ -1,5 +1,9 @@
-"""A node's receive side: every check of an incoming message, then its inbox by round.
+"""A node's mailbox: every check of an incoming message, then its inbox by round.
 
+:class:`Mailbox` is the receive side of :class:`edgedp.agent.Agent`, built and tested on its
+own: it holds no round of its own (each call that depends on it gets the node's round) and
+counts what it stores and rejects into the node's :class:`~edgedp.node_metrics.Metrics`.
+:meth:`Mailbox.receive` decodes frames (:func:`edgedp.wire.decode`);
 :meth:`Mailbox.accept` checks a decoded message against the node's plan (hash, shapes, the
 bound on honest messages: :func:`wire_context`), its neighbours and the receive window
 [round, min(round + window, T − 1)] before it stores a private copy; a rejected message
@@ -26,6 +30,12 @@ What the round loop asks about the neighbours, and the evidence each answer rest
   the round was mixed) is rejected as ``Equivocation`` and kept in ``equivocations`` for the
   log; the first one stays;
 * whether every neighbour announces another plan (:meth:`Mailbox.plan_rejected_by_all`).
+
+The round runtime (:class:`edgedp.node_round.NodeRound`) reads a round's messages
+(:meth:`Mailbox.messages`) and releases them once mixed (:meth:`Mailbox.forget`,
+:meth:`Mailbox.drop_before`).
+
+Device-safe: numpy only.
 """
 
 from __future__ import annotations
@@ -37,11 +47,11 @@ from typing import Any
 import numpy as np
 
 from edgedp import wire
+from edgedp.node_metrics import Metrics
 
 __all__ = [
     "HISTORY",
     "Mailbox",
-    "ReceiveSide",
     "honest_bounds",
     "wire_context",
     "wire_limits",
@@ -99,12 +109,18 @@ def _kept(arr: np.ndarray, owned: bool) -> np.ndarray:
 class Mailbox:
     """The messages a node accepted, by round, and what it knows of its neighbours' rounds.
 
+    Every method that depends on the node's round takes it as an argument: the mailbox
+    holds no round of its own (the node's :class:`~edgedp.node_state.NodeState` does).
+
     Args:
       context: the :func:`wire_context` of the node's plan.
       bounds: the plan's bound for each array a message carries (:mod:`edgedp.bounds`).
       neighbours: the node's neighbours (sorted, without itself).
       window: how many rounds ahead a message may be and still be buffered.
       steps: the plan's T (no message for a round ≥ T is ever accepted).
+      metrics: the node's counters (:class:`~edgedp.node_metrics.Metrics`): the mailbox
+        counts every message it stores in ``received`` and every one it rejects in
+        ``rejected[reason]``.
       aggregator: an adaptive DOME basis' spanning-tree aggregate (its tree frames ride on
         the model messages of tree edges), else None.
     """
@@ -120,6 +136,7 @@ class Mailbox:
         "far",
         "history",
         "inbox",
+        "metrics",
         "neighbours",
         "steps",
         "window",
@@ -133,10 +150,12 @@ class Mailbox:
         neighbours: tuple[int, ...],
         window: int,
         steps: int,
+        metrics: Metrics,
         aggregator=None,
     ) -> None:
         self.context, self.bounds = context, bounds
         self.neighbours, self.window, self.steps = neighbours, window, steps
+        self.metrics = metrics
         self.aggregator = aggregator
         self.inbox: dict[int, dict[int, np.ndarray]] = {}
         self.ahead: dict[int, int] = {}  # neighbour -> latest round accepted
@@ -155,44 +174,67 @@ class Mailbox:
         neighbours: tuple[int, ...],
         message_dim: int,
         window: int,
+        metrics: Metrics,
         aggregator=None,
-        keep: Mailbox | None = None,
     ) -> Mailbox:
-        """The receive side of the node of ``share``; ``keep``: an earlier one whose
-        messages and neighbour rounds it takes over (only the bounds changed)."""
+        """The mailbox of the node of ``share`` (its :func:`wire_context`)."""
         context = wire_context(share, neighbours=neighbours, message_dim=message_dim, bounds=bounds)
-        box = cls(
+        return cls(
             context,
             bounds,
             neighbours=neighbours,
             window=window,
             steps=share.steps,
+            metrics=metrics,
             aggregator=aggregator,
         )
-        if keep is not None:
-            for name in ("inbox", "ahead", "far", "expired", "history", "equivocations"):
-                setattr(box, name, getattr(keep, name))
-            box.announced = keep.announced
-        return box
+
+    def bound_to(self, bounds: tuple[float, ...]) -> None:
+        """Hold every later message to ``bounds`` (the node's θ₀ changed); what the mailbox
+        holds stays."""
+        self.context = replace(self.context, bounds=bounds[:1])
+        self.bounds = bounds
+
+    def limits(self) -> tuple[int, int]:
+        """``(largest frame in bytes, most frames)`` of any message this mailbox accepts
+        (:func:`wire_limits`). Transports cap inbound frames and parts with these."""
+        return wire_limits(self.context, tree=self.aggregator is not None)
+
+    def receive(
+        self,
+        frames: Sequence[Any],
+        round: int,
+        authenticated_sender: int | None = None,
+        owned: bool = False,
+    ) -> bool:
+        """Decode ``frames`` (:func:`edgedp.wire.decode`, at most the context's size), then
+        :meth:`accept` the message; False (counted) if it is rejected."""
+        try:
+            msg = wire.decode(frames, max_bytes=self.context.max_bytes)
+        except wire.WireError as exc:
+            self.metrics.rejected[type(exc).__name__] += 1
+            return False
+        return self.accept(msg, round, authenticated_sender, None, owned)
 
     def accept(
         self,
         msg: wire.Message,
         round: int,
-        metrics,
         authenticated_sender: int | None = None,
         extremes: tuple | None = None,
         owned: bool = False,
     ) -> bool:
         """Check ``msg`` against the plan, the neighbours, the window of the node's current
         ``round`` and the bounds, then store it; False (counted in ``metrics.rejected``)
-        if it is rejected or a replay, True (counted in ``metrics.received``) if stored.
+        if it is rejected or a replay, True (counted in ``metrics.received``) if stored
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed).
 
         ``owned``: the message's buffers belong to this node alone (a transport handed over
         frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`);
         its model array is then kept as it is, made read-only, instead of copied
         (:func:`_kept`). Without it (the event engine hands one decoded message to several
         agents) the node keeps a copy."""
+        metrics = self.metrics
         try:
             context = self.context
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
@@ -271,6 +313,14 @@ class Mailbox:
             return "Equivocation"
         return "RoundOutOfWindow"
 
+    def messages(self, round: int) -> dict[int, np.ndarray]:
+        """The messages accepted for ``round``: sender -> vector (read-only; empty if none)."""
+        return self.inbox.get(round, {})
+
+    def forget(self, round: int) -> None:
+        """Drop the messages of ``round`` (it was mixed or sat out)."""
+        self.inbox.pop(round, None)
+
     def deadline_passed(self, round: int) -> None:
         """The wait of ``round`` ended at its deadline: the neighbours still missing are
         ``expired`` until a message of theirs is accepted (their ``far`` rounds then count
@@ -285,6 +335,18 @@ class Mailbox:
         """Neighbours whose message for ``round`` has not arrived."""
         got = self.inbox.get(round, {})
         return tuple(v for v in self.neighbours if v not in got)
+
+    def behind(self, round: int) -> bool:
+        """Whether every neighbour still missing in ``round`` last sent a message past the
+        receive window: the node fell behind them (they are not late)."""
+        missing = self.missing(round)
+        return bool(missing) and all(v in self.far for v in missing)
+
+    def take_equivocations(self) -> list[tuple[int, int, bytes, bytes]]:
+        """The equivocations seen since the last call: (neighbour, round, fingerprint of the
+        message kept, fingerprint of the other one)."""
+        seen, self.equivocations = self.equivocations, []
+        return seen
 
     def hopeless(self, round: int) -> tuple[int, ...]:
         """Missing neighbours with an accepted message of a later round: their message for
@@ -317,112 +379,3 @@ class Mailbox:
                 if first >= oldest:
                     break
                 del rounds[first]
-
-
-class ReceiveSide:
-    """The Agent's receive API (:class:`edgedp.agent.Agent` derives from it) over its
-    :class:`Mailbox` ``mailbox``, at its current ``round`` with its ``metrics``; ``message``
-    is the node's own message once its round has begun, ``aggregator`` its adaptive DOME
-    aggregate (or None)."""
-
-    mailbox: Mailbox
-    round: int
-    metrics: Any
-    message: np.ndarray | None
-    aggregator: Any
-
-    @property
-    def context(self) -> wire.Context:
-        """What a neighbour's message is checked against (:func:`wire_context`)."""
-        return self.mailbox.context
-
-    @property
-    def inbox(self) -> dict[int, dict[int, np.ndarray]]:
-        """The accepted messages: round -> sender -> vector."""
-        return self.mailbox.inbox
-
-    @inbox.setter
-    def inbox(self, value: dict[int, dict[int, np.ndarray]]) -> None:
-        self.mailbox.inbox = value
-
-    @property
-    def ahead(self) -> dict[int, int]:
-        """The latest round accepted from each neighbour."""
-        return self.mailbox.ahead
-
-    def deadline_passed(self) -> None:
-        """The current round's wait ended at its deadline (:meth:`Mailbox.deadline_passed`)."""
-        self.mailbox.deadline_passed(self.round)
-
-    def behind(self) -> bool:
-        """Whether every missing neighbour's latest message was past the receive window:
-        this node fell behind them (they are not late; a runtime need not wait for them
-        as for a start-up)."""
-        far = self.mailbox.far
-        missing = self.missing()
-        return bool(missing) and all(v in far for v in missing)
-
-    def take_equivocations(self) -> list[tuple[int, int, bytes, bytes]]:
-        """The equivocations seen since the last call: (neighbour, round, fingerprint of the
-        message kept, fingerprint of the other one)."""
-        seen, self.mailbox.equivocations = self.mailbox.equivocations, []
-        return seen
-
-    def wire_limits(self) -> tuple[int, int]:
-        """``(largest frame in bytes, most frames)`` of any message this node accepts
-        (:func:`wire_limits`). Transports cap inbound frames and parts."""
-        return wire_limits(self.context, tree=self.aggregator is not None)
-
-    def receive(
-        self,
-        frames: Sequence[Any],
-        *,
-        authenticated_sender: int | None = None,
-        owned: bool = False,
-    ) -> bool:
-        """Take a message; returns False (and counts why) if it is rejected. ``owned``: the
-        frames' buffers belong to this node alone and nothing else writes them (a transport
-        whose ``OWNS_FRAMES`` is true): the accepted vector is kept without a copy
-        (:meth:`Mailbox.accept`)."""
-        try:
-            msg = wire.decode(frames, max_bytes=self.mailbox.context.max_bytes)
-        except wire.WireError as exc:
-            self.metrics.rejected[type(exc).__name__] += 1
-            return False
-        return self.mailbox.accept(msg, self.round, self.metrics, authenticated_sender, None, owned)
-
-    def accept(
-        self,
-        msg: wire.Message,
-        *,
-        authenticated_sender: int | None = None,
-        extremes: tuple | None = None,
-    ) -> bool:
-        """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
-        every check against this node's plan, round window and bounds, then the inbox
-        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed)."""
-        # positional: the event engine and the daemon call this for every message
-        return self.mailbox.accept(msg, self.round, self.metrics, authenticated_sender, extremes)
-
-    def missing(self) -> tuple[int, ...]:
-        """Neighbours whose message for the current round has not arrived."""
-        return self.mailbox.missing(self.round)
-
-    def hopeless(self) -> tuple[int, ...]:
-        """Missing neighbours with an accepted message of a later round: their message for
-        this round will never come."""
-        return self.mailbox.hopeless(self.round)
-
-    def plan_rejected_by_all(self, limit: int) -> bool:
-        """True when every neighbour sent at least ``limit`` messages for another plan and no
-        valid one since: this node, not its neighbours, holds the wrong plan."""
-        return self.mailbox.plan_rejected_by_all(limit)
-
-    def ready(self) -> bool:
-        return self.message is not None and not self.missing()
-
-    def waits(self) -> bool:
-        """Whether waiting can still help: ``not ready()``, unless every missing neighbour
-        is :meth:`hopeless` (one pass over the neighbours; the simulator asks at every
-        message)."""
-        return self.mailbox.waits(self.round, self.message is not None)

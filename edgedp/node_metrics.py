@@ -7,7 +7,7 @@ back with :meth:`Metrics.from_dict`, which raises on missing or malformed fields
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["Metrics", "RoundReport"]
@@ -44,6 +44,12 @@ class Metrics:
             "nonfinite": self.nonfinite,
             "rejected": dict(self.rejected),
         }
+
+    def assign(self, other: Metrics) -> None:
+        """Take every count of ``other`` (a restore: whoever counts into this object keeps
+        counting into it)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(other, f.name))
 
     @classmethod
     def from_dict(cls, m: Any) -> Metrics:

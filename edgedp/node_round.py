@@ -1,12 +1,17 @@
-"""The Agent's round: the local noisy step, the mixing, skipped rounds and the release.
+"""A node's round runtime: the local noisy step, the mixing, skipped rounds and the release.
 
-:class:`RoundSide` is the round API of :class:`edgedp.agent.Agent` (which derives from it):
-``begin_round`` builds the round's step context from the node runtime
-(:mod:`edgedp.runtime`), runs the algorithm's ``send``, checks every outgoing array and only
-then changes the node and encodes its frames (:mod:`edgedp.outgoing`); ``end_round`` mixes
-in the padded-row order with the dropout rule (:mod:`edgedp.dropout`) and adopts only a
-finite state; ``skip_round`` / ``rejoin`` sit rounds out with their noise drawn and
-discarded; ``final_release`` is the model to publish.
+:class:`NodeRound` computes the rounds of one node over the node's
+:class:`~edgedp.node_state.NodeState` (it advances it) and :class:`~edgedp.mailbox.Mailbox`
+(it reads the round's messages there and releases them): :meth:`NodeRound.begin` builds
+the round's step context from the node runtime (:mod:`edgedp.runtime`: the clipped
+gradient sum of the round's batch, the round's noise), runs the algorithm's ``send``,
+checks every outgoing array and only then changes the node and encodes its frames
+(:mod:`edgedp.outgoing`); :meth:`NodeRound.end` mixes in the padded-row order with the
+dropout rule (:mod:`edgedp.dropout`) and adopts only a finite state; :meth:`NodeRound.skip`
+sits a round out with its noise drawn and discarded; :meth:`NodeRound.final_release` is
+the model to publish. :class:`edgedp.agent.Agent` puts the pieces together.
+
+Device-safe: numpy only.
 """
 
 from __future__ import annotations
@@ -15,58 +20,95 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import dropout, outgoing, rejoin
+from edgedp import dropout, outgoing
 from edgedp.errors import BudgetExhaustedError, NonFiniteMessageError, NonFiniteStateError
 from edgedp.families.dome import sketch_adaptive
+from edgedp.mailbox import Mailbox
 from edgedp.node_metrics import RoundReport
+from edgedp.node_state import NodeState
 from edgedp.noise import noise_digest
 from edgedp.outgoing import Outgoing
+from edgedp.runtime import Runtime
 
-__all__ = ["RoundSide"]
+__all__ = ["NodeRound"]
 
 
-class RoundSide:
-    """The round API of :class:`edgedp.agent.Agent` over its state: ``share``, ``algo``
-    (the rules), ``runtime`` (:class:`edgedp.runtime.Runtime`), ``state``, ``round``,
-    ``message``, ``mailbox``, ``metrics``, ``last_seen`` and the adaptive DOME
-    ``aggregator`` (or None)."""
+class NodeRound:
+    """The rounds of one node (see the module docstring).
 
-    share: Any
-    node: int
-    algo: Any
-    runtime: Any
-    state: dict[str, np.ndarray]
-    round: int
-    message: np.ndarray | None
-    neighbours: tuple[int, ...]
-    last_seen: dict[int, np.ndarray]
-    dropout_rule: str
-    round_window: int
-    keep_gradient: bool
-    aggregator: Any
-    metrics: Any
-    mailbox: Any
-    _ctx: Any
-    _tally: Any
+    Args:
+      share: the node's :class:`~edgedp.plan.NodeShare` (its T, mixing row and weights,
+        plan hash, Laplace schedule).
+      rules: the algorithm's rules (``send``, ``receive``, ``model``).
+      runtime: the node runtime (:class:`edgedp.runtime.Runtime`): step contexts on the
+        node's batch schedule and noise streams (the ``noise`` of ``state``).
+      state: the node's :class:`~edgedp.node_state.NodeState`, which the rounds advance.
+      mailbox: the node's :class:`~edgedp.mailbox.Mailbox`: the round's messages
+        (``messages``), released once mixed or sat out (``forget``, ``drop_before``).
+      neighbours: the node's neighbours (sorted, without itself).
+      dropout_rule: one of :data:`edgedp.dropout.DROPOUT_RULES`.
+      aggregator: an adaptive DOME basis' spanning-tree aggregate, else None.
+      keep_gradient: keep the round's clipped gradient sum as :attr:`last_gradient`
+        (simulator probes read it); devices keep nothing of a round.
 
-    def begin_round(self) -> Outgoing:
+    Attributes:
+      message: this round's outgoing vector once the round has begun, else None.
+      last_gradient: the last round's clipped gradient sum (``keep_gradient`` only).
+    """
+
+    def __init__(
+        self,
+        share,
+        *,
+        rules: Any,
+        runtime: Runtime,
+        state: NodeState,
+        mailbox: Mailbox,
+        neighbours: tuple[int, ...],
+        dropout_rule: str,
+        aggregator: sketch_adaptive.TreeAggregator | None = None,
+        keep_gradient: bool = True,
+    ) -> None:
+        self._share = share
+        self._rules = rules
+        self._runtime = runtime
+        self._state = state
+        self._mailbox = mailbox
+        self._neighbours = neighbours
+        self._dropout_rule = dropout_rule
+        self._aggregator = aggregator
+        self._keep_gradient = keep_gradient
+        self._plan_hash = bytes.fromhex(share.plan_hash)
+        self.message: np.ndarray | None = None
+        self.last_gradient: np.ndarray | None = None
+        self._ctx: Any = None
+        self._tally: Any = None
+
+    @property
+    def begun(self) -> bool:
+        """Whether the current round has begun (and not ended)."""
+        return self.message is not None
+
+    def begin(self) -> Outgoing:
         """Local noisy step; returns the frames every neighbour must receive.
 
         Raises:
           BudgetExhaustedError: the plan's T rounds are done.
           NonFiniteMessageError: the round's message would hold NaN or ±inf (the model
-            diverged); nothing is returned to send and the agent stays at the start of the
+            diverged); nothing is returned to send and the node stays at the start of the
             round (state and noise stream unchanged; counted in
             ``metrics.rejected["NonFiniteMessageError"]``).
         """
-        if self.round >= self.share.steps:
+        node, share = self._state, self._share
+        t = node.round
+        if t >= share.steps:
             raise BudgetExhaustedError(
-                f"node {self.node}: the plan's {self.share.steps} rounds are done."
+                f"node {share.node}: the plan's {share.steps} rounds are done."
             )
         if self.message is not None:
-            raise RuntimeError(f"round {self.round} already begun")
+            raise RuntimeError(f"round {t} already begun")
         digest = ""
-        self.last_gradient: np.ndarray | None = None
+        self.last_gradient = None
 
         def keep(g: np.ndarray) -> None:  # read by simulator probes (ground truth), never sent
             self.last_gradient = g
@@ -75,35 +117,35 @@ class RoundSide:
             nonlocal digest
             digest = noise_digest(out)
 
-        agg = self.aggregator
-        self._ctx, self._tally = self.runtime.context(
-            self.round,
-            on_gradient=keep if self.keep_gradient else None,
+        agg = self._aggregator
+        self._ctx, self._tally = self._runtime.context(
+            t,
+            on_gradient=keep if self._keep_gradient else None,
             on_noise=record,
-            basis=None if agg is None else agg.basis(self.round),
-            mean=None if agg is None else agg.sketch.mean(self.round),
+            basis=None if agg is None else agg.basis(t),
+            mean=None if agg is None else agg.sketch.mean(t),
             release=None if agg is None else self._release,
         )
-        try:  # nothing below changes the agent until every outgoing array is checked
-            state, message = self.algo.send(self.state, self._ctx)
-            tree = None if agg is None else agg.frames_out(self.round)  # k floats per tree edge
+        try:  # nothing below changes the node until every outgoing array is checked
+            state, message = self._rules.send(node.state, self._ctx)
+            tree = None if agg is None else agg.frames_out(t)  # k floats per tree edge
             self._check_finite(message, *(() if tree is None else tree.values()))
         except BaseException:
             # the stream goes back to the round's start, regenerated from the key (the
             # factor's state is not kept twice for this rare path)
             self._ctx = None
-            if self.runtime.noise.state.step != self.round:
-                self.runtime.noise.rewind(self.round)
+            if node.noise.state.step != t:
+                node.noise.rewind(t)
             raise
-        self.state = state
-        self.metrics.sent += len(self.neighbours)
+        node.state = state
+        node.metrics.sent += len(self._neighbours)
         out, self.message = outgoing.encode(
             message,
-            plan_hash=self.mailbox.context.plan_hash,
-            round=self.round,
-            node=self.node,
-            row=self.share.neighbours,
-            neighbours=self.neighbours,
+            plan_hash=self._plan_hash,
+            round=t,
+            node=share.node,
+            row=share.neighbours,
+            neighbours=self._neighbours,
             noise_digest=digest,
             tree=tree,
         )
@@ -112,134 +154,107 @@ class RoundSide:
     def _check_finite(self, *arrays: np.ndarray) -> None:
         bad = outgoing.non_finite(*arrays)
         if bad:
-            self.metrics.rejected["NonFiniteMessageError"] += 1
+            self._state.metrics.rejected["NonFiniteMessageError"] += 1
             raise NonFiniteMessageError(
-                f"node {self.node}, round {self.round}: the outgoing message has {bad} NaN/Inf "
-                "entries (e.g. the model diverged); nothing was sent. Lower the learning rate or "
-                "check the model and data."
+                f"node {self._share.node}, round {self._state.round}: the outgoing message has "
+                f"{bad} NaN/Inf entries (e.g. the model diverged); nothing was sent. Lower the "
+                "learning rate or check the model and data."
             )
 
     def _release(self, coef: np.ndarray) -> None:
-        assert self.aggregator is not None  # passed as the release of adaptive DOME only
-        self.aggregator.release(self.round, coef)
+        assert self._aggregator is not None  # passed as the release of adaptive DOME only
+        self._aggregator.release(self._state.round, coef)
 
-    def end_round(self) -> RoundReport:
+    def end(self) -> RoundReport:
         """Mix (fixed order; dropout rule for missing neighbours) and advance the round.
 
         Raises:
           NonFiniteStateError: the mixed state would hold NaN or ±inf; nothing changes (the
-            agent stays inside the round, its inbox intact; counted in
+            node stays inside the round, its messages kept; counted in
             ``metrics.rejected["NonFiniteStateError"]``).
+          MissingAggregateError: an adaptive DOME basis misses a spanning-tree frame;
+            nothing changes (the round can be retried if the frame still comes).
         """
         if self.message is None:
             raise RuntimeError("end_round() before begin_round()")
-        got = self.mailbox.inbox.get(self.round, {})
-        missing = tuple(v for v in self.neighbours if v not in got)
-        if self.aggregator is not None and any(
-            self.aggregator.expects(v, self.round) for v in missing
+        node, share, rules, agg = self._state, self._share, self._rules, self._aggregator
+        t, metrics = node.round, node.metrics
+        got = self._mailbox.messages(t)
+        missing = tuple(v for v in self._neighbours if v not in got)
+        if agg is not None and any(
+            agg.expects(v, t) for v in missing
         ):  # checked before any change: the round can be retried if the frame still comes
-            self.metrics.rejected["MissingAggregateError"] += 1
+            metrics.rejected["MissingAggregateError"] += 1
             raise sketch_adaptive.MissingAggregateError(
-                f"node {self.node}: a spanning-tree frame of round {self.round} did not "
+                f"node {share.node}: a spanning-tree frame of round {t} did not "
                 f"arrive (from {missing}); the adaptive basis needs every frame"
             )
         weights, vectors = dropout.mixing_terms(
-            self.dropout_rule,
-            node=self.node,
-            row=self.share.neighbours,
-            weights=self.share.weights,
+            self._dropout_rule,
+            node=share.node,
+            row=share.neighbours,
+            weights=share.weights,
             own=self.message,
             got=got,
             missing=set(missing),
-            last_seen=self.last_seen,
+            last_seen=node.last_seen,
         )
-        before = self.algo.model(self.state)
+        before = rules.model(node.state)
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
-            state = self.algo.receive(
-                self.state, np.asarray(weights, dtype=np.float64), vectors, self._ctx
+            state = rules.receive(
+                node.state, np.asarray(weights, dtype=np.float64), vectors, self._ctx
             )
         del vectors  # the round's messages are not needed past the mixing
         bad = outgoing.non_finite(*state.values())
-        if bad:  # checked before any change: the agent never adopts a non-finite state
-            self.metrics.rejected["NonFiniteStateError"] += 1
+        if bad:  # checked before any change: the node never adopts a non-finite state
+            metrics.rejected["NonFiniteStateError"] += 1
             raise NonFiniteStateError(
-                f"node {self.node}, round {self.round}: mixing would leave {bad} NaN/Inf "
+                f"node {share.node}, round {t}: mixing would leave {bad} NaN/Inf "
                 "entries in the state (the model diverged); the state was not changed."
             )
-        self.mailbox.inbox.pop(self.round, None)
-        self.state = state
-        if self.dropout_rule == "reuse-last":  # the only rule that reads them again
+        self._mailbox.forget(t)
+        node.state = state
+        if self._dropout_rule == "reuse-last":  # the only rule that reads them again
             for v, vec in got.items():
-                self.last_seen[v] = vec
+                node.last_seen[v] = vec
         del got
         self.message = None  # released before the diagnostic's temporary is allocated
         with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
-            step = np.subtract(self.algo.model(self.state), before)
+            step = np.subtract(rules.model(node.state), before)
             update_norm = float(np.sqrt(np.sum(np.multiply(step, step, out=step))))
             del step, before
-        if self.aggregator is not None:
-            self.aggregator.end_round(self.round)
+        if agg is not None:
+            agg.end_round(t)
         tally = self._tally
-        report = RoundReport(self.round, missing, tally.clipped, update_norm, tally.nonfinite)
-        self.metrics.rounds += 1
-        self.metrics.missing += len(missing)
-        self.metrics.clipped += tally.clipped
-        self.metrics.nonfinite += tally.nonfinite
-        self.round += 1
+        report = RoundReport(t, missing, tally.clipped, update_norm, tally.nonfinite)
+        metrics.rounds += 1
+        metrics.missing += len(missing)
+        metrics.clipped += tally.clipped
+        metrics.nonfinite += tally.nonfinite
+        node.round = t + 1
         self._ctx = None
-        self.mailbox.drop_before(self.round)
+        self._mailbox.drop_before(node.round)
         return report
 
-    def skip_round(self) -> None:
+    def skip(self) -> None:
         """Sit out the current round (the node is offline): no step, no messages.
 
         The round's noise is drawn and discarded so the stream stays aligned with the round
         counter: noise is never reused, and what the node releases is a subset of what the
         plan certifies.
         """
-        if self.round >= self.share.steps:
+        node, share = self._state, self._share
+        if node.round >= share.steps:
             raise BudgetExhaustedError(
-                f"node {self.node}: the plan's {self.share.steps} rounds are done."
+                f"node {share.node}: the plan's {share.steps} rounds are done."
             )
         if self.message is not None:
-            raise RuntimeError(f"round {self.round} already begun; end it instead")
-        self.runtime.noise.discard()
-        self.mailbox.inbox.pop(self.round, None)
-        self.round += 1
-        self.metrics.rounds += 1
-        self.metrics.skipped += 1
-
-    def rejoin_target(self) -> int | None:
-        """The round to skip to if this node fell more than the receive window behind, else
-        None (also inside a round): :func:`edgedp.rejoin.target` on the rounds of the
-        neighbours' messages past the window (rejected, their round noted) — only of those
-        still missing at a deadline since (:meth:`edgedp.mailbox.Mailbox.rejoin_evidence`).
-        Never with an adaptive dome basis: its spanning-tree aggregate needs every round.
-        """
-        if self.message is not None or self.aggregator is not None:
-            return None
-        return rejoin.target(
-            self.round,
-            window=self.round_window,
-            steps=self.share.steps,
-            seen=self.mailbox.rejoin_evidence(),
-            neighbours=self.neighbours,
-        )
-
-    def rejoin(self, target: int) -> int:
-        """Skip every round before ``target`` (see :meth:`rejoin_target`); returns how many.
-
-        Each skipped round is :meth:`skip_round`: no step and no message, its noise drawn and
-        discarded, so the stream stays aligned with the round counter and never reused.
-        """
-        if not self.round < target < self.share.steps:
-            raise ValueError(
-                f"Expected round {self.round} < target={target} < T={self.share.steps}."
-            )
-        skipped = target - self.round
-        while self.round < target:
-            self.skip_round()
-        return skipped
+            raise RuntimeError(f"round {node.round} already begun; end it instead")
+        node.noise.discard()
+        self._mailbox.forget(node.round)
+        node.round += 1
+        node.metrics.rounds += 1
+        node.metrics.skipped += 1
 
     def final_release(self) -> np.ndarray:
         """The model to publish once the plan's rounds are done, covered by its accountant.
@@ -249,10 +264,11 @@ class RoundSide:
         x(K) + Lap(ν_{K+1}) from the node's stream at round K — a step no message uses
         (:func:`edgedp.families.laplace.accounting.epsilon_spent` with ``final_release=True``).
         """
-        if self.round < self.share.steps:
-            raise RuntimeError(f"node {self.node}: final_release() before the last round")
-        if self.share.laplace is None:
-            return self.algo.model(self.state)
-        steps = self.share.steps
-        scale = self.share.laplace.noise_scale(steps)
-        return self.algo.model(self.state) + self.runtime.noise.laplace(steps, scale)
+        node, share = self._state, self._share
+        if node.round < share.steps:
+            raise RuntimeError(f"node {share.node}: final_release() before the last round")
+        if share.laplace is None:
+            return self._rules.model(node.state)
+        steps = share.steps
+        scale = share.laplace.noise_scale(steps)
+        return self._rules.model(node.state) + node.noise.laplace(steps, scale)

@@ -158,7 +158,7 @@ class NodeProcess(rounds.Interpreter):
                 node=u,
                 round=r,
                 gradient=agent.last_gradient,
-                batch_size=agent.batch,
+                batch_size=agent.schedule.batch_size,
                 missing=report.missing,
             )
         sim.snapshot(u, agent)

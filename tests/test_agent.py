@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import edgedp_topologies
-from edgedp import wire
+from edgedp import streams, wire
 from edgedp.accounting.participation import Participation
+from edgedp.agent import Agent
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.plan import TaskSpec, make_plan
@@ -109,13 +110,24 @@ def test_dropout_rules_keep_weights_stochastic(rule, make_agents, run_rounds):
         if 0 in a.neighbours:
             assert a.metrics.missing == 4
     # every rule mixes with weights summing to 1: all-equal models stay equal
-    same = make_agents(p, DATA, dropout_rule=rule)
-    for ag in same:
-        ag.model = LinearModel("linear", DATA.features)  # any model; learning rate below is 0
-        ag.share = type(ag.share)(
-            **{**{f: getattr(ag.share, f) for f in ag.share.__slots__}, "learning_rate": 0.0}
+    keys = streams.RunKeys.simulation(p)
+    model = LinearModel("linear", DATA.features)  # any model; the learning rate is 0
+    same = []
+    for u in range(p.n):
+        share = p.share(u)
+        share = type(share)(
+            **{**{f: getattr(share, f) for f in share.__slots__}, "learning_rate": 0.0}
         )
-        ag.theta = np.full(ag.model.dim, 3.0)
+        ag = Agent(
+            share,
+            model=model,
+            x=DATA.x[u],
+            y=DATA.y[u],
+            dropout_rule=rule,
+            **keys.agent(u, share.neighbours),
+        )
+        ag.theta = np.full(model.dim, 3.0)
+        same.append(ag)
     run_rounds(same, 3, drop=dropped)
     for ag in same:
         np.testing.assert_allclose(ag.theta, 3.0, rtol=1e-15)

@@ -25,6 +25,7 @@ from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.errors import NonFiniteMessageError
 from edgedp.models.linear import LinearModel
+from edgedp.node_round import NodeRound
 from edgedp.noise import NoiseSource
 from edgedp.plan import TaskSpec, make_plan
 
@@ -246,23 +247,23 @@ def test_a_round_allocates_at_most_four_model_sized_arrays_plus_the_factor_state
     assert vectors <= allowed + 0.05, (kind, vectors, allowed)
 
 
-def test_a_failed_round_regenerates_the_factor_state_and_the_run_is_unchanged():
+def test_a_failed_round_regenerates_the_factor_state_and_the_run_is_unchanged(monkeypatch):
     """The rollback of a refused message rebuilds the noise stream from the key (the state
     of the round's start is no longer kept twice): same bits as a run that never failed."""
     runs = []
+    check = NodeRound._check_finite
     for fail in (False, True):
         agent, _ = _agent("banded", *_data())
         peers = {v: np.full(D, 1e-3) for v in agent.neighbours}
-        check = agent._check_finite
         failed = []
 
-        def refuse_once(*arrays, agent=agent, check=check, failed=failed, fail=fail):
+        def refuse_once(self, *arrays, agent=agent, failed=failed, fail=fail):
             if fail and agent.round == 2 and not failed:
                 failed.append(True)
                 raise NonFiniteMessageError("injected")
-            check(*arrays)
+            check(self, *arrays)
 
-        agent._check_finite = refuse_once
+        monkeypatch.setattr(NodeRound, "_check_finite", refuse_once)
         for t in range(STEPS):
             try:
                 agent.begin_round()

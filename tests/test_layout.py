@@ -47,6 +47,7 @@ DEVICE_MODULES = [
     "edgedp.accounting.budget",
     "edgedp.agent",
     "edgedp.node_round",
+    "edgedp.node_state",
     "edgedp.mailbox",
     "edgedp.outgoing",
     "edgedp.dropout",

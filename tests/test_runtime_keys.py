@@ -81,7 +81,7 @@ def test_the_canary_example_is_in_the_victims_batch_exactly_in_its_rounds():
             **runtime.node_keys(keys, 1, share.neighbours, trial=trial).arguments(),
         )
         position = can.position(keys, trial, data.local_size)
-        used = [t for t in range(plan.steps) if position in agent.runtime.schedule.select(t)]
+        used = [t for t in range(plan.steps) if position in agent.schedule.select(t)]
         assert used == list(can.steps)
 
 

@@ -85,7 +85,7 @@ class ZmqTransport:
     #: The frames :meth:`recv` returns belong to the caller alone: each is the buffer of a
     #: ZeroMQ message just taken off the socket (received without a copy), which nothing
     #: else references or writes. A receiver may keep them instead of copying them
-    #: (:meth:`edgedp.mailbox.ReceiveSide.receive` with ``owned=True``).
+    #: (:meth:`edgedp.agent.Agent.receive` with ``owned=True``).
     OWNS_FRAMES = True
 
     def __init__(
