@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from edgedp import _codec, clipping, models
+from edgedp.models import dense
 from edgedp.models.linear import LinearModel
 from edgedp.plan import TaskSpec
 
@@ -123,6 +124,34 @@ def test_models_broadcast_over_leading_axes(name, loss, rng):
     )
     losses = model.loss(theta, x, y)
     assert losses.shape == (2, 4) and losses[1, 2] == model.loss(theta[1, 2], x[1, 2], y[1, 2])
+
+
+@pytest.mark.parametrize("batch", [5, 30])
+def test_dense_nodes_run_in_blocks_with_each_node_s_own_bits(batch, monkeypatch, rng):
+    """The exact products run as many nodes at once as keep the temporaries under a bound
+    (and a node over it in example chunks): every node's bits are those it has alone."""
+    model = models.for_task(TaskSpec(model="mlp:3-8-6-4:tanh"), 3)
+    theta = rng.standard_normal((3, 5, model.dim))
+    x = rng.standard_normal((3, 5, batch, 3))
+    y = rng.integers(0, 4, size=(3, 5, batch)).astype(float)
+    alone = [model.per_example_gradients(theta[i], x[i], y[i]) for i in range(3)]
+    monkeypatch.setattr(dense, "_CHUNK_ELEMENTS", 1000)  # 4 nodes a block; 20 rows a chunk
+    assert len(model._blocks(15, batch)) == (4 if batch == 5 else 30)
+    blocked = model.per_example_gradients(theta, x, y)
+    for i in range(3):
+        assert blocked[i].tobytes() == alone[i].tobytes()
+    assert (
+        model.loss(theta, x, y).tobytes()
+        == np.stack(
+            [
+                np.mean(model.per_example_losses(theta[i, j], x[i, j], y[i, j]))
+                for i in range(3)
+                for j in range(5)
+            ]
+        )
+        .reshape(3, 5)
+        .tobytes()
+    )
 
 
 # entries that make rows non-finite or overflow the square sum, beside ordinary values

@@ -44,6 +44,7 @@ last layer), δ_L = ∂ℓ/∂z_L is softmax(z) − onehot(y) (ce), σ(z) − y 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,11 +80,6 @@ def _derivative(kind: str, z: np.ndarray, h: np.ndarray) -> np.ndarray | None:
     if kind == "sigmoid":
         return h * (1.0 - h)
     return None
-
-
-def _matvec(w: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """``h @ w.T`` for w ``(o, i)``, h ``(B, i)``: the product summed over the last axis."""
-    return np.sum(w[None, :, :] * h[:, None, :], axis=-1)
 
 
 def _blas_operand(a: np.ndarray) -> np.ndarray:
@@ -146,12 +142,11 @@ class DenseModel:
         return yi
 
     def _forward(self, params: list[np.ndarray], x: np.ndarray):
-        """Pre-activations z_l and activations h_l (h_0 = x) of one chunk of examples."""
+        """Pre-activations z_l and activations h_l (h_0 = x) of a ``(G, B, f)`` stack."""
         hs, zs = [x], []
         layers = len(params) // 2
-        matvec = _matvec if self.spec.products == "exact" else _matvec_blas
         for layer in range(layers):
-            z = matvec(params[2 * layer], hs[-1]) + params[2 * layer + 1]
+            z = self._matvec(params[2 * layer], hs[-1]) + params[2 * layer + 1][:, None, :]
             zs.append(z)
             if layer < layers - 1:
                 hs.append(_activate(self.spec.activations[layer], z))
@@ -181,41 +176,65 @@ class DenseModel:
             r = m - y
         return losses, r[:, None]
 
-    def _chunks(self, batch: int):
-        if self.spec.products != "exact":  # no (chunk, out, in) temporaries
-            return [slice(0, batch)]
+    def _blocks(self, nodes: int, batch: int):
+        """``(node slice, example slice)`` pairs covering ``nodes × batch``: ``exact`` runs
+        as many nodes at once as keep the ``(nodes, examples, out, in)`` temporaries under
+        :data:`_CHUNK_ELEMENTS` (a node whose batch alone is over it goes in example chunks);
+        ``blas`` one node at a time (one ``gemv`` per example, as a device calls it)."""
+        if self.spec.products != "exact":
+            return [(slice(n, n + 1), slice(0, batch)) for n in range(nodes)]
         widest = max(o * i for i, o in zip(self.spec.sizes[:-1], self.spec.sizes[1:], strict=True))
-        step = max(1, _CHUNK_ELEMENTS // widest)
-        return [slice(s, min(s + step, batch)) for s in range(0, batch, step)]
+        per_node = max(1, batch) * widest
+        if per_node <= _CHUNK_ELEMENTS:
+            step = _CHUNK_ELEMENTS // per_node
+            return [
+                (slice(n, min(n + step, nodes)), slice(0, batch)) for n in range(0, nodes, step)
+            ]
+        rows = max(1, _CHUNK_ELEMENTS // widest)
+        return [
+            (slice(n, n + 1), slice(r, min(r + rows, batch)))
+            for n in range(nodes)
+            for r in range(0, batch, rows)
+        ]
 
-    def _node(self, theta, x, y, losses_out, grads_out, outputs_out) -> None:
+    def _nodes(self, theta, x, y, losses_out, grads_out, outputs_out) -> None:
+        """The 2-D computation of every node of a stack: θ ``(G, d)``, x ``(G, B, f)``, y
+        ``(G, B)``; outputs written into ``(G, B, …)`` arrays. Each product is an
+        elementwise product reduced over its contiguous last axis (``exact``) or one
+        ``gemv`` per example of one node (``blas``), so a node's bits do not depend on G."""
         params = self.spec.unflatten(theta)
         layout = self.spec.layout()
         acts = self.spec.activations
-        for sl in self._chunks(x.shape[0]):
-            zs, hs = self._forward(params, x[sl])
-            if outputs_out is not None:
-                outputs_out[sl] = zs[-1]
-            if losses_out is None and grads_out is None:
-                continue
-            losses, delta = self._head(zs[-1], y[sl], grads_out is not None)
-            if losses_out is not None:
-                losses_out[sl] = losses
-            if grads_out is None:
-                continue
-            g = grads_out[sl]
-            for layer in range(len(zs) - 1, -1, -1):
-                (_, (o, i), w_off), (_, _, b_off) = layout[2 * layer], layout[2 * layer + 1]
-                rows = np.reshape(g[:, w_off : w_off + o * i], (len(delta), o, i), copy=False)
-                np.multiply(delta[:, :, None], hs[layer][:, None, :], out=rows)  # δ_b h_bᵀ
-                g[:, b_off : b_off + o] = delta
-                if layer > 0:
-                    if self.spec.products != "exact":
-                        back = _vecmat_blas(params[2 * layer], delta)
-                    else:
-                        back = _matvec(np.ascontiguousarray(params[2 * layer].T), delta)
-                    dact = _derivative(acts[layer - 1], zs[layer - 1], hs[layer])
-                    delta = back if dact is None else back * dact
+        zs, hs = self._forward(params, x)
+        if outputs_out is not None:
+            outputs_out[...] = zs[-1]
+        if losses_out is None and grads_out is None:
+            return
+        losses, delta = self._gemm_head(zs[-1], y, grads_out is not None)
+        if losses_out is not None:
+            losses_out[...] = losses
+        if grads_out is None:
+            return
+        g = grads_out
+        for layer in range(len(zs) - 1, -1, -1):
+            (_, (o, i), w_off), (_, _, b_off) = layout[2 * layer], layout[2 * layer + 1]
+            rows = np.reshape(g[..., w_off : w_off + o * i], delta.shape[:2] + (o, i), copy=False)
+            np.multiply(delta[..., :, None], hs[layer][..., None, :], out=rows)  # δ_b h_bᵀ
+            g[..., b_off : b_off + o] = delta
+            if layer > 0:
+                if self.spec.products == "exact":
+                    w_t = np.ascontiguousarray(np.swapaxes(params[2 * layer], -1, -2))
+                    back = self._matvec(w_t, delta)
+                else:
+                    back = _vecmat_blas(params[2 * layer][0], delta[0])[None]
+                dact = _derivative(acts[layer - 1], zs[layer - 1], hs[layer])
+                delta = back if dact is None else back * dact
+
+    def _matvec(self, w: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """``h @ wᵀ`` per node: w ``(G, o, i)``, h ``(G, B, i)`` → ``(G, B, o)``."""
+        if self.spec.products == "exact":
+            return np.sum(w[:, None, :, :] * h[:, :, None, :], axis=-1)
+        return _matvec_blas(w[0], h[0])[None]
 
     def _each_node(self, theta, x, y, *, losses=False, grads=False, outputs=False):
         theta, x = np.asarray(theta, dtype=np.float64), np.asarray(x, dtype=np.float64)
@@ -226,22 +245,26 @@ class DenseModel:
         y = np.zeros(x.shape[:-1]) if y is None else np.asarray(y, dtype=np.float64)
         batch = x.shape[-2]
         lead = np.broadcast_shapes(theta.shape[:-1], x.shape[:-2], y.shape[:-1])
-        th = np.broadcast_to(theta, lead + theta.shape[-1:])
-        xs = np.broadcast_to(x, lead + x.shape[-2:])
-        ys = np.broadcast_to(y, lead + y.shape[-1:])
-        lo = np.empty(lead + (batch,)) if losses else None
-        gr = np.empty(lead + (batch, self.dim)) if grads else None
-        ou = np.empty(lead + (batch, self.spec.outputs)) if outputs else None
-        for idx in np.ndindex(*lead):
-            self._node(
-                th[idx],
-                xs[idx],
-                ys[idx],
-                None if lo is None else lo[idx],
-                None if gr is None else gr[idx],
-                None if ou is None else ou[idx],
+        size = math.prod(lead)
+        grid = lead or (1,)  # one node: a stack of one
+        th = np.broadcast_to(theta, grid + theta.shape[-1:])
+        xs = np.broadcast_to(x, grid + x.shape[-2:])
+        ys = np.broadcast_to(y, grid + y.shape[-1:])
+        lo = np.empty((size, batch)) if losses else None
+        gr = np.empty((size, batch, self.dim)) if grads else None
+        ou = np.empty((size, batch, self.spec.outputs)) if outputs else None
+        for nodes, rows in self._blocks(size, batch):
+            # gather this block's nodes from the (possibly broadcast) inputs: no full copy
+            at = np.unravel_index(np.arange(nodes.start, nodes.stop), grid)
+            self._nodes(
+                th[at],
+                xs[at][:, rows],
+                ys[at][:, rows],
+                None if lo is None else lo[nodes, rows],
+                None if gr is None else gr[nodes, rows],
+                None if ou is None else ou[nodes, rows],
             )
-        return lo, gr, ou
+        return tuple(None if a is None else a.reshape(lead + a.shape[1:]) for a in (lo, gr, ou))
 
     # ------------------------------------------------------------ gemm: stacks of nodes
     def _stacked(self, theta, x, y):
