@@ -77,7 +77,7 @@ def test_cvxpy_missing_is_one_clear_error():
     code = (
         "import sys; sys.modules['cvxpy'] = None\n"
         "import numpy as np\n"
-        "from edgedp.planning import whisper\n"
+        "from edgedp.families.cross import covariance as whisper\n"
         "whisper.optimal_covariance_cvxpy(np.full((2, 2), 0.5))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

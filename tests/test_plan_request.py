@@ -159,8 +159,8 @@ def test_every_make_plan_returns_a_noise_plan_and_family_planners_return_records
     assert len(makers) >= 2
     assert {returns for _, returns in makers} == {"NoisePlan"}, makers
     assert not hasattr(cross_agent, "make_plan")
-    assert _functions_named("edgedp/planning", "plan_cross_agent")[0][1] == "PlannedCrossAgent"
-    assert _functions_named("edgedp/planning", "plan_factor")[0][1] == "PlannedFactor"
+    assert _functions_named("edgedp/families", "plan_cross_agent")[0][1] == "PlannedCrossAgent"
+    assert _functions_named("edgedp/families", "plan_factor")[0][1] == "PlannedFactor"
     import edgedp_topologies
     from edgedp.accounting.participation import Participation
 

@@ -158,9 +158,10 @@ def test_rounds_sent_from_a_lost_state_need_the_rollback_command(folder, make_ag
     # round 4's noise is the stream's round-4 noise: nothing was reused or shifted
     out = a.begin_round()
     ref = _fresh(make_agents)
+    state = ref.noise_state
     for _ in range(4):
-        _, ref.noise_state = ref.noise.next(ref.noise_state)
-    expected, _ = ref.noise.next(ref.noise_state)
+        _, state = ref.noise.next(state)
+    expected, _ = ref.noise.next(state)
     assert out.round == 4 and out.noise_digest == noise_digest(expected)
 
 

@@ -157,8 +157,8 @@ def fit(
       A :class:`CompactCovariance` with max_i [R⁻¹]_ii = 1 exactly (up to rounding).
 
     >>> W = np.array([[0.5, 0.5, 0.0], [0.5, 0.25, 0.25], [0.0, 0.25, 0.75]])
-    >>> from edgedp.planning import whisper
-    >>> opt = whisper.optimal_covariance(W, ridge=0.0).covariance
+    >>> from edgedp.families.cross import covariance
+    >>> opt = covariance.optimal_covariance(W, ridge=0.0).covariance
     >>> c = fit(W, [(0, 1), (1, 2)], opt, form="local")
     >>> print(c.ratio < 1.05, c.draws_per_step)
     True 3
