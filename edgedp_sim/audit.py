@@ -31,16 +31,23 @@ audit shards over workers. The batch engine runs them in chunks sized to a memor
 that trial) when the scenario has latency, loss or faults — there the attacker's model of the
 mechanism is the ideal network's and unseen messages count as their expected value, a valid
 test, weaker when the network changes what is mixed.
+
+The views and the statistics are computed under one BLAS thread (:func:`_one_blas_thread`):
+a multi-threaded BLAS may split a product differently with another thread count and give
+other last bits, and an audit's statistics must be a function of the plan and the trials
+alone — the same in this process, on a Dask worker, and whatever the caller's BLAS set-up.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from edgedp import models, runtime
 from edgedp_sim import (
@@ -242,6 +249,18 @@ def _on_client(client, sc, options, seconds, trials, block_trials, block_progres
     return list(merged["scores"]), blocks
 
 
+def _one_blas_thread(fn: Callable) -> Callable:
+    """``fn`` run under one BLAS thread (module docstring), the caller's limit restored after."""
+
+    @functools.wraps(fn)
+    def pinned(*args: Any, **kwargs: Any) -> Any:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return pinned
+
+
+@_one_blas_thread
 def _make_setup(sc, attackers, victim, canary, background, engine_name, data) -> _Setup:
     """The canary, every attacker's view and the noise sources of an audit of ``sc``."""
     plan = sc.plan
@@ -269,6 +288,7 @@ def _make_setup(sc, attackers, victim, canary, background, engine_name, data) ->
     return _Setup(sc, attackers, views, can, model, src, data, engine_name)
 
 
+@_one_blas_thread
 def _scores(setup, ids: range, chunk: int, seconds: dict, progress) -> list[np.ndarray]:
     """Every attacker's statistic on trials ``ids``, in chunks of ``chunk`` trials on the
     batch engine (one at a time on the event engine)."""

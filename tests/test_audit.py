@@ -436,3 +436,18 @@ def test_audit_blocks_merge_into_the_single_run(plans, mechanism):
     merged = audit.merge(parts)["scores"]
     for row, entry in zip(merged, whole["attackers"], strict=True):
         assert row.tobytes() == entry["scores"].tobytes()
+
+
+def test_audit_statistics_do_not_depend_on_the_callers_blas_threads():
+    """The every-link eavesdropper's statistic on the default DOME audit plan took other last
+    bits under a two-thread BLAS than under one; an audit is a function of plan and trials."""
+    from threadpoolctl import threadpool_limits
+
+    sc = scenarios.from_plan(audit_plans.build("dome"))
+    attackers = tuple(adversary.parse_attacker(a) for a in ("eavesdropper:all", "hbc:1,7"))
+    digests = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            rep = audit.run(sc, attackers, trials=16, keep_scores=True)
+        digests.append([e["scores"].tobytes() for e in rep["attackers"]])
+    assert digests[0] == digests[1]
