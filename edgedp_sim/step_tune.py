@@ -152,122 +152,34 @@ def tune(
     ``proxy``: ``"public"``, ``"task"`` or a dataset name. ``engine``: ``"auto"`` (the
     scenario's), ``"batch"`` (latency and bandwidth dropped) or ``"event"``.
     """
-    from edgedp import api
-
-    say = progress or (lambda line: None)
-    if "plan" in raw:
-        raise scenarios.ScenarioError(
-            "tune needs a scenario with [topology], [task] and [privacy] tables; a plan file "
-            "fixes its step size"
-        )
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol={protocol!r}; expected one of {PROTOCOLS}")
-    if engine not in ("auto", "batch", "event"):
-        raise ValueError(f"engine={engine!r}; expected auto, batch or event")
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"Expected seeds={seeds!r} to be an integer >= 1.")
+    _check_options(raw, protocol=protocol, engine=engine, seeds=seeds)
     base_sc = scenarios.parse(raw, base=base)  # checks every table before any run
     task = base_sc.plan.task
     mechs = tuple(compare or (base_sc.plan.mechanism,))
-    for m in mechs:
-        mech = mechanisms.get(m)
-        if not mech.noisy or mech.noise != "gaussian":
-            raise ValueError(
-                f"tune step-size is for Gaussian private mechanisms; {m!r} is not one "
-                "(sr-gt/dpop: `edgedp tune sr-gt`)"
-            )
-    if proxy == "public":
-        data_name, public = public_proxy(task, base_sc.plan.n), True
-    elif proxy == "task":
-        data_name, public = task.dataset, False
-    else:
-        datasets.load(proxy, seed=0)  # a bad name fails here
-        data_name, public = proxy, False
+    _check_mechanisms(mechs)
+    data_name, public = _proxy_dataset(proxy, task, base_sc.plan.n)
     run_raw = _untimed(raw) if engine == "batch" else raw
     run_engine = "auto" if engine == "batch" else engine
-
     # one plan per mechanism on the proxy (the rule's step size); the grid only changes η
     proxies = {m: scenarios.parse(_raw_for(run_raw, m, data_name, None), base=base) for m in mechs}
-
-    def loss_at(m: str, eta: float):
-        sc = proxies[m]
-        plan = sc.plan.with_step_size(eta, None)
-        try:
-            res = api.simulate(
-                plan, dataclasses.replace(sc, plan=plan), engine=run_engine, trials=seeds
-            )
-        except (FloatingPointError, NonFiniteMessageError):
-            return math.inf, 0.0, math.nan, "diverged"
-        final = res.test_loss[:, -1]
-        start = float(res.test_loss[:, 0].mean())
-        return float(final.mean()), float(final.std()), start, res.engine
-
-    rules: dict[str, float | None] = {}
-    for m in mechs:
-        choice = proxies[m].plan.step_size
-        noise_budget = choice is not None and choice.method == "noise-budget"
-        rules[m] = proxies[m].plan.learning_rate if noise_budget else None
-    centres = {m: rules[m] or _fallback_centre() for m in mechs}
+    search = _Search(proxies, seeds=seeds, engine=run_engine, say=progress or (lambda line: None))
+    centres = {m: search.rules[m] or _fallback_centre() for m in mechs}
     if protocol == "shared":
         common = math.exp(float(np.mean([math.log(c) for c in centres.values()])))
         centres = dict.fromkeys(mechs, common)
-    curves: dict[str, dict[float, tuple[float, float]]] = {m: {} for m in mechs}
-    starts: dict[str, float] = {}
-    engines: set[str] = set()
-
-    def evaluate(m: str, eta: float) -> None:
-        eta = float(f"{eta:.3g}")
-        if eta in curves[m]:
-            return
-        mean, std, start, used = loss_at(m, eta)
-        curves[m][eta] = (mean, std)
-        if math.isfinite(start):
-            starts.setdefault(m, start)
-        if used != "diverged":
-            engines.add(used)
-        say(f"  {m} step size {eta:g}: final test loss {mean:.4f}")
-
     for m in mechs:
-        say(f"tuning {m} on {data_name} ({seeds} seeds per step size) ...")
+        search.say(f"tuning {m} on {data_name} ({seeds} seeds per step size) ...")
         for i in range(-HALF, HALF + 1):
-            evaluate(m, centres[m] * RATIO**i)
+            search.evaluate(m, centres[m] * RATIO**i)
         if protocol == "own":
-            _extend(curves[m], lambda eta, m=m: evaluate(m, eta))
-    if protocol == "shared":
-        grid = sorted(set.intersection(*(set(curves[m]) for m in mechs)))
-
-        def score(eta: float) -> float:
-            return float(np.mean([curves[m][eta][0] / starts.get(m, 1.0) for m in mechs]))
-
-        shared = min(grid, key=score)
-        for _ in range(EXTEND):  # extend the common grid at a winning edge
-            if shared not in (grid[0], grid[-1]):
-                break
-            nxt = shared / RATIO if shared == grid[0] else shared * RATIO
-            for m in mechs:
-                evaluate(m, nxt)
-            grid = sorted(set.intersection(*(set(curves[m]) for m in mechs)))
-            shared = min(grid, key=score)
-        best = dict.fromkeys(mechs, shared)
-    else:
-        best = {m: min(curves[m], key=lambda e, m=m: curves[m][e][0]) for m in mechs}
-    tuned = [
-        Tuned(
-            mechanism=m,
-            rule=rules[m],
-            start_loss=starts.get(m, math.nan),
-            grid=tuple(sorted(curves[m])),
-            loss=tuple(curves[m][e][0] for e in sorted(curves[m])),
-            loss_std=tuple(curves[m][e][1] for e in sorted(curves[m])),
-            best=best[m],
-        )
-        for m in mechs
-    ]
+            _extend(search.curves[m], lambda eta, m=m: search.evaluate(m, eta))
+    best = search.shared_best() if protocol == "shared" else search.own_best()
     engine_note = (
         "the batch engine with the scenario's latency and bandwidth dropped (dropouts and "
         "loss as round masks)"
         if engine == "batch"
-        else f"the {' and '.join(sorted(engines)) or run_engine} engine on the scenario's network"
+        else f"the {' and '.join(sorted(search.engines)) or run_engine} engine on the "
+        "scenario's network"
     )
     how = (
         "each mechanism at its own best step size"
@@ -286,18 +198,140 @@ def tune(
         "criterion": f"mean final test loss over {seeds} seeds on {data_name}'s test split",
         "grid": f"factors of sqrt(2) around the noise-budget rule ({2 * HALF + 1} values, "
         f"extended by up to {EXTEND} at a winning edge)",
-        "results": [
-            {
-                "mechanism": t.mechanism,
-                "rule_step_size": t.rule,
-                "tuned_step_size": t.best,
-                "start_loss": t.start_loss,
-                "grid": list(t.grid),
-                "final_test_loss": list(t.loss),
-                "final_test_loss_std": list(t.loss_std),
-            }
-            for t in tuned
-        ],
+        "results": [_row(t) for t in search.tuned(best)],
+    }
+
+
+def _check_options(raw: dict, *, protocol: str, engine: str, seeds: int) -> None:
+    """Refuse what :func:`tune` cannot search, before anything is parsed or run."""
+    if "plan" in raw:
+        raise scenarios.ScenarioError(
+            "tune needs a scenario with [topology], [task] and [privacy] tables; a plan file "
+            "fixes its step size"
+        )
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r}; expected one of {PROTOCOLS}")
+    if engine not in ("auto", "batch", "event"):
+        raise ValueError(f"engine={engine!r}; expected auto, batch or event")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"Expected seeds={seeds!r} to be an integer >= 1.")
+
+
+def _check_mechanisms(mechs: Sequence[str]) -> None:
+    for m in mechs:
+        mech = mechanisms.get(m)
+        if not mech.noisy or mech.noise != "gaussian":
+            raise ValueError(
+                f"tune step-size is for Gaussian private mechanisms; {m!r} is not one "
+                "(sr-gt/dpop: `edgedp tune sr-gt`)"
+            )
+
+
+def _proxy_dataset(proxy: str, task, nodes: int) -> tuple[str, bool]:
+    """(the dataset the search runs on, whether it is the public synthetic proxy)."""
+    if proxy == "public":
+        return public_proxy(task, nodes), True
+    if proxy == "task":
+        return task.dataset, False
+    datasets.load(proxy, seed=0)  # a bad name fails here
+    return proxy, False
+
+
+class _Search:
+    """The losses found so far: per mechanism, step size → (mean, std) of the final test loss
+    over the seeds, the starting loss and the engines that ran."""
+
+    def __init__(self, proxies: dict, *, seeds: int, engine: str, say: Callable[[str], None]):
+        self.proxies, self.seeds, self.engine, self.say = proxies, seeds, engine, say
+        self.curves: dict[str, dict[float, tuple[float, float]]] = {m: {} for m in proxies}
+        self.starts: dict[str, float] = {}
+        self.engines: set[str] = set()
+        self.rules: dict[str, float | None] = {}
+        for m, sc in proxies.items():
+            choice = sc.plan.step_size
+            noise_budget = choice is not None and choice.method == "noise-budget"
+            self.rules[m] = sc.plan.learning_rate if noise_budget else None
+
+    def _loss_at(self, m: str, eta: float):
+        from edgedp import api
+
+        sc = self.proxies[m]
+        plan = sc.plan.with_step_size(eta, None)
+        try:
+            res = api.simulate(
+                plan, dataclasses.replace(sc, plan=plan), engine=self.engine, trials=self.seeds
+            )
+        except (FloatingPointError, NonFiniteMessageError):
+            return math.inf, 0.0, math.nan, "diverged"
+        final = res.test_loss[:, -1]
+        start = float(res.test_loss[:, 0].mean())
+        return float(final.mean()), float(final.std()), start, res.engine
+
+    def evaluate(self, m: str, eta: float) -> None:
+        eta = float(f"{eta:.3g}")
+        if eta in self.curves[m]:
+            return
+        mean, std, start, used = self._loss_at(m, eta)
+        self.curves[m][eta] = (mean, std)
+        if math.isfinite(start):
+            self.starts.setdefault(m, start)
+        if used != "diverged":
+            self.engines.add(used)
+        self.say(f"  {m} step size {eta:g}: final test loss {mean:.4f}")
+
+    def own_best(self) -> dict[str, float]:
+        return {m: min(c, key=lambda e, c=c: c[e][0]) for m, c in self.curves.items()}
+
+    def shared_best(self) -> dict[str, float]:
+        """The step size on every mechanism's grid with the best mean of final / starting
+        loss, the common grid extended by up to EXTEND values at a winning edge."""
+        mechs = tuple(self.curves)
+
+        def grid() -> list[float]:
+            return sorted(set.intersection(*(set(self.curves[m]) for m in mechs)))
+
+        def score(eta: float) -> float:
+            return float(np.mean([self.curves[m][eta][0] / self.starts.get(m, 1.0) for m in mechs]))
+
+        common = grid()
+        shared = min(common, key=score)
+        for _ in range(EXTEND):
+            if shared not in (common[0], common[-1]):
+                break
+            nxt = shared / RATIO if shared == common[0] else shared * RATIO
+            for m in mechs:
+                self.evaluate(m, nxt)
+            common = grid()
+            shared = min(common, key=score)
+        return dict.fromkeys(mechs, shared)
+
+    def tuned(self, best: dict[str, float]) -> list[Tuned]:
+        out = []
+        for m, curve in self.curves.items():
+            grid = sorted(curve)
+            out.append(
+                Tuned(
+                    mechanism=m,
+                    rule=self.rules[m],
+                    start_loss=self.starts.get(m, math.nan),
+                    grid=tuple(grid),
+                    loss=tuple(curve[e][0] for e in grid),
+                    loss_std=tuple(curve[e][1] for e in grid),
+                    best=best[m],
+                )
+            )
+        return out
+
+
+def _row(t: Tuned) -> dict[str, Any]:
+    return {
+        "mechanism": t.mechanism,
+        "rule_step_size": t.rule,
+        "tuned_step_size": t.best,
+        "start_loss": t.start_loss,
+        "grid": list(t.grid),
+        "final_test_loss": list(t.loss),
+        "final_test_loss_std": list(t.loss_std),
     }
 
 
