@@ -221,6 +221,7 @@ class Isolated:
         self.pair.bind(f"ipc://{self._folder}/inbox")
         self.settings["inbox"] = f"ipc://{self._folder}/inbox"
         self.proc: subprocess.Popen | None = None
+        self._stat: _ProcStat | None = None  # the listener process's /proc stat file
         try:
             self._start()
         except BaseException:
@@ -238,6 +239,7 @@ class Isolated:
             stderr=subprocess.DEVNULL,
             env=env,
         )
+        self._stat = _ProcStat(self.proc.pid)
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(self.settings) + "\n").encode())
         self.proc.stdin.flush()  # kept open: its end tells the listener to stop
@@ -258,8 +260,8 @@ class Isolated:
     def cpu_seconds(self) -> float:
         """CPU seconds (user + system) the listener processes used so far (Linux; 0
         elsewhere)."""
-        assert self.proc is not None
-        return self._cpu_done + _cpu_of(self.proc.pid)
+        assert self._stat is not None
+        return self._cpu_done + self._stat.cpu_seconds()
 
     def _restart(self) -> None:
         """The listener process ended (its memory cap): count it and start another."""
@@ -267,7 +269,9 @@ class Isolated:
         self._handshakes_done += self._stats["handshakes"]
         self._stats = {"refused": {}, "handshakes": 0, "unknown": self._stats["unknown"]}
         self.restarts += 1
-        self._cpu_done += _cpu_of(self.proc.pid) if self.proc is not None else 0.0
+        if self._stat is not None:
+            self._cpu_done += self._stat.cpu_seconds()
+            self._stat.close()
         self._done["MemoryLimit"] += 1
         self.refused = self._done.copy()
         self._start()
@@ -313,18 +317,40 @@ class Isolated:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._stat is not None:
+            self._stat.close()
         self.pair.close(linger=0)
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def _cpu_of(pid: int) -> float:
-    """CPU seconds of process ``pid`` so far (its threads; 0 if /proc cannot tell)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
+class _ProcStat:
+    """``/proc/PID/stat`` of one process, opened once and read again for each
+    :meth:`cpu_seconds` (the agent asks every round: an open and a path walk spared)."""
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self.fd: int | None = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = None  # not Linux, or already gone: 0 CPU seconds
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the process so far (its threads; 0 once it was reaped, or if
+        /proc cannot tell)."""
+        if self.fd is None:
+            return 0.0
+        try:
+            fields = os.pread(self.fd, 4096, 0).rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _cap_memory(extra: int) -> None:
