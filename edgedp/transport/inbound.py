@@ -22,6 +22,7 @@ the authenticated sender; a copy of each message through the kernel is its cost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -48,8 +49,6 @@ HANDSHAKE_FRAME = 4096
 #: Seconds a new listener process has to bind and report (a slow board imports zmq first).
 _START_S = 30.0
 _PR_SET_DUMPABLE = 4
-#: glibc ``mallopt`` parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
 def no_core_dumps() -> None:
@@ -205,9 +204,9 @@ class Listener:
 class Isolated:
     """The node's listener in a process of its own with a memory cap (module docstring).
 
-    ``settings`` are :class:`Listener`'s arguments (keys z85 text, ``ids_by_key`` as pairs);
-    ``memory``: the bytes the listener process may take beyond its size once listening.
-    Raises ``zmq.ZMQError`` (or OSError) if the listener cannot bind or does not start."""
+    ``settings``: :class:`Listener`'s arguments (keys z85 text, ``ids_by_key`` as pairs), and
+    ``env`` for the listener process's environment; ``memory``: the bytes it may take beyond
+    its size once listening. Raises ``zmq.ZMQError`` (or OSError) if it cannot bind or start."""
 
     def __init__(self, context: zmq.Context, settings: dict, *, memory: int) -> None:
         self.settings = dict(settings, memory=int(memory))
@@ -223,7 +222,7 @@ class Isolated:
         self.pair.bind(f"ipc://{self._folder}/inbox")
         self.settings["inbox"] = f"ipc://{self._folder}/inbox"
         self.proc: subprocess.Popen | None = None
-        self._stat: _ProcStat | None = None  # the listener process's /proc stat file
+        self._stat: int | None = None  # the listener process's /proc stat file, kept open
         try:
             self._start()
         except BaseException:
@@ -233,7 +232,7 @@ class Isolated:
     def _start(self) -> None:
         # one malloc arena: glibc's per-thread arenas reserve 64 MiB of address space up
         # front, within which libzmq's thread could grow unseen by the address-space cap
-        env = {**os.environ, "MALLOC_ARENA_MAX": "1"}
+        env = {**os.environ, "MALLOC_ARENA_MAX": "1", **self.settings.get("env", {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edgedp.transport.inbound"],
             stdin=subprocess.PIPE,
@@ -241,7 +240,9 @@ class Isolated:
             stderr=subprocess.DEVNULL,
             env=env,
         )
-        self._stat = _ProcStat(self.proc.pid)
+        self._close_stat()  # a restarted listener's
+        with contextlib.suppress(OSError):  # read each round by cpu_seconds, never reopened
+            self._stat = os.open(f"/proc/{self.proc.pid}/stat", os.O_RDONLY)
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(self.settings) + "\n").encode())
         self.proc.stdin.flush()  # kept open: its end tells the listener to stop
@@ -260,10 +261,8 @@ class Isolated:
                 raise OSError(f"the listener process did not start (exit {self.proc.returncode})")
 
     def cpu_seconds(self) -> float:
-        """CPU seconds (user + system) the listener processes used so far (Linux; 0
-        elsewhere)."""
-        assert self._stat is not None
-        return self._cpu_done + self._stat.cpu_seconds()
+        """CPU seconds (user + system) of the listener processes so far (Linux; 0 elsewhere)."""
+        return self._cpu_done + _cpu_of(self._stat)
 
     def _restart(self) -> None:
         """The listener process ended (its memory cap): count it and start another."""
@@ -271,9 +270,7 @@ class Isolated:
         self._handshakes_done += self._stats["handshakes"]
         self._stats = {"refused": {}, "handshakes": 0, "unknown": self._stats["unknown"]}
         self.restarts += 1
-        if self._stat is not None:
-            self._cpu_done += self._stat.cpu_seconds()
-            self._stat.close()
+        self._cpu_done += _cpu_of(self._stat)
         self._done["MemoryLimit"] += 1
         self.refused = self._done.copy()
         self._start()
@@ -308,6 +305,11 @@ class Isolated:
                 self.refused = self._done.copy()
                 self.refused.update(self._stats["refused"])
 
+    def _close_stat(self) -> None:
+        if self._stat is not None:
+            os.close(self._stat)
+            self._stat = None
+
     def close(self) -> None:
         if self.proc is not None and self.proc.stdin is not None:
             try:
@@ -319,59 +321,18 @@ class Isolated:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self._stat is not None:
-            self._stat.close()
+        self._close_stat()
         self.pair.close(linger=0)
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-class _ProcStat:
-    """``/proc/PID/stat`` of one process, opened once and read again for each
-    :meth:`cpu_seconds` (the agent asks every round: an open and a path walk spared)."""
-
-    def __init__(self, pid: int) -> None:
-        try:
-            self.fd: int | None = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self.fd = None  # not Linux, or already gone: 0 CPU seconds
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds of the process so far (its threads; 0 once it was reaped, or if
-        /proc cannot tell)."""
-        if self.fd is None:
-            return 0.0
-        try:
-            fields = os.pread(self.fd, 4096, 0).rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-        except (OSError, ValueError, IndexError):
-            return 0.0
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _keep_freed(trim: int) -> None:
-    """Keep up to ``trim`` bytes of freed memory in the heap (glibc: ``M_TRIM_THRESHOLD``,
-    blocks under half of it taken from the heap, not mapped): each forwarded message's
-    buffer is then taken again from the heap, not mapped afresh and faulted in page by
-    page (at d = 10⁵ some 200 page faults a round). Nothing with ``trim`` 0 or another C
-    library. The address-space cap applies to the heap as to mappings."""
-    if trim <= 0:
-        return
-    import ctypes
-
+def _cpu_of(stat: int | None) -> float:
+    """CPU seconds of the process of the /proc stat file ``stat`` (0 if reaped or unknown)."""
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if mallopt(_M_MMAP_THRESHOLD, trim // 2):
-        mallopt(_M_TRIM_THRESHOLD, trim)
+        fields = os.pread(stat, 4096, 0).rsplit(b")", 1)[1].split()  # type: ignore[arg-type]
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
 
 
 def _cap_memory(extra: int) -> None:
@@ -389,7 +350,6 @@ def main() -> int:
     node's pair socket; it ends when stdin ends (the node closed it or is gone)."""
     no_core_dumps()
     settings = json.loads(sys.stdin.readline())
-    _keep_freed(int(settings.get("keep_freed", 0)))
     context = zmq.Context()
     out = context.socket(zmq.PAIR)
     out.setsockopt(zmq.SNDHWM, int(settings["forward_queue"]))

@@ -141,7 +141,13 @@ class ZmqTransport:
                         "secret_key": secret_key.decode(),
                         "peers": [[p.node, p.public_key.decode()] for p in peers],
                         "forward_queue": 2 * queue,
-                        "keep_freed": int(keep_freed),
+                        # glibc: each message's buffer reused, not mapped and faulted in
+                        "env": {
+                            "MALLOC_TRIM_THRESHOLD_": str(keep_freed),
+                            "MALLOC_MMAP_THRESHOLD_": str(keep_freed // 2),
+                        }
+                        if keep_freed > 0
+                        else {},
                     },
                     memory=max(inbox_memory, legit + (16 << 20)),
                 )
