@@ -22,6 +22,7 @@ the authenticated sender; a copy of each message through the kernel is its cost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -203,9 +204,9 @@ class Listener:
 class Isolated:
     """The node's listener in a process of its own with a memory cap (module docstring).
 
-    ``settings`` are :class:`Listener`'s arguments (keys z85 text, ``ids_by_key`` as pairs);
-    ``memory``: the bytes the listener process may take beyond its size once listening.
-    Raises ``zmq.ZMQError`` (or OSError) if the listener cannot bind or does not start."""
+    ``settings``: :class:`Listener`'s arguments (keys z85 text, ``ids_by_key`` as pairs), and
+    ``env`` for the listener process's environment; ``memory``: the bytes it may take beyond
+    its size once listening. Raises ``zmq.ZMQError`` (or OSError) if it cannot bind or start."""
 
     def __init__(self, context: zmq.Context, settings: dict, *, memory: int) -> None:
         self.settings = dict(settings, memory=int(memory))
@@ -221,6 +222,7 @@ class Isolated:
         self.pair.bind(f"ipc://{self._folder}/inbox")
         self.settings["inbox"] = f"ipc://{self._folder}/inbox"
         self.proc: subprocess.Popen | None = None
+        self._stat: int | None = None  # the listener process's /proc stat file, kept open
         try:
             self._start()
         except BaseException:
@@ -230,7 +232,7 @@ class Isolated:
     def _start(self) -> None:
         # one malloc arena: glibc's per-thread arenas reserve 64 MiB of address space up
         # front, within which libzmq's thread could grow unseen by the address-space cap
-        env = {**os.environ, "MALLOC_ARENA_MAX": "1"}
+        env = {**os.environ, "MALLOC_ARENA_MAX": "1", **self.settings.get("env", {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edgedp.transport.inbound"],
             stdin=subprocess.PIPE,
@@ -238,6 +240,9 @@ class Isolated:
             stderr=subprocess.DEVNULL,
             env=env,
         )
+        self._close_stat()  # a restarted listener's
+        with contextlib.suppress(OSError):  # read each round by cpu_seconds, never reopened
+            self._stat = os.open(f"/proc/{self.proc.pid}/stat", os.O_RDONLY)
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(self.settings) + "\n").encode())
         self.proc.stdin.flush()  # kept open: its end tells the listener to stop
@@ -256,10 +261,8 @@ class Isolated:
                 raise OSError(f"the listener process did not start (exit {self.proc.returncode})")
 
     def cpu_seconds(self) -> float:
-        """CPU seconds (user + system) the listener processes used so far (Linux; 0
-        elsewhere)."""
-        assert self.proc is not None
-        return self._cpu_done + _cpu_of(self.proc.pid)
+        """CPU seconds (user + system) of the listener processes so far (Linux; 0 elsewhere)."""
+        return self._cpu_done + _cpu_of(self._stat)
 
     def _restart(self) -> None:
         """The listener process ended (its memory cap): count it and start another."""
@@ -267,7 +270,7 @@ class Isolated:
         self._handshakes_done += self._stats["handshakes"]
         self._stats = {"refused": {}, "handshakes": 0, "unknown": self._stats["unknown"]}
         self.restarts += 1
-        self._cpu_done += _cpu_of(self.proc.pid) if self.proc is not None else 0.0
+        self._cpu_done += _cpu_of(self._stat)
         self._done["MemoryLimit"] += 1
         self.refused = self._done.copy()
         self._start()
@@ -302,6 +305,11 @@ class Isolated:
                 self.refused = self._done.copy()
                 self.refused.update(self._stats["refused"])
 
+    def _close_stat(self) -> None:
+        if self._stat is not None:
+            os.close(self._stat)
+            self._stat = None
+
     def close(self) -> None:
         if self.proc is not None and self.proc.stdin is not None:
             try:
@@ -313,17 +321,17 @@ class Isolated:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._close_stat()
         self.pair.close(linger=0)
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def _cpu_of(pid: int) -> float:
-    """CPU seconds of process ``pid`` so far (its threads; 0 if /proc cannot tell)."""
+def _cpu_of(stat: int | None) -> float:
+    """CPU seconds of the process of the /proc stat file ``stat`` (0 if reaped or unknown)."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
+        fields = os.pread(stat, 4096, 0).rsplit(b")", 1)[1].split()  # type: ignore[arg-type]
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, TypeError):
         return 0.0
 
 
