@@ -464,12 +464,20 @@ class Agent:
         *,
         authenticated_sender: int | None = None,
         extremes: tuple | None = None,
+        fingerprint: bytes | None = None,
+        owned: bool = False,
     ) -> bool:
         """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
         every check against this node's plan, round window and bounds, then the inbox
-        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed)."""
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, ``fingerprint``:
+        :func:`edgedp.wire.fingerprint` of ``msg``, if already computed). ``owned``: nothing
+        can write ``msg``'s arrays (views of immutable ``bytes`` frames, as the event
+        engine decodes) or they belong to this node alone: the accepted vector is kept
+        without a copy (:meth:`edgedp.mailbox.Mailbox.accept`)."""
         # positional: the event engine and the daemon call this for every message
-        return self._mailbox.accept(msg, self._state.round, authenticated_sender, extremes)
+        return self._mailbox.accept(
+            msg, self._state.round, authenticated_sender, extremes, owned, fingerprint
+        )
 
     def missing(self) -> tuple[int, ...]:
         """Neighbours whose message for the current round has not arrived."""

@@ -10,8 +10,8 @@ bound on honest messages: :func:`wire_context`), its neighbours and the receive 
 changes nothing but a counter (CONVENTIONS C7) — and, when it is authenticated and valid in
 every way but its round, the node's record of where that neighbour stands (below). The
 copy is skipped when the caller hands over frames the node owns alone (ZeroMQ messages, the
-loopback's fresh bytes): the accepted vector is then the received buffer itself, made
-read-only after the checks.
+loopback's fresh bytes) or that nothing can write (the event engine's ``bytes``): the
+accepted vector is then the received buffer itself, made read-only after the checks.
 
 What the round loop asks about the neighbours, and the evidence each answer rests on:
 
@@ -61,6 +61,7 @@ __all__ = [
 HISTORY = 64
 #: Equivocations kept for the log (the oldest are dropped; the counter counts them all).
 _EVENTS = 64
+_EMPTY: dict = {}  # (never written)
 
 
 def honest_bounds(share, rules, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
@@ -223,17 +224,21 @@ class Mailbox:
         authenticated_sender: int | None = None,
         extremes: tuple | None = None,
         owned: bool = False,
+        fingerprint: bytes | None = None,
     ) -> bool:
         """Check ``msg`` against the plan, the neighbours, the window of the node's current
         ``round`` and the bounds, then store it; False (counted in ``metrics.rejected``)
         if it is rejected or a replay, True (counted in ``metrics.received``) if stored
-        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed).
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, ``fingerprint``:
+        :func:`edgedp.wire.fingerprint` of ``msg``, if already computed — a simulator
+        hands one decoded message to several nodes and takes both once).
 
         ``owned``: the message's buffers belong to this node alone (a transport handed over
-        frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`);
-        its model array is then kept as it is, made read-only, instead of copied
-        (:func:`_kept`). Without it (the event engine hands one decoded message to several
-        agents) the node keeps a copy."""
+        frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`),
+        or nothing can write them (the event engine decodes immutable ``bytes`` frames into
+        read-only views and hands one message to several agents); its model array is then
+        kept as it is, made read-only, instead of copied (:func:`_kept`). Without it the
+        node keeps a copy."""
         metrics = self.metrics
         try:
             context = self.context
@@ -259,7 +264,7 @@ class Mailbox:
                     self.announced.get(authenticated_sender, 0) + 1
                 )
             return False
-        seen = self._seen(msg)
+        seen = self._seen(msg, fingerprint)
         if seen is not None:
             metrics.rejected[seen] += 1
             return False
@@ -275,12 +280,14 @@ class Mailbox:
         metrics.received += 1
         return True
 
-    def _seen(self, msg: wire.Message) -> str | None:
+    def _seen(self, msg: wire.Message, fp: bytes | None = None) -> str | None:
         """``"Replayed"`` or ``"Equivocation"`` if the sender's message of this round was
-        seen before (the same, or another); else None, and its fingerprint is kept."""
+        seen before (the same, or another); else None, and its fingerprint is kept
+        (``fp``: :func:`edgedp.wire.fingerprint` of ``msg``, if already computed)."""
         rounds = self.history.setdefault(msg.sender, {})
         first = rounds.get(msg.round)
-        fp = wire.fingerprint(msg)
+        if fp is None:
+            fp = wire.fingerprint(msg)
         if first is None:
             rounds[msg.round] = fp
             return None
@@ -357,11 +364,15 @@ class Mailbox:
         """Whether waiting can still help the node in ``round``: a message is missing and
         not every missing neighbour is :meth:`hopeless`, or (none missing) the round has
         not ``begun`` (one pass over the neighbours)."""
-        got = self.inbox.get(round, {})
-        missing = [v for v in self.neighbours if v not in got]
-        if not missing:
-            return not begun
-        return any(self.ahead.get(v, -1) <= round for v in missing)
+        got = self.inbox.get(round, _EMPTY)
+        ahead = self.ahead
+        missing = False
+        for v in self.neighbours:
+            if v not in got:
+                if ahead.get(v, -1) <= round:
+                    return True  # missing, and may still come
+                missing = True
+        return not (missing or begun)
 
     def plan_rejected_by_all(self, limit: int) -> bool:
         """True when every neighbour sent at least ``limit`` messages for another plan and no

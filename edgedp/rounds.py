@@ -138,6 +138,8 @@ class Interpreter(abc.ABC):
         """The round is mixed and over."""
 
 
+#: the one Wait (it has no fields; a node may wait at every message it gets)
+_WAIT = Wait()
 #: each command's method: its class name in lower case (``Send`` → :meth:`Interpreter.send`)
 _METHODS: dict[type, str] = {c: c.__name__.lower() for c in COMMANDS}
 
@@ -164,7 +166,7 @@ def rounds(
         yield Send(agent.begin_round(), first)
         first = False
         while agent.waits():
-            if not (yield Wait()):
+            if not (yield _WAIT):
                 agent.deadline_passed()  # the missing ones' far rounds may now count
                 break
         yield Ended(agent.end_round())

@@ -414,9 +414,9 @@ class _Sim:
             self._send(job, 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
-        """``(frames, decoded, max_bytes, size, serialization s, extremes)`` of message
-        ``i``: one copy, one decode and one max/min for all recipients; per recipient only
-        where frames differ (Zip-DL, DOME)."""
+        """``(frames, decoded, max_bytes, size, serialization s, extremes, fingerprint)`` of
+        message ``i``: one copy, one decode, one max/min and one fingerprint for all
+        recipients; per recipient only where frames differ (Zip-DL, DOME)."""
         out = job.out
         if job.message is not None and (out.per_recipient is None or job.index == i):
             return job.message
@@ -426,10 +426,14 @@ class _Sim:
             decoded = wire.decode(frames, max_bytes=max_bytes)
         except wire.WireError:
             decoded = None  # the recipient's receive() counts the rejection
-        extremes = None if decoded is None else wire.extremes(decoded)
+        if decoded is None:
+            extremes = fingerprint = None
+        else:
+            extremes, fingerprint = wire.extremes(decoded), wire.fingerprint(decoded)
         size = sum(len(f) for f in frames)
         delay = self.network.serialization_s(size)
-        job.message, job.index = (frames, decoded, max_bytes, size, delay, extremes), i
+        job.message = (frames, decoded, max_bytes, size, delay, extremes, fingerprint)
+        job.index = i
         return job.message
 
     def _send(self, job: _Job, first: int) -> None:
@@ -503,13 +507,19 @@ class _Sim:
             self.result.offline_drops += 1
             return
         agent = self.agents[v]
-        frames, decoded, max_bytes, _, _, extremes = planned.message
+        frames, decoded, max_bytes, _, _, extremes, fingerprint = planned.message
         for obs in self.delivery_observers:  # it reached v (v may still find it late)
             obs.on_delivery(sender=planned.u, recipient=v, round=planned.r, frames=frames)
         if decoded is None or agent.context.max_bytes != max_bytes:
             agent.receive(frames, authenticated_sender=planned.u)
-        else:
-            agent.accept(decoded, authenticated_sender=planned.u, extremes=extremes)
+        else:  # read-only views of bytes: every recipient may keep the same array
+            agent.accept(
+                decoded,
+                authenticated_sender=planned.u,
+                extremes=extremes,
+                fingerprint=fingerprint,
+                owned=True,
+            )
         if self.env.alone():  # nothing can come between: its two hops are the next events
             arrival = self.arrival[v]
             if not arrival.triggered:
