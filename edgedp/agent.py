@@ -383,11 +383,14 @@ class Agent:
         """
         if self._round.begun or self._aggregator is not None:
             return None
+        seen = self._mailbox.rejoin_evidence()
+        if not seen:  # (the rule needs at least one neighbour's evidence; asked every round)
+            return None
         return rejoin.target(
             self._state.round,
             window=self._window,
             steps=self._share.steps,
-            seen=self._mailbox.rejoin_evidence(),
+            seen=seen,
             neighbours=self._neighbours,
         )
 
@@ -466,17 +469,21 @@ class Agent:
         extremes: tuple | None = None,
         fingerprint: bytes | None = None,
         owned: bool = False,
+        checked: wire.Context | None = None,
     ) -> bool:
         """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
         every check against this node's plan, round window and bounds, then the inbox
         (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, ``fingerprint``:
-        :func:`edgedp.wire.fingerprint` of ``msg``, if already computed). ``owned``: nothing
+        :func:`edgedp.wire.fingerprint` of ``msg``, if already computed; ``checked``: a
+        context the content of ``msg`` passed, :func:`edgedp.mailbox.content_checked`:
+        only its sender and round are then checked, if this node's context holds the
+        content to the same). ``owned``: nothing
         can write ``msg``'s arrays (views of immutable ``bytes`` frames, as the event
         engine decodes) or they belong to this node alone: the accepted vector is kept
         without a copy (:meth:`edgedp.mailbox.Mailbox.accept`)."""
         # positional: the event engine and the daemon call this for every message
         return self._mailbox.accept(
-            msg, self._state.round, authenticated_sender, extremes, owned, fingerprint
+            msg, self._state.round, authenticated_sender, extremes, owned, fingerprint, checked
         )
 
     def missing(self) -> tuple[int, ...]:

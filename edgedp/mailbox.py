@@ -52,6 +52,7 @@ from edgedp.node_metrics import Metrics
 __all__ = [
     "HISTORY",
     "Mailbox",
+    "content_checked",
     "honest_bounds",
     "wire_context",
     "wire_limits",
@@ -95,6 +96,33 @@ def wire_limits(context: wire.Context, *, tree: bool) -> tuple[int, int]:
     itemsize = np.dtype(context.dtype).itemsize
     largest = max(int(np.prod(shape, dtype=np.int64)) * itemsize for shape in shapes)
     return max(wire.MAX_HEADER_BYTES, largest), 1 + len(shapes)
+
+
+def content_checked(
+    msg: wire.Message, context: wire.Context, extremes: tuple | None = None
+) -> wire.Context | None:
+    """``context`` if ``msg`` passes every check of :func:`edgedp.wire.check` against it but
+    those of its sender and round (plan hash, arrays, shapes, dtype, finite values within the
+    bounds), else None. A simulator that hands one decoded message to several nodes checks
+    its content once and passes the result to :meth:`Mailbox.accept` (``checked``)."""
+    probe = replace(context, neighbours=frozenset((msg.sender,)))
+    try:
+        wire.check(msg, probe, round_lo=msg.round, round_hi=msg.round, extremes=extremes)
+    except wire.WireError:
+        return None
+    return context
+
+
+def _same_content_checks(a: wire.Context, b: wire.Context) -> bool:
+    """Whether :func:`edgedp.wire.check` holds a message's content to the same with ``a``
+    as with ``b`` (what it reads of a context besides the sender set)."""
+    return (
+        a is b
+        or a.plan_hash == b.plan_hash
+        and a.shapes == b.shapes
+        and a.dtype == b.dtype
+        and a.bounds == b.bounds
+    )
 
 
 def _kept(arr: np.ndarray, owned: bool) -> np.ndarray:
@@ -225,13 +253,18 @@ class Mailbox:
         extremes: tuple | None = None,
         owned: bool = False,
         fingerprint: bytes | None = None,
+        checked: wire.Context | None = None,
     ) -> bool:
         """Check ``msg`` against the plan, the neighbours, the window of the node's current
         ``round`` and the bounds, then store it; False (counted in ``metrics.rejected``)
         if it is rejected or a replay, True (counted in ``metrics.received``) if stored
         (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, ``fingerprint``:
         :func:`edgedp.wire.fingerprint` of ``msg``, if already computed — a simulator
-        hands one decoded message to several nodes and takes both once).
+        hands one decoded message to several nodes and takes both once). ``checked``: a
+        context ``msg``'s content is known to pass (:func:`content_checked`); when this
+        node's context holds the content to the same (plan hash, shapes, dtype, bounds),
+        only the sender and the round are checked here — what :func:`edgedp.wire.check`
+        would decide, without deciding the content again.
 
         ``owned``: the message's buffers belong to this node alone (a transport handed over
         frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`),
@@ -241,18 +274,26 @@ class Mailbox:
         node keeps a copy."""
         metrics = self.metrics
         try:
-            context = self.context
+            context, passed = self.context, False
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
                 # model + tree frame
                 context = replace(context, shapes=context.shapes * 2, bounds=self.bounds)
-            wire.check(
-                msg,
-                context,
-                round_lo=round,
-                round_hi=min(round + self.window, self.steps - 1),
-                authenticated_sender=authenticated_sender,
-                extremes=extremes,
-            )
+            elif checked is not None:  # every check of wire.check but sender and round passed
+                passed = (
+                    msg.sender in context.neighbours
+                    and (authenticated_sender is None or authenticated_sender == msg.sender)
+                    and round <= msg.round <= min(round + self.window, self.steps - 1)
+                    and _same_content_checks(checked, context)
+                )
+            if not passed:  # (the first check that fails says why)
+                wire.check(
+                    msg,
+                    context,
+                    round_lo=round,
+                    round_hi=min(round + self.window, self.steps - 1),
+                    authenticated_sender=authenticated_sender,
+                    extremes=extremes,
+                )
         except wire.RoundOutOfWindow:
             reason = self._out_of_window(msg, context, round, authenticated_sender)
             metrics.rejected[reason] += 1

@@ -221,7 +221,8 @@ class NodeRound:
         self.message = None  # released before the diagnostic's temporary is allocated
         with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
             step = np.subtract(rules.model(node.state), before)
-            update_norm = float(np.sqrt(np.sum(np.multiply(step, step, out=step))))
+            # (np.add.reduce: what np.sum of an ndarray runs, without its wrapper)
+            update_norm = float(np.sqrt(np.add.reduce(np.multiply(step, step, out=step), None)))
             del step, before
         if agg is not None:
             agg.end_round(t)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import models, rounds, runtime, wire
+from edgedp import mailbox, models, rounds, runtime, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial, round_faults
@@ -340,7 +340,8 @@ class _Sim:
                 cmd = send(reply)
             except StopIteration:
                 return
-            reply = step(cmd)
+            # a wait (the command of nearly every message) without the dispatch
+            reply = node.wait(cmd) if cmd is _WAIT else step(cmd)
             if reply is _SUSPEND:
                 return
 
@@ -414,25 +415,28 @@ class _Sim:
             self._send(job, 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
-        """``(frames, decoded, max_bytes, size, serialization s, extremes, fingerprint)`` of
-        message ``i``: one copy, one decode, one max/min and one fingerprint for all
-        recipients; per recipient only where frames differ (Zip-DL, DOME)."""
+        """``(frames, decoded, max_bytes, size, serialization s, extremes, fingerprint,
+        checked)`` of message ``i``: one copy, one decode, one max/min, one fingerprint and
+        one check of its content (:func:`edgedp.mailbox.content_checked`) for all recipients;
+        per recipient only where frames differ (Zip-DL, DOME)."""
         out = job.out
         if job.message is not None and (out.per_recipient is None or job.index == i):
             return job.message
         frames = [bytes(f) for f in out.frames_for(job.recipients[i])]
-        max_bytes = self.agents[job.recipients[i]].context.max_bytes
+        context = self.agents[job.recipients[i]].context
+        max_bytes = context.max_bytes
         try:  # the real codec
             decoded = wire.decode(frames, max_bytes=max_bytes)
         except wire.WireError:
             decoded = None  # the recipient's receive() counts the rejection
         if decoded is None:
-            extremes = fingerprint = None
+            extremes = fingerprint = checked = None
         else:
-            extremes, fingerprint = wire.extremes(decoded), wire.fingerprint(decoded)
+            extremes, fingerprint = _extremes(decoded), wire.fingerprint(decoded)
+            checked = mailbox.content_checked(decoded, context, extremes)
         size = sum(len(f) for f in frames)
         delay = self.network.serialization_s(size)
-        job.message = (frames, decoded, max_bytes, size, delay, extremes, fingerprint)
+        job.message = (frames, decoded, max_bytes, size, delay, extremes, fingerprint, checked)
         job.index = i
         return job.message
 
@@ -507,7 +511,7 @@ class _Sim:
             self.result.offline_drops += 1
             return
         agent = self.agents[v]
-        frames, decoded, max_bytes, _, _, extremes, fingerprint = planned.message
+        frames, decoded, max_bytes, _, _, extremes, fingerprint, checked = planned.message
         for obs in self.delivery_observers:  # it reached v (v may still find it late)
             obs.on_delivery(sender=planned.u, recipient=v, round=planned.r, frames=frames)
         if decoded is None or agent.context.max_bytes != max_bytes:
@@ -519,6 +523,7 @@ class _Sim:
                 extremes=extremes,
                 fingerprint=fingerprint,
                 owned=True,
+                checked=checked,
             )
         if self.env.alone():  # nothing can come between: its two hops are the next events
             arrival = self.arrival[v]
@@ -584,6 +589,16 @@ class _Sim:
 
 
 _SUSPEND = rounds.SUSPEND
+_WAIT = rounds.WAIT
+
+
+def _extremes(msg: wire.Message) -> tuple:
+    """:func:`edgedp.wire.extremes` of ``msg``: the reductions ``np.max`` / ``np.min`` run
+    for an ndarray (decoded arrays are), without numpy's wrapper — the same values."""
+    return tuple(
+        (float(np.maximum.reduce(a, None)), float(np.minimum.reduce(a, None))) if a.size else None
+        for a in msg.arrays
+    )
 
 
 def _length(job: _Job) -> int:
