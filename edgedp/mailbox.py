@@ -101,13 +101,13 @@ def wire_limits(context: wire.Context, *, tree: bool) -> tuple[int, int]:
 def content_checked(
     msg: wire.Message, context: wire.Context, extremes: tuple | None = None
 ) -> wire.Context | None:
-    """``context`` if ``msg`` passes every check of :func:`edgedp.wire.check` against it but
-    those of its sender and round (plan hash, arrays, shapes, dtype, finite values within the
-    bounds), else None. A simulator that hands one decoded message to several nodes checks
-    its content once and passes the result to :meth:`Mailbox.accept` (``checked``)."""
-    probe = replace(context, neighbours=frozenset((msg.sender,)))
+    """``context`` if ``msg`` passes :func:`edgedp.wire.check` against it in the message's
+    own round — then every check of its content passes (plan hash, arrays, shapes, dtype,
+    finite values within the bounds) — else None. A simulator that hands one decoded
+    message to several nodes checks its content once, with a recipient's context, and
+    passes the result to :meth:`Mailbox.accept` (``checked``)."""
     try:
-        wire.check(msg, probe, round_lo=msg.round, round_hi=msg.round, extremes=extremes)
+        wire.check(msg, context, round_lo=msg.round, round_hi=msg.round, extremes=extremes)
     except wire.WireError:
         return None
     return context

@@ -200,26 +200,27 @@ class NodeRound:
             last_seen=node.last_seen,
         )
         before = rules.model(node.state)
-        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
+        # one errstate for the mixing, its check and the diagnostic: non-finite results are
+        # checked just below, and an overflow in the diagnostic reads inf
+        with np.errstate(over="ignore", invalid="ignore"):
             state = rules.receive(
                 node.state, np.asarray(weights, dtype=np.float64), vectors, self._ctx
             )
-        del vectors  # the round's messages are not needed past the mixing
-        bad = outgoing.non_finite(*state.values())
-        if bad:  # checked before any change: the node never adopts a non-finite state
-            metrics.rejected["NonFiniteStateError"] += 1
-            raise NonFiniteStateError(
-                f"node {share.node}, round {t}: mixing would leave {bad} NaN/Inf "
-                "entries in the state (the model diverged); the state was not changed."
-            )
-        self._mailbox.forget(t)
-        node.state = state
-        if self._dropout_rule == "reuse-last":  # the only rule that reads them again
-            for v, vec in got.items():
-                node.last_seen[v] = vec
-        del got
-        self.message = None  # released before the diagnostic's temporary is allocated
-        with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
+            del vectors  # the round's messages are not needed past the mixing
+            bad = outgoing.count_non_finite(state.values())
+            if bad:  # checked before any change: the node never adopts a non-finite state
+                metrics.rejected["NonFiniteStateError"] += 1
+                raise NonFiniteStateError(
+                    f"node {share.node}, round {t}: mixing would leave {bad} NaN/Inf "
+                    "entries in the state (the model diverged); the state was not changed."
+                )
+            self._mailbox.forget(t)
+            node.state = state
+            if self._dropout_rule == "reuse-last":  # the only rule that reads them again
+                for v, vec in got.items():
+                    node.last_seen[v] = vec
+            del got
+            self.message = None  # released before the diagnostic's temporary is allocated
             step = np.subtract(rules.model(node.state), before)
             # (np.add.reduce: what np.sum of an ndarray runs, without its wrapper)
             update_norm = float(np.sqrt(np.add.reduce(np.multiply(step, step, out=step), None)))
