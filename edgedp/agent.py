@@ -113,6 +113,8 @@ class Agent:
         projection and clipping.
       keep_gradient: keep the round's clipped gradient sum as ``last_gradient`` after the
         round (simulator probes read it); devices pass False and keep nothing of a round.
+      noise_digests: fingerprint each round's noise for the log (``Outgoing.noise_digest``,
+        what the daemon records); the event engine logs none and passes False ("").
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class Agent:
         stream_fingerprint: str = "",
         gradient_transform=None,
         keep_gradient: bool = True,
+        noise_digests: bool = True,
     ) -> None:
         dropout.check_rule(dropout_rule, share)
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -206,6 +209,7 @@ class Agent:
             dropout_rule=dropout_rule,
             aggregator=self._aggregator,
             keep_gradient=keep_gradient,
+            noise_digests=noise_digests,
         )
 
     def _honest_bounds(self, theta0: np.ndarray) -> tuple[float, ...]:

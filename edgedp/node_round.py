@@ -50,6 +50,9 @@ class NodeRound:
       aggregator: an adaptive DOME basis' spanning-tree aggregate, else None.
       keep_gradient: keep the round's clipped gradient sum as :attr:`last_gradient`
         (simulator probes read it); devices keep nothing of a round.
+      noise_digests: fingerprint each round's noise for the outgoing frames' log
+        (:attr:`edgedp.outgoing.Outgoing.noise_digest`: devices record it); simulators,
+        which log nothing of it, pass False (the digest is then "").
 
     Attributes:
       message: this round's outgoing vector once the round has begun, else None.
@@ -68,6 +71,7 @@ class NodeRound:
         dropout_rule: str,
         aggregator: sketch_adaptive.TreeAggregator | None = None,
         keep_gradient: bool = True,
+        noise_digests: bool = True,
     ) -> None:
         self._share = share
         self._rules = rules
@@ -78,6 +82,7 @@ class NodeRound:
         self._dropout_rule = dropout_rule
         self._aggregator = aggregator
         self._keep_gradient = keep_gradient
+        self._noise_digests = noise_digests
         self._plan_hash = bytes.fromhex(share.plan_hash)
         self.message: np.ndarray | None = None
         self.last_gradient: np.ndarray | None = None
@@ -121,7 +126,7 @@ class NodeRound:
         self._ctx, self._tally = self._runtime.context(
             t,
             on_gradient=keep if self._keep_gradient else None,
-            on_noise=record,
+            on_noise=record if self._noise_digests else None,
             basis=None if agg is None else agg.basis(t),
             mean=None if agg is None else agg.sketch.mean(t),
             release=None if agg is None else self._release,

@@ -291,6 +291,7 @@ class _Sim:
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
             gradient_transform=self.gradient_transforms.get(u),
+            noise_digests=False,  # (a device's log of its noise; nothing here reads it)
             noise_key=self.noise_keys[u],
             batch_key=self.batch_keys[u],
             cross_keys=(
