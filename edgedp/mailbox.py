@@ -129,9 +129,12 @@ def _kept(arr: np.ndarray, owned: bool) -> np.ndarray:
     """The vector a node stores for an accepted message: ``arr`` itself when its buffer is
     ``owned`` by this node and already a native, aligned float64 vector (made read-only, so
     nothing the node runs can change a neighbour's message after the checks), else a copy."""
-    if owned and arr.dtype == np.float64 and arr.flags.aligned and arr.flags.c_contiguous:
-        arr.setflags(write=False)
-        return arr
+    if owned and arr.dtype == np.float64:
+        flags = arr.flags
+        if flags.aligned and flags.c_contiguous:
+            if flags.writeable:  # (views of bytes are read-only already)
+                arr.setflags(write=False)
+            return arr
     return np.array(arr, dtype=np.float64)  # own copy
 
 
