@@ -24,11 +24,13 @@ ahead (:class:`edgedp_sim.clock.Turns`), so a message is one heap event there to
 planning could misorder (:class:`edgedp_sim.clock.TieError`) restarts the run with slot events.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
-(:func:`edgedp.wire.decode`, its max/min taken once); every recipient runs the receiver's
-checks on it
-(:meth:`edgedp.agent.Agent.accept`: plan, sender, round window, shape, finite values within
-the plan's bound). These frames come from the engine itself, never from a peer: hostile
-frames are handled by ``Agent.receive`` and the device transports.
+(:func:`edgedp.wire.decode`); its max/min, fingerprint and the check of its content (plan,
+shape, finite values within the plan's bound: :func:`edgedp.mailbox.content_checked`) are
+taken once too, and every recipient runs the rest of the receiver's checks on it
+(:meth:`edgedp.agent.Agent.accept`: sender, round window, replays; the content again only
+if its context holds it to something else) and keeps the decoded read-only view, not a
+copy. These frames come from the engine itself, never from a peer: hostile frames are
+handled by ``Agent.receive`` and the device transports.
 
 With zero latency, no loss and no faults, the models equal the batch engine's bit for bit.
 A node whose message would be non-finite raises the Agent's
