@@ -113,6 +113,8 @@ class Agent:
         projection and clipping.
       keep_gradient: keep the round's clipped gradient sum as ``last_gradient`` after the
         round (simulator probes read it); devices pass False and keep nothing of a round.
+      noise_digests: fingerprint each round's noise for the log (``Outgoing.noise_digest``,
+        what the daemon records); the event engine logs none and passes False ("").
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class Agent:
         stream_fingerprint: str = "",
         gradient_transform=None,
         keep_gradient: bool = True,
+        noise_digests: bool = True,
     ) -> None:
         dropout.check_rule(dropout_rule, share)
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -206,6 +209,7 @@ class Agent:
             dropout_rule=dropout_rule,
             aggregator=self._aggregator,
             keep_gradient=keep_gradient,
+            noise_digests=noise_digests,
         )
 
     def _honest_bounds(self, theta0: np.ndarray) -> tuple[float, ...]:
@@ -383,11 +387,14 @@ class Agent:
         """
         if self._round.begun or self._aggregator is not None:
             return None
+        seen = self._mailbox.rejoin_evidence()
+        if not seen:  # (the rule needs at least one neighbour's evidence; asked every round)
+            return None
         return rejoin.target(
             self._state.round,
             window=self._window,
             steps=self._share.steps,
-            seen=self._mailbox.rejoin_evidence(),
+            seen=seen,
             neighbours=self._neighbours,
         )
 
@@ -464,12 +471,24 @@ class Agent:
         *,
         authenticated_sender: int | None = None,
         extremes: tuple | None = None,
+        fingerprint: bytes | None = None,
+        owned: bool = False,
+        checked: wire.Context | None = None,
     ) -> bool:
         """:meth:`receive` for a message already decoded by :func:`edgedp.wire.decode`:
         every check against this node's plan, round window and bounds, then the inbox
-        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed)."""
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, ``fingerprint``:
+        :func:`edgedp.wire.fingerprint` of ``msg``, if already computed; ``checked``: a
+        context the content of ``msg`` passed, :func:`edgedp.mailbox.content_checked`:
+        only its sender and round are then checked, if this node's context holds the
+        content to the same). ``owned``: nothing
+        can write ``msg``'s arrays (views of immutable ``bytes`` frames, as the event
+        engine decodes) or they belong to this node alone: the accepted vector is kept
+        without a copy (:meth:`edgedp.mailbox.Mailbox.accept`)."""
         # positional: the event engine and the daemon call this for every message
-        return self._mailbox.accept(msg, self._state.round, authenticated_sender, extremes)
+        return self._mailbox.accept(
+            msg, self._state.round, authenticated_sender, extremes, owned, fingerprint, checked
+        )
 
     def missing(self) -> tuple[int, ...]:
         """Neighbours whose message for the current round has not arrived."""

@@ -10,8 +10,8 @@ bound on honest messages: :func:`wire_context`), its neighbours and the receive 
 changes nothing but a counter (CONVENTIONS C7) — and, when it is authenticated and valid in
 every way but its round, the node's record of where that neighbour stands (below). The
 copy is skipped when the caller hands over frames the node owns alone (ZeroMQ messages, the
-loopback's fresh bytes): the accepted vector is then the received buffer itself, made
-read-only after the checks.
+loopback's fresh bytes) or that nothing can write (the event engine's ``bytes``): the
+accepted vector is then the received buffer itself, made read-only after the checks.
 
 What the round loop asks about the neighbours, and the evidence each answer rests on:
 
@@ -52,6 +52,7 @@ from edgedp.node_metrics import Metrics
 __all__ = [
     "HISTORY",
     "Mailbox",
+    "content_checked",
     "honest_bounds",
     "wire_context",
     "wire_limits",
@@ -61,6 +62,7 @@ __all__ = [
 HISTORY = 64
 #: Equivocations kept for the log (the oldest are dropped; the counter counts them all).
 _EVENTS = 64
+_EMPTY: dict = {}  # (never written)
 
 
 def honest_bounds(share, rules, *, dim: int, theta0: np.ndarray) -> tuple[float, ...]:
@@ -96,13 +98,43 @@ def wire_limits(context: wire.Context, *, tree: bool) -> tuple[int, int]:
     return max(wire.MAX_HEADER_BYTES, largest), 1 + len(shapes)
 
 
+def content_checked(
+    msg: wire.Message, context: wire.Context, extremes: tuple | None = None
+) -> wire.Context | None:
+    """``context`` if ``msg`` passes :func:`edgedp.wire.check` against it in the message's
+    own round — then every check of its content passes (plan hash, arrays, shapes, dtype,
+    finite values within the bounds) — else None. A simulator that hands one decoded
+    message to several nodes checks its content once, with a recipient's context, and
+    passes the result to :meth:`Mailbox.accept` (``checked``)."""
+    try:
+        wire.check(msg, context, round_lo=msg.round, round_hi=msg.round, extremes=extremes)
+    except wire.WireError:
+        return None
+    return context
+
+
+def _same_content_checks(a: wire.Context, b: wire.Context) -> bool:
+    """Whether :func:`edgedp.wire.check` holds a message's content to the same with ``a``
+    as with ``b`` (what it reads of a context besides the sender set)."""
+    return (
+        a is b
+        or a.plan_hash == b.plan_hash
+        and a.shapes == b.shapes
+        and a.dtype == b.dtype
+        and a.bounds == b.bounds
+    )
+
+
 def _kept(arr: np.ndarray, owned: bool) -> np.ndarray:
     """The vector a node stores for an accepted message: ``arr`` itself when its buffer is
     ``owned`` by this node and already a native, aligned float64 vector (made read-only, so
     nothing the node runs can change a neighbour's message after the checks), else a copy."""
-    if owned and arr.dtype == np.float64 and arr.flags.aligned and arr.flags.c_contiguous:
-        arr.setflags(write=False)
-        return arr
+    if owned and arr.dtype == np.float64:
+        flags = arr.flags
+        if flags.aligned and flags.c_contiguous:
+            if flags.writeable:  # (views of bytes are read-only already)
+                arr.setflags(write=False)
+            return arr
     return np.array(arr, dtype=np.float64)  # own copy
 
 
@@ -223,31 +255,48 @@ class Mailbox:
         authenticated_sender: int | None = None,
         extremes: tuple | None = None,
         owned: bool = False,
+        fingerprint: bytes | None = None,
+        checked: wire.Context | None = None,
     ) -> bool:
         """Check ``msg`` against the plan, the neighbours, the window of the node's current
         ``round`` and the bounds, then store it; False (counted in ``metrics.rejected``)
         if it is rejected or a replay, True (counted in ``metrics.received``) if stored
-        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, if already computed).
+        (``extremes``: :func:`edgedp.wire.extremes` of ``msg``, ``fingerprint``:
+        :func:`edgedp.wire.fingerprint` of ``msg``, if already computed — a simulator
+        hands one decoded message to several nodes and takes both once). ``checked``: a
+        context ``msg``'s content is known to pass (:func:`content_checked`); when this
+        node's context holds the content to the same (plan hash, shapes, dtype, bounds),
+        only the sender and the round are checked here — what :func:`edgedp.wire.check`
+        would decide, without deciding the content again.
 
         ``owned``: the message's buffers belong to this node alone (a transport handed over
-        frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`);
-        its model array is then kept as it is, made read-only, instead of copied
-        (:func:`_kept`). Without it (the event engine hands one decoded message to several
-        agents) the node keeps a copy."""
+        frames nothing else references, :attr:`edgedp.transport.zmq.ZmqTransport.OWNS_FRAMES`),
+        or nothing can write them (the event engine decodes immutable ``bytes`` frames into
+        read-only views and hands one message to several agents); its model array is then
+        kept as it is, made read-only, instead of copied (:func:`_kept`). Without it the
+        node keeps a copy."""
         metrics = self.metrics
         try:
-            context = self.context
+            context, passed = self.context, False
             if self.aggregator is not None and self.aggregator.expects(msg.sender, msg.round):
                 # model + tree frame
                 context = replace(context, shapes=context.shapes * 2, bounds=self.bounds)
-            wire.check(
-                msg,
-                context,
-                round_lo=round,
-                round_hi=min(round + self.window, self.steps - 1),
-                authenticated_sender=authenticated_sender,
-                extremes=extremes,
-            )
+            elif checked is not None:  # every check of wire.check but sender and round passed
+                passed = (
+                    msg.sender in context.neighbours
+                    and (authenticated_sender is None or authenticated_sender == msg.sender)
+                    and round <= msg.round <= min(round + self.window, self.steps - 1)
+                    and _same_content_checks(checked, context)
+                )
+            if not passed:  # (the first check that fails says why)
+                wire.check(
+                    msg,
+                    context,
+                    round_lo=round,
+                    round_hi=min(round + self.window, self.steps - 1),
+                    authenticated_sender=authenticated_sender,
+                    extremes=extremes,
+                )
         except wire.RoundOutOfWindow:
             reason = self._out_of_window(msg, context, round, authenticated_sender)
             metrics.rejected[reason] += 1
@@ -259,7 +308,7 @@ class Mailbox:
                     self.announced.get(authenticated_sender, 0) + 1
                 )
             return False
-        seen = self._seen(msg)
+        seen = self._seen(msg, fingerprint)
         if seen is not None:
             metrics.rejected[seen] += 1
             return False
@@ -275,12 +324,14 @@ class Mailbox:
         metrics.received += 1
         return True
 
-    def _seen(self, msg: wire.Message) -> str | None:
+    def _seen(self, msg: wire.Message, fp: bytes | None = None) -> str | None:
         """``"Replayed"`` or ``"Equivocation"`` if the sender's message of this round was
-        seen before (the same, or another); else None, and its fingerprint is kept."""
+        seen before (the same, or another); else None, and its fingerprint is kept
+        (``fp``: :func:`edgedp.wire.fingerprint` of ``msg``, if already computed)."""
         rounds = self.history.setdefault(msg.sender, {})
         first = rounds.get(msg.round)
-        fp = wire.fingerprint(msg)
+        if fp is None:
+            fp = wire.fingerprint(msg)
         if first is None:
             rounds[msg.round] = fp
             return None
@@ -357,11 +408,15 @@ class Mailbox:
         """Whether waiting can still help the node in ``round``: a message is missing and
         not every missing neighbour is :meth:`hopeless`, or (none missing) the round has
         not ``begun`` (one pass over the neighbours)."""
-        got = self.inbox.get(round, {})
-        missing = [v for v in self.neighbours if v not in got]
-        if not missing:
-            return not begun
-        return any(self.ahead.get(v, -1) <= round for v in missing)
+        got = self.inbox.get(round, _EMPTY)
+        ahead = self.ahead
+        missing = False
+        for v in self.neighbours:
+            if v not in got:
+                if ahead.get(v, -1) <= round:
+                    return True  # missing, and may still come
+                missing = True
+        return not (missing or begun)
 
     def plan_rejected_by_all(self, limit: int) -> bool:
         """True when every neighbour sent at least ``limit`` messages for another plan and no

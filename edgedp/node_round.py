@@ -50,6 +50,9 @@ class NodeRound:
       aggregator: an adaptive DOME basis' spanning-tree aggregate, else None.
       keep_gradient: keep the round's clipped gradient sum as :attr:`last_gradient`
         (simulator probes read it); devices keep nothing of a round.
+      noise_digests: fingerprint each round's noise for the outgoing frames' log
+        (:attr:`edgedp.outgoing.Outgoing.noise_digest`: devices record it); simulators,
+        which log nothing of it, pass False (the digest is then "").
 
     Attributes:
       message: this round's outgoing vector once the round has begun, else None.
@@ -68,6 +71,7 @@ class NodeRound:
         dropout_rule: str,
         aggregator: sketch_adaptive.TreeAggregator | None = None,
         keep_gradient: bool = True,
+        noise_digests: bool = True,
     ) -> None:
         self._share = share
         self._rules = rules
@@ -78,6 +82,7 @@ class NodeRound:
         self._dropout_rule = dropout_rule
         self._aggregator = aggregator
         self._keep_gradient = keep_gradient
+        self._noise_digests = noise_digests
         self._plan_hash = bytes.fromhex(share.plan_hash)
         self.message: np.ndarray | None = None
         self.last_gradient: np.ndarray | None = None
@@ -121,7 +126,7 @@ class NodeRound:
         self._ctx, self._tally = self._runtime.context(
             t,
             on_gradient=keep if self._keep_gradient else None,
-            on_noise=record,
+            on_noise=record if self._noise_digests else None,
             basis=None if agg is None else agg.basis(t),
             mean=None if agg is None else agg.sketch.mean(t),
             release=None if agg is None else self._release,
@@ -200,28 +205,30 @@ class NodeRound:
             last_seen=node.last_seen,
         )
         before = rules.model(node.state)
-        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results: just below
+        # one errstate for the mixing, its check and the diagnostic: non-finite results are
+        # checked just below, and an overflow in the diagnostic reads inf
+        with np.errstate(over="ignore", invalid="ignore"):
             state = rules.receive(
                 node.state, np.asarray(weights, dtype=np.float64), vectors, self._ctx
             )
-        del vectors  # the round's messages are not needed past the mixing
-        bad = outgoing.non_finite(*state.values())
-        if bad:  # checked before any change: the node never adopts a non-finite state
-            metrics.rejected["NonFiniteStateError"] += 1
-            raise NonFiniteStateError(
-                f"node {share.node}, round {t}: mixing would leave {bad} NaN/Inf "
-                "entries in the state (the model diverged); the state was not changed."
-            )
-        self._mailbox.forget(t)
-        node.state = state
-        if self._dropout_rule == "reuse-last":  # the only rule that reads them again
-            for v, vec in got.items():
-                node.last_seen[v] = vec
-        del got
-        self.message = None  # released before the diagnostic's temporary is allocated
-        with np.errstate(over="ignore", invalid="ignore"):  # a diagnostic: overflow reads inf
+            del vectors  # the round's messages are not needed past the mixing
+            bad = outgoing.count_non_finite(state.values())
+            if bad:  # checked before any change: the node never adopts a non-finite state
+                metrics.rejected["NonFiniteStateError"] += 1
+                raise NonFiniteStateError(
+                    f"node {share.node}, round {t}: mixing would leave {bad} NaN/Inf "
+                    "entries in the state (the model diverged); the state was not changed."
+                )
+            self._mailbox.forget(t)
+            node.state = state
+            if self._dropout_rule == "reuse-last":  # the only rule that reads them again
+                for v, vec in got.items():
+                    node.last_seen[v] = vec
+            del got
+            self.message = None  # released before the diagnostic's temporary is allocated
             step = np.subtract(rules.model(node.state), before)
-            update_norm = float(np.sqrt(np.sum(np.multiply(step, step, out=step))))
+            # (np.add.reduce: what np.sum of an ndarray runs, without its wrapper)
+            update_norm = float(np.sqrt(np.add.reduce(np.multiply(step, step, out=step), None)))
             del step, before
         if agg is not None:
             agg.end_round(t)

@@ -6,6 +6,7 @@ message passed every check."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from edgedp import wire
 
-__all__ = ["Outgoing", "encode", "non_finite"]
+__all__ = ["Outgoing", "count_non_finite", "encode", "non_finite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +45,17 @@ def non_finite(*arrays: np.ndarray) -> int:
     so the common case reads each array once without a boolean temporary; only an array whose
     sum is not finite (a non-finite entry, or finite entries overflowing) is counted entry by
     entry."""
-    bad = 0
     with np.errstate(over="ignore", invalid="ignore"):  # the sum is only a screen
-        for a in arrays:
-            if a.size and not math.isfinite(float(np.add.reduce(a, axis=None))):
-                bad += int(a.size - np.count_nonzero(np.isfinite(a)))
+        return count_non_finite(arrays)
+
+
+def count_non_finite(arrays: Iterable[np.ndarray]) -> int:
+    """:func:`non_finite` of ``arrays`` for a caller already inside
+    ``np.errstate(over="ignore", invalid="ignore")`` (no errstate of its own)."""
+    bad = 0
+    for a in arrays:
+        if a.size and not math.isfinite(float(np.add.reduce(a, axis=None))):
+            bad += int(a.size - np.count_nonzero(np.isfinite(a)))
     return bad
 
 

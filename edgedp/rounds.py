@@ -44,6 +44,7 @@ from typing import Any
 __all__ = [
     "COMMANDS",
     "SUSPEND",
+    "WAIT",
     "Ended",
     "Interpreter",
     "Rejoined",
@@ -138,6 +139,8 @@ class Interpreter(abc.ABC):
         """The round is mixed and over."""
 
 
+#: The one :class:`Wait` the loop yields (it has no fields; a node waits at nearly every message).
+WAIT = Wait()
 #: each command's method: its class name in lower case (``Send`` → :meth:`Interpreter.send`)
 _METHODS: dict[type, str] = {c: c.__name__.lower() for c in COMMANDS}
 
@@ -164,7 +167,7 @@ def rounds(
         yield Send(agent.begin_round(), first)
         first = False
         while agent.waits():
-            if not (yield Wait()):
+            if not (yield WAIT):
                 agent.deadline_passed()  # the missing ones' far rounds may now count
                 break
         yield Ended(agent.end_round())

@@ -24,11 +24,13 @@ ahead (:class:`edgedp_sim.clock.Turns`), so a message is one heap event there to
 planning could misorder (:class:`edgedp_sim.clock.TieError`) restarts the run with slot events.
 
 Each message is encoded by the sender's Agent and decoded once by the real codec
-(:func:`edgedp.wire.decode`, its max/min taken once); every recipient runs the receiver's
-checks on it
-(:meth:`edgedp.agent.Agent.accept`: plan, sender, round window, shape, finite values within
-the plan's bound). These frames come from the engine itself, never from a peer: hostile
-frames are handled by ``Agent.receive`` and the device transports.
+(:func:`edgedp.wire.decode`); its max/min, fingerprint and the check of its content (plan,
+shape, finite values within the plan's bound: :func:`edgedp.mailbox.content_checked`) are
+taken once too, and every recipient runs the rest of the receiver's checks on it
+(:meth:`edgedp.agent.Agent.accept`: sender, round window, replays; the content again only
+if its context holds it to something else) and keeps the decoded read-only view, not a
+copy. These frames come from the engine itself, never from a peer: hostile frames are
+handled by ``Agent.receive`` and the device transports.
 
 With zero latency, no loss and no faults, the models equal the batch engine's bit for bit.
 A node whose message would be non-finite raises the Agent's
@@ -45,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from edgedp import models, rounds, runtime, wire
+from edgedp import mailbox, models, rounds, runtime, wire
 from edgedp.agent import Agent
 from edgedp.plan import NoisePlan
 from edgedp_sim import evaluation, initial, round_faults
@@ -291,6 +293,7 @@ class _Sim:
             dropout_rule=self.faults.dropout_rule,
             memoize_noise=self.plan.factor.kind == "dense",
             gradient_transform=self.gradient_transforms.get(u),
+            noise_digests=False,  # (a device's log of its noise; nothing here reads it)
             noise_key=self.noise_keys[u],
             batch_key=self.batch_keys[u],
             cross_keys=(
@@ -340,7 +343,8 @@ class _Sim:
                 cmd = send(reply)
             except StopIteration:
                 return
-            reply = step(cmd)
+            # a wait (the command of nearly every message) without the dispatch
+            reply = node.wait(cmd) if cmd is _WAIT else step(cmd)
             if reply is _SUSPEND:
                 return
 
@@ -414,22 +418,29 @@ class _Sim:
             self._send(job, 0)
 
     def _message(self, job: _Job, i: int) -> tuple:
-        """``(frames, decoded, max_bytes, size, serialization s, extremes)`` of message
-        ``i``: one copy, one decode and one max/min for all recipients; per recipient only
-        where frames differ (Zip-DL, DOME)."""
+        """``(frames, decoded, max_bytes, size, serialization s, extremes, fingerprint,
+        checked)`` of message ``i``: one copy, one decode, one max/min, one fingerprint and
+        one check of its content (:func:`edgedp.mailbox.content_checked`) for all recipients;
+        per recipient only where frames differ (Zip-DL, DOME)."""
         out = job.out
         if job.message is not None and (out.per_recipient is None or job.index == i):
             return job.message
         frames = [bytes(f) for f in out.frames_for(job.recipients[i])]
-        max_bytes = self.agents[job.recipients[i]].context.max_bytes
+        context = self.agents[job.recipients[i]].context
+        max_bytes = context.max_bytes
         try:  # the real codec
             decoded = wire.decode(frames, max_bytes=max_bytes)
         except wire.WireError:
             decoded = None  # the recipient's receive() counts the rejection
-        extremes = None if decoded is None else wire.extremes(decoded)
+        if decoded is None:
+            extremes = fingerprint = checked = None
+        else:
+            extremes, fingerprint = _extremes(decoded), wire.fingerprint(decoded)
+            checked = mailbox.content_checked(decoded, context, extremes)
         size = sum(len(f) for f in frames)
         delay = self.network.serialization_s(size)
-        job.message, job.index = (frames, decoded, max_bytes, size, delay, extremes), i
+        job.message = (frames, decoded, max_bytes, size, delay, extremes, fingerprint, checked)
+        job.index = i
         return job.message
 
     def _send(self, job: _Job, first: int) -> None:
@@ -503,13 +514,20 @@ class _Sim:
             self.result.offline_drops += 1
             return
         agent = self.agents[v]
-        frames, decoded, max_bytes, _, _, extremes = planned.message
+        frames, decoded, max_bytes, _, _, extremes, fingerprint, checked = planned.message
         for obs in self.delivery_observers:  # it reached v (v may still find it late)
             obs.on_delivery(sender=planned.u, recipient=v, round=planned.r, frames=frames)
         if decoded is None or agent.context.max_bytes != max_bytes:
             agent.receive(frames, authenticated_sender=planned.u)
-        else:
-            agent.accept(decoded, authenticated_sender=planned.u, extremes=extremes)
+        else:  # read-only views of bytes: every recipient may keep the same array
+            agent.accept(
+                decoded,
+                authenticated_sender=planned.u,
+                extremes=extremes,
+                fingerprint=fingerprint,
+                owned=True,
+                checked=checked,
+            )
         if self.env.alone():  # nothing can come between: its two hops are the next events
             arrival = self.arrival[v]
             if not arrival.triggered:
@@ -574,6 +592,16 @@ class _Sim:
 
 
 _SUSPEND = rounds.SUSPEND
+_WAIT = rounds.WAIT
+
+
+def _extremes(msg: wire.Message) -> tuple:
+    """:func:`edgedp.wire.extremes` of ``msg``: the reductions ``np.max`` / ``np.min`` run
+    for an ndarray (decoded arrays are), without numpy's wrapper — the same values."""
+    return tuple(
+        (float(np.maximum.reduce(a, None)), float(np.minimum.reduce(a, None))) if a.size else None
+        for a in msg.arrays
+    )
 
 
 def _length(job: _Job) -> int:

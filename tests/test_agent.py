@@ -1,16 +1,18 @@
 """Agents exchanging frames in-process (no sockets) against the batch engine."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import edgedp_topologies
-from edgedp import streams, wire
+from edgedp import mailbox, streams, wire
 from edgedp.accounting.participation import Participation
 from edgedp.agent import Agent
 from edgedp.errors import BudgetExhaustedError, PlanError
 from edgedp.models.linear import LinearModel
 from edgedp.plan import TaskSpec, make_plan
-from edgedp_sim import batch, datasets
+from edgedp_sim import batch, datasets, engine
 
 GRAPH = edgedp_topologies.parse("er:8:0.5:2")
 DATA = datasets.partition(datasets.load("synthetic-logistic", seed=3), 8, seed=3)
@@ -166,3 +168,66 @@ def test_owned_frames_are_kept_read_only_and_others_copied(make_agents):
     shared[:8] = np.float64(123.0).tobytes()
     assert not np.shares_memory(copied, np.frombuffer(shared))
     assert copied.tobytes() == before.tobytes()
+
+
+def test_accept_with_the_content_checked_once_decides_as_every_check(make_agents):
+    """What the event engine hands over with a decoded message — its extremes, fingerprint
+    and a context its content passed (:func:`edgedp.mailbox.content_checked`) — changes no
+    verdict, counter or stored message: good, replayed, equivocating, unknown, impostor,
+    early, far, out-of-bound, non-finite and other-plan messages alike."""
+    plain, fast = make_agents(_plan(), DATA), make_agents(_plan(), DATA)
+    outs = [a.begin_round() for a in plain]
+    for a in fast:
+        a.begin_round()
+    me = 0
+    u, w = plain[me].neighbours[:2]
+    stranger = next(x for x in range(len(plain)) if x not in plain[me].neighbours and x != me)
+    good = wire.decode([bytes(f) for f in outs[u].frames_for(me)])
+    other = wire.decode([bytes(f) for f in outs[w].frames_for(me)])
+    arr = good.arrays[0]
+    cases = [
+        (good, u),
+        (good, u),  # replayed
+        (replace(good, arrays=(arr + 1e-9,)), u),  # equivocation
+        (other, u),  # an impostor: authenticated as u, claims w
+        (other, None),
+        (replace(good, sender=stranger), None),
+        (replace(good, round=5), u),  # within the window
+        (replace(good, round=11), u),  # past the window
+        (replace(good, round=40), u),  # past T
+        (replace(other, arrays=(arr * 1e12,)), w),  # beyond the bound
+        (replace(other, arrays=(np.full_like(arr, np.nan),)), w),
+        (replace(other, plan_hash=b"x" * 32), w),
+        (replace(other, arrays=(arr[:-1],)), w),
+        (other, w),
+    ]
+    for msg, sender in cases:
+        extremes = engine._extremes(msg)
+        assert extremes == wire.extremes(msg) or np.isnan(extremes[0][0])
+        checked = mailbox.content_checked(msg, fast[me].context, extremes)
+        want = plain[me].accept(msg, authenticated_sender=sender)
+        got = fast[me].accept(
+            msg,
+            authenticated_sender=sender,
+            extremes=extremes,
+            fingerprint=wire.fingerprint(msg),
+            owned=True,
+            checked=checked,
+        )
+        assert got == want, (msg.sender, msg.round, sender)
+    a, b = plain[me].mailbox, fast[me].mailbox
+    assert plain[me].metrics.to_dict() == fast[me].metrics.to_dict()
+    for name in ("ahead", "far", "expired", "history", "equivocations", "announced"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert {r: {v: x.tobytes() for v, x in m.items()} for r, m in a.inbox.items()} == {
+        r: {v: x.tobytes() for v, x in m.items()} for r, m in b.inbox.items()
+    }
+    assert set(plain[me].metrics.rejected) == {
+        "Replayed",
+        "Equivocation",
+        "UnknownSender",
+        "RoundOutOfWindow",
+        "BeyondBound",
+        "BadPayload",
+        "PlanHashMismatch",
+    }
