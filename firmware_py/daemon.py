@@ -431,7 +431,6 @@ def run(
             max_frame_bytes=max_frame,
             max_parts=max_parts,
             isolated=True,  # multipart floods end a capped listener process, not the agent
-            keep_freed=started.kept,  # the listener's allocator set as the agent's
         )
     except BaseException:
         metrics.close()

@@ -204,9 +204,9 @@ class Listener:
 class Isolated:
     """The node's listener in a process of its own with a memory cap (module docstring).
 
-    ``settings``: :class:`Listener`'s arguments (keys z85 text, ``ids_by_key`` as pairs), and
-    ``env`` for the listener process's environment; ``memory``: the bytes it may take beyond
-    its size once listening. Raises ``zmq.ZMQError`` (or OSError) if it cannot bind or start."""
+    ``settings``: :class:`Listener`'s arguments (keys z85 text, ``ids_by_key`` as pairs);
+    ``memory``: the bytes the listener process may take beyond its size once listening.
+    Raises ``zmq.ZMQError`` (or OSError) if it cannot bind or start."""
 
     def __init__(self, context: zmq.Context, settings: dict, *, memory: int) -> None:
         self.settings = dict(settings, memory=int(memory))
@@ -232,7 +232,7 @@ class Isolated:
     def _start(self) -> None:
         # one malloc arena: glibc's per-thread arenas reserve 64 MiB of address space up
         # front, within which libzmq's thread could grow unseen by the address-space cap
-        env = {**os.environ, "MALLOC_ARENA_MAX": "1", **self.settings.get("env", {})}
+        env = {**os.environ, "MALLOC_ARENA_MAX": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edgedp.transport.inbound"],
             stdin=subprocess.PIPE,

@@ -80,10 +80,6 @@ class ZmqTransport:
       isolated: receive in a listener process with a memory cap (devices); else in this one.
       inbox_memory: the bytes that listener may take beyond its size once listening (at
         least what ``queue`` messages per link need).
-      keep_freed: the bytes of freed memory that listener keeps in its heap for the next
-        messages instead of unmapping each message's buffer (glibc: ``M_TRIM_THRESHOLD``,
-        and ``M_MMAP_THRESHOLD`` at half of it, as ``firmware_py.resources.keep_freed_memory``
-        sets them in the agent: pass what that returned); 0 leaves its allocator alone.
     """
 
     #: The frames :meth:`recv` returns belong to the caller alone: each is the buffer of a
@@ -108,7 +104,6 @@ class ZmqTransport:
         backlog: int = 16,
         isolated: bool = False,
         inbox_memory: int = INBOX_MEMORY,
-        keep_freed: int = 0,
     ) -> None:
         if not zmq.has("curve"):
             raise RuntimeError("libzmq was built without CURVE; encrypted links are impossible.")
@@ -141,13 +136,6 @@ class ZmqTransport:
                         "secret_key": secret_key.decode(),
                         "peers": [[p.node, p.public_key.decode()] for p in peers],
                         "forward_queue": 2 * queue,
-                        # glibc: each message's buffer reused, not mapped and faulted in
-                        "env": {
-                            "MALLOC_TRIM_THRESHOLD_": str(keep_freed),
-                            "MALLOC_MMAP_THRESHOLD_": str(keep_freed // 2),
-                        }
-                        if keep_freed > 0
-                        else {},
                     },
                     memory=max(inbox_memory, legit + (16 << 20)),
                 )
