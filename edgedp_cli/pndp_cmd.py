@@ -28,6 +28,27 @@ def cmd_account_pndp(p, args) -> None:
     """
     from edgedp.accounting import pndp
 
+    attackers = _attackers(p, args)
+    show = chatty(args) and sys.stderr.isatty()
+    try:  # said before any T x T matrix is built
+        pndp.check_size(p.steps, p.n - (len(attackers) if attackers else 1))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    res = pndp.pndp_guarantees(
+        p,
+        attackers=attackers,
+        observer=args.observer,
+        progress=(lambda i, k: print(f"attacker set {i}/{k}", file=sys.stderr)) if show else None,
+    )
+    delta = p.delta if args.delta is None else args.delta
+    cyffers = _cyffers(p, res, args, delta) if args.cyffers else None
+    payload = _payload(p, res, delta, cyffers)
+    emit(args, payload, _text(p, res, cyffers, payload))
+
+
+def _attackers(p, args) -> list[int] | None:
+    """The ``--attacker`` ids (None: every node in turn), after refusing what PNDP does not
+    account (Laplace, cross-agent and sketched plans, partial runs, noiseless plans)."""
     if p.laplace is not None:
         raise UsageError(f"--trust pndp is not available for Laplace plans ({p.mechanism})")
     if p.cross_agent is not None:  # its noise is correlated across agents: not 000 App. A.2
@@ -44,33 +65,25 @@ def cmd_account_pndp(p, args) -> None:
         raise UsageError("--steps-done is not supported with --trust pndp (full run only)")
     if p.noise_multiplier == 0:
         raise UsageError(f"plan mechanism {p.mechanism!r} adds no noise: nothing to account")
-    attackers = None
-    if args.attacker is not None:
-        try:
-            attackers = [int(x) for x in args.attacker.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"--attacker {args.attacker!r}: expected ids like 0,3,5") from None
-        bad = [a for a in attackers if not 0 <= a < p.n]
-        if not attackers or bad or len(set(attackers)) != len(attackers):
-            raise UsageError(
-                f"--attacker {args.attacker!r}: expected distinct node ids in [0, {p.n - 1}]"
-            )
-    show = chatty(args) and sys.stderr.isatty()
-    try:  # said before any T x T matrix is built
-        pndp.check_size(p.steps, p.n - (len(attackers) if attackers else 1))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    res = pndp.pndp_guarantees(
-        p,
-        attackers=attackers,
-        observer=args.observer,
-        progress=(lambda i, k: print(f"attacker set {i}/{k}", file=sys.stderr)) if show else None,
-    )
-    delta = p.delta if args.delta is None else args.delta
-    cyffers = _cyffers(p, res, args, delta) if args.cyffers else None
-    eps = res.epsilon(delta)
-    rdp2 = res.rdp(2.0)
-    ldp_eps = res.ldp.epsilon(delta)
+    if args.attacker is None:
+        return None
+    try:
+        attackers = [int(x) for x in args.attacker.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--attacker {args.attacker!r}: expected ids like 0,3,5") from None
+    bad = [a for a in attackers if not 0 <= a < p.n]
+    if not attackers or bad or len(set(attackers)) != len(attackers):
+        raise UsageError(
+            f"--attacker {args.attacker!r}: expected distinct node ids in [0, {p.n - 1}]"
+        )
+    return attackers
+
+
+def _payload(p, res, delta: float, cyffers: dict | None) -> dict:
+    """The JSON report: the plan's facts, the LDP guarantee and one row per pair."""
+    from edgedp.accounting import pndp
+
+    eps, rdp2 = res.epsilon(delta), res.rdp(2.0)
     rows = [
         {
             "attackers": list(res.attacker_sets[a]),
@@ -109,7 +122,7 @@ def cmd_account_pndp(p, args) -> None:
         "delta": delta,
         "adjacency": p.adjacency,
         "ldp_mu": res.ldp_mu,
-        "ldp_epsilon": ldp_eps,
+        "ldp_epsilon": res.ldp.epsilon(delta),
         "ldp_sensitivity": res.ldp.sensitivity,
         "method": res.method,
         "plan_hash": p.plan_hash,
@@ -119,6 +132,12 @@ def cmd_account_pndp(p, args) -> None:
         payload["cyffers"] = cyffers["about"]
         for row, (c_eps, c_rdp, capped) in zip(rows, cyffers["pairs"], strict=True):
             row.update(cyffers_epsilon=c_eps, cyffers_rdp_alpha2=c_rdp, cyffers_capped=capped)
+    return payload
+
+
+def _text(p, res, cyffers: dict | None, payload: dict) -> str:
+    """The human-readable table of :func:`_payload`'s rows, every ε with its δ."""
+    rows, delta, ldp_eps = payload["pairs"], payload["delta"], payload["ldp_epsilon"]
     head = (
         f"PNDP ({res.observer}: {_OBSERVED[res.observer]}) for {p.mechanism} on {p.topology}: "
         f"n={p.n}, T={p.steps}, participation {p.participation.k},{p.participation.b}, "
@@ -144,14 +163,15 @@ def cmd_account_pndp(p, args) -> None:
         dist = res.distance[i]
         line = (
             f"{att:>10} {row['victim']:>7} {dist if math.isinf(dist) else int(dist)!s:>5} "
-            f"{res.mu[i]:>10.4g} {eps[i]:>10.4g} {rdp2[i]:>11.4g} {res.ldp_mu:>9.4g} "
+            f"{row['mu']:>10.4g} {row['epsilon']:>10.4g} {row['rdp_alpha2']:>11.4g} "
+            f"{res.ldp_mu:>9.4g} "
             f"{ldp_eps:>9.4g}"
         )
         if cyffers is not None:
             c_eps, c_rdp, capped = cyffers["pairs"][i]
             line += f" {c_eps:>10.4g} {c_rdp:>10.4g}{'*' if capped else ' '}"
         lines.append(line)
-    emit(args, payload, "\n".join(lines))
+    return "\n".join(lines)
 
 
 def _cyffers(p, res, args, delta: float) -> dict:
